@@ -1,0 +1,180 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fila-mq/fila/gen/internal/render"
+	"github.com/fila-mq/fila/gen/internal/spec"
+)
+
+// root is the repository root, relative to this package.
+const root = ".."
+
+// TestGenUpToDate fails when a committed generated file differs from what
+// the spec generates now: run `make gen`.
+func TestGenUpToDate(t *testing.T) {
+	files, err := render.All(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := render.Stale(root, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stale {
+		t.Errorf("%s is stale: run make gen", name)
+	}
+}
+
+func TestSpecChecks(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join(root, render.SpecPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(string) string
+		want string
+	}{
+		{
+			"duplicate code value",
+			func(s string) string {
+				return s + "\n[[codes]]\nname = \"AGAIN\"\nvalue = 20\nscope = \"domain\"\ndoc = \"x\"\n"
+			},
+			`value 20 already used by "QUEUE_NOT_FOUND"`,
+		},
+		{
+			"duplicate code name",
+			func(s string) string {
+				return s + "\n[[codes]]\nname = \"QUEUE_NOT_FOUND\"\nvalue = 99\nscope = \"domain\"\ndoc = \"x\"\n"
+			},
+			`code "QUEUE_NOT_FOUND": declared twice`,
+		},
+		{
+			"code no operation lists",
+			func(s string) string {
+				return s + "\n[[codes]]\nname = \"ORPHAN\"\nvalue = 99\nscope = \"domain\"\ndoc = \"x\"\n"
+			},
+			`code "ORPHAN": no operation lists it`,
+		},
+		{
+			"operation lists an undeclared code",
+			func(s string) string {
+				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "NO_SUCH_CODE"]`, 1)
+			},
+			`operation "Redrive": lists undeclared code "NO_SUCH_CODE"`,
+		},
+		{
+			"operation lists a status code",
+			func(s string) string {
+				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "FORBIDDEN"]`, 1)
+			},
+			`lists status code "FORBIDDEN"`,
+		},
+		{
+			"duplicate opcode",
+			func(s string) string {
+				return strings.Replace(s, "opcode = 0x0302", "opcode = 0x0301", 1)
+			},
+			`opcode 0x0301 already used`,
+		},
+		{
+			"unknown field type",
+			func(s string) string {
+				return strings.Replace(s, `{ name = "nonce", type = "u64"`, `{ name = "nonce", type = "u128"`, 1)
+			},
+			`unknown type "u128"`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := spec.Parse([]byte(tc.edit(string(base))))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse(edited spec) = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := spec.Parse(base); err != nil {
+		t.Fatalf("the committed spec does not validate: %v", err)
+	}
+}
+
+// TestNewCodeMustBeHandledOnBothSides adds an error code to a copy of the
+// spec, lists it for an operation, regenerates, and builds: the build must
+// fail on both sides until the broker has fault.ErrX and the SDK has ErrX.
+func TestNewCodeMustBeHandledOnBothSides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a copy of the repository")
+	}
+	dir := t.TempDir()
+	copyTree(t, root, dir)
+	specPath := filepath.Join(dir, render.SpecPath)
+	b, err := os.ReadFile(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b) + "\n[[codes]]\nname = \"QUEUE_PAUSED\"\nvalue = 90\nscope = \"domain\"\ndoc = \"The queue is paused.\"\n"
+	s = strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE"]`, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_PAUSED"]`, 1)
+	if err := os.WriteFile(specPath, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := render.All(dir)
+	if err != nil {
+		t.Fatalf("generate from the edited spec: %v", err)
+	}
+	if err := render.Write(dir, files); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pkg, want string
+	}{
+		{"github.com/fila-mq/fila/broker/internal/server", "undefined: fault.ErrQueuePaused"},
+		{"github.com/fila-mq/fila/sdk/go", "undefined: ErrQueuePaused"},
+	} {
+		cmd := exec.Command("go", "build", tc.pkg)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("go build %s succeeded with an unhandled code", tc.pkg)
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("go build %s failed without naming the missing error value %q:\n%s", tc.pkg, tc.want, out)
+		}
+	}
+}
+
+// copyTree copies the repository's sources (not .git, bin or data) to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "bin", "data", "testdata", "node_modules":
+				if rel != "." {
+					return filepath.SkipDir
+				}
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

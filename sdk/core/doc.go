@@ -1,0 +1,59 @@
+// Package core is the sans-io client core of the Fila protocol: a
+// deterministic state machine over bytes and time, with no sockets, no
+// goroutines and no clock of its own. It owns what every client must get
+// exactly right: the codec, the handshake and version negotiation,
+// request-ID allocation and correlation, delivery routing to subscriptions,
+// delivery-credit accounting, keepalive, and the interpretation of leader
+// redirects and shutdowns. A language's SDK is a thin I/O shell around it
+// (sdk/go is one), in the way etcd raft's node.go drives its RawNode.
+//
+// # Usage
+//
+//	c := core.New(core.Config{ClientName: "my-app/1.0"})
+//	c.Tick(now)                        // the shell's monotonic clock
+//	id, _ := c.Enqueue(msgs)           // queues bytes; the result comes in a Ready
+//	for {
+//		if c.HasReady() {
+//			rd := c.Ready()
+//			write(rd.Out)                  // 1. write all of Out, in order
+//			for _, cp := range rd.Completions { ... } // responses by request ID
+//			for _, d := range rd.Deliveries { ... }   // messages by subscription
+//			c.Advance(rd)                  // 2. then Advance
+//		}
+//		n := read(buf)                     // wait for bytes, a request, or rd.Deadline
+//		c.Tick(now)
+//		if err := c.Receive(buf[:n]); err != nil { ... } // connection-scoped: close it
+//	}
+//
+// # The caller's obligations
+//
+//  1. Call Tick with the current monotonic time before Receive and at or
+//     after every Ready's Deadline; the core has no timers and measures
+//     keepalive only by the times it is given.
+//  2. Write a Ready's Out completely, in order, before calling Advance.
+//  3. A Ready is read-only and its slices are valid until Advance: copy
+//     what must outlive it. Delivered payloads are the exception: each
+//     frame is decoded from its own buffer, so a payload stays valid after
+//     Advance.
+//  4. An error from Receive, or a Ready whose State reports Failed, is
+//     connection-scoped: close the connection. Every request still in flight
+//     is completed with ErrConnectionLost in that Ready.
+//  5. Report each delivery the application has finished with (acked,
+//     nacked, retried) with Settle, so its subscription's credit is
+//     replenished.
+//
+// # Determinism
+//
+// The same sequence of calls with the same arguments produces the same
+// Readys, byte for byte. This is what lets the conformance suite replay
+// recorded transcripts against the core.
+//
+// # What the core does with unexpected input
+//
+// A frame the core cannot decode, a response to a request it did not send,
+// a delivery beyond a subscription's credit or to a subscription it does not
+// have, or a frame over the max frame size is a connection error
+// (*wire.ConnError). A frame with an opcode the core does not know is
+// ignored and counted (Stats.UnknownFrames), so a newer server may add
+// informational pushes without breaking older clients.
+package core

@@ -1,0 +1,133 @@
+package wire
+
+import "fmt"
+
+// A FrameReader splits a byte stream into frames. Bytes go in with Feed in
+// pieces of any size (a frame may arrive one byte at a time, or many frames
+// in one read); complete frames come out of Next.
+//
+// It enforces the receiver's limits before buffering: a header whose Length
+// exceeds MaxFrame fails at once with FRAME_TOO_LARGE, so a forged length
+// never causes an allocation, and the buffer only ever grows by the bytes
+// actually fed. Frames flagged FlagContinued are reassembled, up to
+// MaxReassembled bytes in all.
+//
+// After Next returns an error the reader is failed and returns it again.
+// The zero value is not usable; make one with NewFrameReader.
+type FrameReader struct {
+	maxFrame       int
+	maxReassembled int
+
+	buf   []byte // buf[start:] holds unread bytes
+	start int
+
+	cont    []byte // continuation body being reassembled
+	contHdr Header
+	inCont  bool
+
+	err error
+}
+
+// NewFrameReader returns a reader that accepts frame bodies of at most
+// maxFrame bytes and reassembled bodies of at most maxReassembled bytes.
+// Non-positive values take the protocol defaults (DefaultMaxFrameSize and
+// MaxReassembledSize).
+func NewFrameReader(maxFrame, maxReassembled int) *FrameReader {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrameSize
+	}
+	if maxReassembled <= 0 {
+		maxReassembled = MaxReassembledSize
+	}
+	return &FrameReader{maxFrame: maxFrame, maxReassembled: maxReassembled}
+}
+
+// SetMaxFrame changes the largest accepted frame body, as agreed at
+// handshake.
+func (fr *FrameReader) SetMaxFrame(n int) {
+	if n > 0 {
+		fr.maxFrame = n
+	}
+}
+
+// Buffered returns the number of bytes fed and not yet returned as frames.
+func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + len(fr.cont) }
+
+// Feed appends p to the reader's buffer. p is copied.
+func (fr *FrameReader) Feed(p []byte) {
+	if fr.start > 0 && fr.start == len(fr.buf) {
+		fr.buf = fr.buf[:0]
+		fr.start = 0
+	} else if fr.start > 0 && fr.start >= cap(fr.buf)/2 {
+		n := copy(fr.buf, fr.buf[fr.start:])
+		fr.buf = fr.buf[:n]
+		fr.start = 0
+	}
+	fr.buf = append(fr.buf, p...)
+}
+
+// Next returns the next complete frame. ok is false when more bytes are
+// needed. body is valid until the next call to Feed or Next; a caller that
+// keeps decoded []byte fields longer must copy the body first.
+//
+// A *ConnError is returned for a frame over the size limit
+// (FRAME_TOO_LARGE) or a continuation interleaved with another frame
+// (PROTOCOL_VIOLATION).
+func (fr *FrameReader) Next() (h Header, body []byte, ok bool, err error) {
+	if fr.err != nil {
+		return Header{}, nil, false, fr.err
+	}
+	for {
+		avail := fr.buf[fr.start:]
+		if len(avail) < HeaderSize {
+			return Header{}, nil, false, nil
+		}
+		h, _ = ParseHeader(avail)
+		if int64(h.Length) > int64(fr.maxFrame) {
+			return fr.fail(&ConnError{Code: CodeFrameTooLarge,
+				Reason: fmt.Sprintf("frame of %d bytes exceeds the max frame size %d", h.Length, fr.maxFrame)})
+		}
+		total := HeaderSize + int(h.Length)
+		if len(avail) < total {
+			return Header{}, nil, false, nil
+		}
+		body = avail[HeaderSize:total:total]
+		fr.start += total
+
+		if fr.inCont {
+			if h.Opcode != fr.contHdr.Opcode || h.RequestID != fr.contHdr.RequestID {
+				return fr.fail(&ConnError{Code: CodeProtocolViolation,
+					Reason: fmt.Sprintf("frame %s for request %d interleaved with the continuation of %s for request %d",
+						h.Opcode, h.RequestID, fr.contHdr.Opcode, fr.contHdr.RequestID)})
+			}
+			if len(fr.cont)+len(body) > fr.maxReassembled {
+				return fr.fail(&ConnError{Code: CodeFrameTooLarge,
+					Reason: fmt.Sprintf("continued frame exceeds %d bytes", fr.maxReassembled)})
+			}
+			fr.cont = append(fr.cont, body...)
+			if h.Flags.Has(FlagContinued) {
+				continue
+			}
+			fr.inCont = false
+			h = fr.contHdr
+			h.Length = uint32(len(fr.cont))
+			body = fr.cont
+			fr.cont = nil
+			return h, body, true, nil
+		}
+		if h.Flags.Has(FlagContinued) {
+			fr.inCont = true
+			fr.contHdr = h
+			fr.contHdr.Flags &^= FlagContinued
+			fr.cont = append(make([]byte, 0, len(body)*2), body...)
+			continue
+		}
+		return h, body, true, nil
+	}
+}
+
+func (fr *FrameReader) fail(err *ConnError) (Header, []byte, bool, error) {
+	fr.err = err
+	fr.buf, fr.cont = nil, nil
+	return Header{}, nil, false, err
+}

@@ -1,0 +1,180 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+func frames(t *testing.T) ([]byte, []Frame) {
+	t.Helper()
+	fs := []Frame{
+		&Handshake{MaxVersion: 1, MinVersion: 1, ClientName: "x"},
+		&Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: bytes.Repeat([]byte("p"), 300)}}},
+		&Ping{Nonce: 7},
+		&UnsubscribeOk{},
+	}
+	var stream []byte
+	for i, f := range fs {
+		stream = AppendFrame(stream, uint32(i+1), f)
+	}
+	return stream, fs
+}
+
+func readAll(t *testing.T, fr *FrameReader) []Frame {
+	t.Helper()
+	var out []Frame
+	for {
+		h, body, ok, err := fr.Next()
+		if err != nil {
+			t.Fatalf("Next = %v", err)
+		}
+		if !ok {
+			return out
+		}
+		f, err := DecodeFrame(h.Opcode, append([]byte(nil), body...))
+		if err != nil {
+			t.Fatalf("DecodeFrame(%v) = %v", h.Opcode, err)
+		}
+		out = append(out, f)
+	}
+}
+
+// TestFrameReaderSplitAtEveryByte feeds a stream of frames cut at every
+// possible boundary, in two pieces, and expects the same frames.
+func TestFrameReaderSplitAtEveryByte(t *testing.T) {
+	stream, want := frames(t)
+	for cut := 0; cut <= len(stream); cut++ {
+		fr := NewFrameReader(0, 0)
+		fr.Feed(stream[:cut])
+		got := readAll(t, fr)
+		fr.Feed(stream[cut:])
+		got = append(got, readAll(t, fr)...)
+		if len(got) != len(want) {
+			t.Fatalf("cut %d: got %d frames; want %d", cut, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i].AppendTo(nil), want[i].AppendTo(nil)) {
+				t.Fatalf("cut %d: frame %d = %+v; want %+v", cut, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestFrameReaderRandomChunks feeds the stream in random chunk sizes,
+// including one byte at a time.
+func TestFrameReaderRandomChunks(t *testing.T) {
+	stream, want := frames(t)
+	seed := uint64(1)
+	r := rand.New(rand.NewPCG(seed, seed))
+	for iter := 0; iter < 200; iter++ {
+		fr := NewFrameReader(0, 0)
+		var got []Frame
+		for rest := stream; len(rest) > 0; {
+			n := 1 + r.IntN(min(len(rest), 40))
+			if iter == 0 {
+				n = 1
+			}
+			fr.Feed(rest[:n])
+			rest = rest[n:]
+			got = append(got, readAll(t, fr)...)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("seed %d iter %d: got %d frames; want %d", seed, iter, len(got), len(want))
+		}
+	}
+}
+
+func TestFrameReaderRejectsOversizeBeforeBody(t *testing.T) {
+	fr := NewFrameReader(1024, 0)
+	// A header claiming 4 GiB - 1 and nothing else.
+	fr.Feed(AppendHeader(nil, Header{Length: 0xFFFFFFFF, Opcode: OpEnqueue, RequestID: 1}))
+	_, _, _, err := fr.Next()
+	var ce *ConnError
+	if !errors.As(err, &ce) || ce.Code != CodeFrameTooLarge {
+		t.Fatalf("Next = %v; want FRAME_TOO_LARGE", err)
+	}
+	if fr.Buffered() != 0 {
+		t.Errorf("Buffered = %d after failure; want 0", fr.Buffered())
+	}
+	// Sticky.
+	fr.Feed([]byte{1, 2, 3})
+	if _, _, _, err2 := fr.Next(); err2 != err {
+		t.Errorf("Next after failure = %v; want the same error", err2)
+	}
+}
+
+func TestFrameReaderGrowsOnlyWithBytesFed(t *testing.T) {
+	fr := NewFrameReader(16<<20, 0)
+	// Claims 16 MiB, sends 10 bytes of it.
+	fr.Feed(AppendHeader(nil, Header{Length: 16 << 20, Opcode: OpEnqueue, RequestID: 1}))
+	fr.Feed(make([]byte, 10))
+	if _, _, ok, err := fr.Next(); ok || err != nil {
+		t.Fatalf("Next = %v, %v; want need more", ok, err)
+	}
+	if c := cap(fr.buf); c > 4096 {
+		t.Errorf("buffer capacity %d after 22 bytes; the claimed length must not be allocated", c)
+	}
+}
+
+func TestContinuationReassembly(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789"), 1000) // 10,000 bytes
+	in := &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: payload}}}
+	stream := AppendFrames(nil, 9, in, 4096)
+	stream = AppendFrame(stream, 10, &Ping{Nonce: 1})
+	var nFrames int
+	for rest := stream; len(rest) > 0; nFrames++ {
+		h, _ := ParseHeader(rest)
+		if int(h.Length) > 4096 {
+			t.Fatalf("frame of %d bytes exceeds max 4096", h.Length)
+		}
+		rest = rest[HeaderSize+int(h.Length):]
+	}
+	if nFrames != 4 {
+		t.Fatalf("split into %d frames; want 3 continued + 1 ping", nFrames)
+	}
+	fr := NewFrameReader(4096, 0)
+	fr.Feed(stream)
+	h, body, ok, err := fr.Next()
+	if err != nil || !ok || h.Opcode != OpEnqueue || h.RequestID != 9 || h.Flags.Has(FlagContinued) {
+		t.Fatalf("Next = %+v %v %v", h, ok, err)
+	}
+	var out Enqueue
+	if err := out.Decode(body); err != nil || !bytes.Equal(out.Messages[0].Payload, payload) {
+		t.Fatalf("reassembled decode = %v", err)
+	}
+	h, _, ok, err = fr.Next()
+	if err != nil || !ok || h.Opcode != OpPing {
+		t.Fatalf("frame after continuation = %+v %v %v", h, ok, err)
+	}
+}
+
+func TestContinuationInterleavedIsViolation(t *testing.T) {
+	var stream []byte
+	stream = AppendHeader(stream, Header{Length: 1, Opcode: OpEnqueue, Flags: FlagContinued, RequestID: 1})
+	stream = append(stream, 0)
+	stream = AppendFrame(stream, 2, &Ping{})
+	fr := NewFrameReader(0, 0)
+	fr.Feed(stream)
+	_, _, _, err := fr.Next()
+	var ce *ConnError
+	if !errors.As(err, &ce) || ce.Code != CodeProtocolViolation {
+		t.Fatalf("Next = %v; want PROTOCOL_VIOLATION", err)
+	}
+}
+
+func TestContinuationLimit(t *testing.T) {
+	fr := NewFrameReader(100, 250)
+	var stream []byte
+	for i := 0; i < 3; i++ {
+		stream = AppendHeader(stream, Header{Length: 100, Opcode: OpEnqueue, Flags: FlagContinued, RequestID: 1})
+		stream = append(stream, make([]byte, 100)...)
+	}
+	fr.Feed(stream)
+	_, _, _, err := fr.Next()
+	var ce *ConnError
+	if !errors.As(err, &ce) || ce.Code != CodeFrameTooLarge {
+		t.Fatalf("Next = %v; want FRAME_TOO_LARGE", err)
+	}
+}
