@@ -1,0 +1,889 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/tidwall/btree"
+	"github.com/tidwall/wal"
+)
+
+// ErrNotFound is returned by Get for a key that holds no value.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrClosed is returned by every method called after Close. It wraps
+// fault.ErrUnavailable.
+var ErrClosed = fmt.Errorf("store: closed: %w", fault.ErrUnavailable)
+
+// Defaults of Options.
+const (
+	// DefaultSegmentSize is the default target size of a log segment file.
+	DefaultSegmentSize = 8 << 20
+	// DefaultCacheSize is the default size of the cache of recently written
+	// log bytes.
+	DefaultCacheSize = 16 << 20
+	// DefaultCompactionThreshold is the default live ratio at or below which
+	// the oldest segments are compacted.
+	DefaultCompactionThreshold = 0.5
+
+	minSegmentSize = 512
+	maxSegmentSize = 1 << 30
+	// maxCommitBytes bounds the bytes one group commit writes, so that a
+	// long queue of groups is written as several commits of this size.
+	maxCommitBytes = 8 << 20
+)
+
+// Options configure Open. The zero value is a durable store with defaults.
+type Options struct {
+	// SegmentSize is the target size of a log segment file in bytes; a
+	// segment is closed once it reaches it. Zero means DefaultSegmentSize
+	// (8 MiB); values are clamped to [512 B, 1 GiB]. The newest segment is
+	// also held in memory by the log, so this bounds that memory too.
+	SegmentSize int64
+
+	// CacheSize is the number of bytes of the most recently written log
+	// kept in memory, so that a Get of a value written recently is served
+	// without a read from the file. Zero means DefaultCacheSize (16 MiB);
+	// a negative value disables the cache.
+	CacheSize int64
+
+	// Repair makes Open cut the log at the first corrupt record instead of
+	// failing, deleting everything after it. Every dropped group is logged.
+	// Without Repair, corruption anywhere but in the final, unacknowledged
+	// commit makes Open fail with an error naming the segment and offset.
+	Repair bool
+
+	// UnsafeNoSync skips every fsync: a crash of the machine (not only of
+	// the process) may lose acknowledged groups or leave a log that Open
+	// rejects. For tests and benchmarks only.
+	UnsafeNoSync bool
+
+	// CompactionThreshold is the live ratio (bytes of live records over
+	// bytes of log) at or below which a prefix of the oldest segments is
+	// compacted: its live records are copied forward and the segments
+	// deleted. Zero means DefaultCompactionThreshold (0.5), which bounds
+	// the log at about twice the live data plus a few segments and copies
+	// at most one byte per byte reclaimed. A negative value copies nothing:
+	// only segments with no live record are deleted.
+	CompactionThreshold float64
+
+	// Logger receives recovery and compaction events. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	o.SegmentSize = min(max(o.SegmentSize, minSegmentSize), maxSegmentSize)
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.CacheSize < 0 {
+		o.CacheSize = 0
+	}
+	if o.CompactionThreshold == 0 {
+		o.CompactionThreshold = DefaultCompactionThreshold
+	}
+	if o.CompactionThreshold < 0 {
+		o.CompactionThreshold = 0
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Stats describe a store at one moment. Counters count from Open.
+type Stats struct {
+	Segments  int   // log segment files
+	LogBytes  int64 // bytes in the segment files
+	LiveBytes int64 // bytes of the records that hold current values
+	Keys      int   // keys holding a value
+
+	Groups    uint64 // non-empty groups made durable
+	Mutations uint64 // puts and deletes in those groups
+	Commits   uint64 // log writes, each holding one or more groups
+	Syncs     uint64 // fsyncs of log files and of the directory
+
+	Compactions    uint64 // reclamations that deleted segments
+	CopiedBytes    uint64 // bytes of live records copied forward by compaction
+	ReclaimedBytes uint64 // bytes of segment files deleted
+
+	CacheHits   uint64 // Get and Scan values served from the cache
+	CacheMisses uint64 // values read from the segment files
+
+	PendingGroups int // groups submitted and not yet durable
+}
+
+// entry is one key of the index: where its value lies in the log. The
+// key's bytes are the only other memory a key costs.
+type entry struct {
+	key  string
+	seg  uint32 // segment id
+	off  uint32 // offset of the value in the segment file
+	vlen uint32
+}
+
+func entryLess(a, b entry) bool { return a.key < b.key }
+
+// location is where a compaction copy expects a key's value to be.
+type location struct {
+	seg uint32
+	off uint32
+}
+
+// A request is one submitted group.
+type request struct {
+	b      *Batch
+	done   func(error) // ApplyAsync
+	wait   chan error  // Apply
+	copies []location  // compaction copy: expected location of each put
+	err    error
+}
+
+// placed is where the committer put one group's record.
+type placed struct {
+	seg *segment
+	off int64  // offset of the log entry (its length prefix)
+	hdr int    // length of the prefix
+	rec []byte // nil: the group wrote nothing
+}
+
+// segWrite is the committer's view of a segment it appends to, published
+// to the segment under Disk.mu once the commit is durable.
+type segWrite struct {
+	s       *segment
+	size    int64
+	n       uint64
+	lastOff int64
+}
+
+// hooks inject faults in tests. An error from a hook is treated like the
+// I/O error it simulates.
+type hooks struct {
+	afterWrite     func() error // after a commit's write, before its fsync
+	beforeTruncate func() error // compaction: copies durable, log not yet truncated
+}
+
+// Disk is the durable implementation: a log of mutation groups in segment files
+// (github.com/tidwall/wal) and an in-memory ordered index of keys
+// (github.com/tidwall/btree) holding each value's position in the log.
+// Values are read back from the files with pread, through a small cache of
+// the newest log bytes.
+//
+// Disk is safe for concurrent use. It runs two goroutines, both stopped by
+// Close: the committer, which writes and fsyncs groups and applies them to
+// the index, and the compactor, which reclaims space.
+type Disk struct {
+	dir    string
+	opts   Options
+	logger *slog.Logger
+	lock   *os.File
+	log    *wal.Log
+	hooks  hooks
+
+	// mu guards index and segs and the segments' accounting. The committer
+	// is the only goroutine that changes index or appends to segs.
+	mu     sync.RWMutex
+	index  *btree.BTreeG[entry]
+	segs   []*segment // front to tail; ids are consecutive
+	closed bool
+
+	cache ring
+
+	// The queue of submitted groups.
+	qmu     sync.Mutex
+	qcond   sync.Cond
+	queue   []request
+	closing bool
+
+	failed atomic.Pointer[error] // sticky write or fsync error
+
+	// Committer state.
+	lastIndex uint64
+	wb        wal.Batch
+	places    []placed
+	writes    []segWrite
+	free      []request
+	scratch   Batch
+	hint      btree.PathHint
+
+	runDone     chan struct{}
+	compactc    chan struct{}
+	stopc       chan struct{}
+	compactDone chan struct{}
+	compactMu   sync.Mutex // one compaction at a time
+	nextCompact atomic.Int64
+	autoCompact bool
+
+	stats struct {
+		groups, mutations, commits, syncs    atomic.Uint64
+		compactions, copied, reclaimed       atomic.Uint64
+		cacheHits, cacheMisses, pendingCount atomic.Uint64
+	}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the store in dir, creating dir if needed, and recovers the
+// state of the last durable group: it replays the log, cuts a torn final
+// commit (logging it), and fails on corruption before it unless
+// opts.Repair is set. Errors name the segment file and byte offset, as in
+// "store: open data: segment 00000000000000000012 offset 4096: bad record:
+// checksum mismatch". Only one Disk may have dir open at a time.
+func Open(dir string, opts Options) (*Disk, error) {
+	d, err := open(dir, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	d := &Disk{
+		dir:         dir,
+		opts:        opts,
+		logger:      opts.Logger,
+		lock:        lock,
+		index:       btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true}),
+		runDone:     make(chan struct{}),
+		compactc:    make(chan struct{}, 1),
+		stopc:       make(chan struct{}),
+		compactDone: make(chan struct{}),
+		autoCompact: autoCompact,
+	}
+	d.qcond.L = &d.qmu
+	if opts.CacheSize > 0 {
+		d.cache.buf = make([]byte, opts.CacheSize)
+	}
+	fail := func(err error) (*Disk, error) {
+		for _, s := range d.segs {
+			s.release()
+		}
+		lock.Close()
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	if err := d.recover(); err != nil {
+		return fail(err)
+	}
+	d.log, err = wal.Open(dir, &wal.Options{
+		NoSync:           true,
+		SegmentSize:      int(opts.SegmentSize),
+		SegmentCacheSize: 1,
+		AllowEmpty:       true,
+		DirPerms:         0o750,
+		FilePerms:        0o640,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("open log: %w", err))
+	}
+	first, err1 := d.log.FirstIndex()
+	last, err2 := d.log.LastIndex()
+	if err := errors.Join(err1, err2); err != nil {
+		d.log.Close()
+		return fail(err)
+	}
+	if first != d.segs[0].index || last != d.lastIndex {
+		d.log.Close()
+		return fail(fmt.Errorf("log holds records %d..%d; recovered %d..%d", first, last, d.segs[0].index, d.lastIndex))
+	}
+	d.nextCompact.Store(opts.SegmentSize)
+	go d.run()
+	go d.compactLoop()
+	return d, nil
+}
+
+// seg returns the segment with id. Hold mu, or run on the committer.
+func (d *Disk) seg(id uint32) *segment { return d.segs[id-d.segs[0].id] }
+
+// Apply makes b durable and visible and returns once it is: it waits for
+// the fsync of the commit that carries b, which concurrent Applies share
+// (group commit). It returns after every group submitted before it is
+// durable, so Apply of an empty batch is a cheap barrier that writes
+// nothing. b is read until Apply returns and may then be reused.
+//
+// Errors: ErrTooLarge (nothing written), ErrClosed, or the sticky error of
+// a failed write or fsync, after which every Apply fails; both of the
+// latter wrap fault.ErrUnavailable. An error means b may or may not be
+// durable; it is never partly applied.
+func (d *Disk) Apply(b *Batch) error {
+	w := waiterPool.Get().(chan error)
+	if err := d.submit(request{b: b, wait: w}); err != nil {
+		waiterPool.Put(w)
+		return err
+	}
+	err := <-w
+	waiterPool.Put(w)
+	return err
+}
+
+var waiterPool = sync.Pool{New: func() any { return make(chan error, 1) }}
+
+// ApplyAsync submits b and returns at once. Groups become durable and
+// visible, and their done functions are called, in submission order; done
+// receives nil once b is durable, or the error Apply would return. done
+// runs on the store's committer goroutine: it must not block for long and
+// must not call Apply (it may call ApplyAsync, Get and Scan). done may be
+// nil. After Close, done is called with ErrClosed before ApplyAsync
+// returns.
+//
+// The store owns b until done is called: the caller must not modify or
+// reuse it before then.
+//
+// ApplyAsync does not bound the groups in flight; the caller does
+// (Stats.PendingGroups shows them).
+func (d *Disk) ApplyAsync(b *Batch, done func(error)) {
+	if err := d.submit(request{b: b, done: done}); err != nil && done != nil {
+		done(err)
+	}
+}
+
+var emptyBatch Batch
+
+func (d *Disk) submit(r request) error {
+	if r.b == nil {
+		r.b = &emptyBatch
+	}
+	d.qmu.Lock()
+	if d.closing {
+		d.qmu.Unlock()
+		return ErrClosed
+	}
+	d.stats.pendingCount.Add(1)
+	d.queue = append(d.queue, r)
+	if len(d.queue) == 1 {
+		d.qcond.Signal()
+	}
+	d.qmu.Unlock()
+	return nil
+}
+
+// take waits for submitted groups and returns them all; false once the
+// store is closing and the queue is empty.
+func (d *Disk) take() ([]request, bool) {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	for len(d.queue) == 0 {
+		if d.closing {
+			return nil, false
+		}
+		d.qcond.Wait()
+	}
+	reqs := d.queue
+	d.queue = d.free[:0]
+	d.free = nil
+	return reqs, true
+}
+
+// run is the committer goroutine: it takes every queued group, writes them
+// with one WriteBatch and one fsync, applies them to the index and
+// completes them, then starts over with whatever arrived meanwhile.
+func (d *Disk) run() {
+	defer close(d.runDone)
+	for {
+		reqs, ok := d.take()
+		if !ok {
+			return
+		}
+		for rest := reqs; len(rest) > 0; {
+			n := chunk(rest)
+			d.commit(rest[:n])
+			rest = rest[n:]
+		}
+		waiters := 0
+		for i := range reqs {
+			if reqs[i].wait != nil {
+				waiters++
+			}
+		}
+		clear(reqs)
+		d.free = reqs[:0]
+		d.maybeCompact()
+		d.gather(waiters)
+	}
+}
+
+// gather lets the goroutines whose Apply just returned run and submit
+// their next groups before the next commit is cut, so that it carries them:
+// it yields until as many groups as there were waiters are queued, at most
+// a few times. Runs on the committer goroutine.
+func (d *Disk) gather(waiters int) {
+	for range 8 {
+		runtime.Gosched()
+		d.qmu.Lock()
+		n := len(d.queue)
+		d.qmu.Unlock()
+		if n >= waiters {
+			return
+		}
+	}
+}
+
+// chunk returns how many of reqs go into one commit: at most
+// maxCommitBytes (but at least one group), and a compaction copy only as
+// the first group, so that its check against the index sees every group
+// before it.
+func chunk(reqs []request) int {
+	size := reqs[0].b.Size()
+	n := 1
+	for ; n < len(reqs); n++ {
+		if reqs[n].copies != nil {
+			break
+		}
+		size += reqs[n].b.Size()
+		if size > maxCommitBytes {
+			break
+		}
+	}
+	return n
+}
+
+// sticky returns the error that stopped the store's writes, if any.
+func (d *Disk) sticky() error {
+	if p := d.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (d *Disk) fail(err error) error {
+	err = fmt.Errorf("store: %w: %w", err, fault.ErrUnavailable)
+	if d.failed.CompareAndSwap(nil, &err) {
+		d.logger.Error("store: writes stopped", "err", err)
+	}
+	return d.sticky()
+}
+
+// commit writes reqs with one WriteBatch and one fsync, then applies them
+// to the index and completes them. Runs on the committer goroutine.
+func (d *Disk) commit(reqs []request) {
+	if err := d.sticky(); err != nil {
+		d.finish(reqs, err)
+		return
+	}
+	if reqs[0].copies != nil {
+		d.filterCopies(&reqs[0])
+		d.stats.copied.Add(uint64(reqs[0].b.Size()))
+	}
+	d.wb.Clear()
+	d.places = d.places[:0]
+	d.mu.RLock()
+	tail := d.segs[len(d.segs)-1]
+	d.mu.RUnlock()
+	d.writes = append(d.writes[:0], segWrite{s: tail, size: tail.size, n: tail.n, lastOff: tail.lastOff})
+	w := &d.writes[0]
+	commit := d.lastIndex + 1
+	idx := d.lastIndex
+	for i := range reqs {
+		b := reqs[i].b
+		if err := b.check(); err != nil {
+			reqs[i].err = err
+			d.places = append(d.places, placed{})
+			continue
+		}
+		if b.n == 0 {
+			d.places = append(d.places, placed{})
+			continue
+		}
+		rec := b.seal(commit)
+		idx++
+		// Mirror wal.Log.writeBatch: a new segment starts before the
+		// commit's first record if the tail is over the target size, and
+		// after any record that brings it to the target size.
+		if idx == commit && w.size > d.opts.SegmentSize {
+			w = d.cycle(idx)
+		}
+		p := placed{seg: w.s, off: w.size, hdr: uvarintLen(uint64(len(rec))), rec: rec}
+		d.places = append(d.places, p)
+		w.size += int64(p.hdr + len(rec))
+		w.n++
+		w.lastOff = p.off
+		d.wb.Write(idx, rec)
+		if w.size >= d.opts.SegmentSize {
+			w = d.cycle(idx + 1)
+		}
+	}
+	if idx == d.lastIndex {
+		d.finish(reqs, nil)
+		return
+	}
+	if err := d.write(); err != nil {
+		d.finish(reqs, d.fail(err))
+		return
+	}
+	d.lastIndex = idx
+	d.publish(reqs)
+	d.finish(reqs, nil)
+}
+
+// cycle starts a new segment whose first record has index. Runs on the
+// committer goroutine.
+func (d *Disk) cycle(index uint64) *segWrite {
+	prev := d.writes[len(d.writes)-1]
+	s := &segment{
+		id:    prev.s.id + 1,
+		index: index,
+		path:  d.path(index),
+		base:  prev.s.base + uint64(prev.size),
+	}
+	s.refs.Store(1)
+	d.writes = append(d.writes, segWrite{s: s})
+	return &d.writes[len(d.writes)-1]
+}
+
+// write writes the commit and makes it durable: one WriteBatch, then one
+// fsync of the tail file and, if segments were started, of the directory.
+// Segments the log closed were fsynced by the log when it closed them.
+func (d *Disk) write() error {
+	if err := d.log.WriteBatch(&d.wb); err != nil {
+		return fmt.Errorf("write log: %w", err)
+	}
+	d.stats.commits.Add(1)
+	started := d.writes[1:]
+	if len(started) > 0 {
+		for i, w := range d.writes[:len(d.writes)-1] {
+			if fi, err := os.Stat(w.s.path); err != nil || fi.Size() != w.size {
+				return fmt.Errorf("segment %s: log layout differs from the store's (size %d, want %d): %v", w.s.name(), sizeOf(fi), w.size, err)
+			}
+			f, err := os.Open(started[i].s.path)
+			if err != nil {
+				return fmt.Errorf("open new segment: %w", err)
+			}
+			started[i].s.f = f
+		}
+		// The closed segment's bytes are in its file; drop the log's copy.
+		if err := d.log.ClearCache(); err != nil {
+			return fmt.Errorf("clear log cache: %w", err)
+		}
+	}
+	if d.hooks.afterWrite != nil {
+		if err := d.hooks.afterWrite(); err != nil {
+			return err
+		}
+	}
+	if d.opts.UnsafeNoSync {
+		return nil
+	}
+	if err := d.log.Sync(); err != nil {
+		return fmt.Errorf("sync log: %w", err)
+	}
+	d.stats.syncs.Add(1)
+	if len(started) > 0 {
+		if err := syncDir(d.dir); err != nil {
+			return fmt.Errorf("sync directory: %w", err)
+		}
+		d.stats.syncs.Add(1)
+	}
+	return nil
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// publish makes a durable commit visible: it copies the records into the
+// cache, then, under mu, records the segments' growth and applies every
+// group to the index in order. Runs on the committer goroutine.
+func (d *Disk) publish(reqs []request) {
+	for _, p := range d.places {
+		if p.rec == nil {
+			continue
+		}
+		var hdr [10]byte
+		n := putUvarint(hdr[:], uint64(len(p.rec)))
+		pos := p.seg.base + uint64(p.off)
+		d.cache.append(pos, hdr[:n])
+		d.cache.append(pos+uint64(n), p.rec)
+	}
+	var groups, muts uint64
+	d.mu.Lock()
+	for i, w := range d.writes {
+		w.s.size, w.s.n, w.s.lastOff = w.size, w.n, w.lastOff
+		w.s.synced = w.size
+		if i > 0 {
+			d.segs = append(d.segs, w.s)
+		}
+	}
+	for i, p := range d.places {
+		if p.rec == nil {
+			continue
+		}
+		b := reqs[i].b
+		d.applyRecord(p.seg, p.off+int64(p.hdr), p.rec, len(p.rec)-b.Size())
+		groups++
+		muts += uint64(b.n)
+	}
+	d.mu.Unlock()
+	d.stats.groups.Add(groups)
+	d.stats.mutations.Add(muts)
+}
+
+func putUvarint(buf []byte, x uint64) int {
+	i := 0
+	for x >= 0x80 {
+		buf[i] = byte(x) | 0x80
+		x >>= 7
+		i++
+	}
+	buf[i] = byte(x)
+	return i + 1
+}
+
+// finish completes reqs in order. A request's own error wins over err.
+func (d *Disk) finish(reqs []request, err error) {
+	d.stats.pendingCount.Add(-uint64(len(reqs)))
+	for i := range reqs {
+		r := &reqs[i]
+		e := err
+		if r.err != nil {
+			e = r.err
+		}
+		if r.done != nil {
+			r.done(e)
+		} else if r.wait != nil {
+			r.wait <- e
+		}
+	}
+}
+
+// applyRecord applies the mutations of rec, a valid record at offset recOff
+// of s whose mutations start at rec[body:], to the index and to the
+// segments' live bytes. Runs with mu held for writing (or during Open).
+func (d *Disk) applyRecord(s *segment, recOff int64, rec []byte, body int) {
+	hint := &d.hint
+	for pos := body; pos < len(rec); {
+		m, next, _ := nextMutation(rec, pos)
+		pos = next
+		probe := entry{key: unsafeString(m.key)}
+		if m.kind == kindDelete {
+			if old, ok := d.index.DeleteHint(probe, hint); ok {
+				d.seg(old.seg).live -= recordSize(len(old.key), int(old.vlen))
+			}
+			continue
+		}
+		e := entry{seg: s.id, off: uint32(recOff + int64(m.valueOff)), vlen: uint32(len(m.value))}
+		if old, ok := d.index.GetHint(probe, hint); ok {
+			e.key = old.key
+			d.seg(old.seg).live -= recordSize(len(old.key), int(old.vlen))
+		} else {
+			e.key = string(m.key)
+		}
+		d.index.SetHint(e, hint)
+		s.live += recordSize(len(m.key), len(m.value))
+	}
+}
+
+// filterCopies drops from a compaction copy every put whose key no longer
+// lies where the compactor found it: the key was overwritten or deleted
+// after the compactor read it, and copying it would bring back a stale
+// value. Runs on the committer goroutine, with every earlier group applied.
+func (d *Disk) filterCopies(r *request) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	b := r.b
+	muts := b.mutations()
+	keep := true
+	i := 0
+	for pos := 0; pos < len(muts); i++ {
+		m, next, _ := nextMutation(muts, pos)
+		pos = next
+		e, ok := d.index.Get(entry{key: unsafeString(m.key)})
+		if !ok || e.seg != r.copies[i].seg || e.off != r.copies[i].off {
+			keep = false
+			break
+		}
+	}
+	if keep {
+		return
+	}
+	d.scratch.Reset()
+	i = 0
+	for pos := 0; pos < len(muts); i++ {
+		m, next, _ := nextMutation(muts, pos)
+		pos = next
+		e, ok := d.index.Get(entry{key: unsafeString(m.key)})
+		if ok && e.seg == r.copies[i].seg && e.off == r.copies[i].off {
+			d.scratch.Put(m.key, m.value)
+		}
+	}
+	r.b = &d.scratch
+}
+
+// Get returns a copy of the value of key, or ErrNotFound. The value is read
+// from the cache or with one pread at its indexed position. Errors:
+// ErrNotFound, ErrClosed, or a read error naming the segment.
+func (d *Disk) Get(key []byte) ([]byte, error) {
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	e, ok := d.index.Get(entry{key: unsafeString(key)})
+	if !ok {
+		d.mu.RUnlock()
+		return nil, ErrNotFound
+	}
+	s := d.seg(e.seg)
+	s.acquire()
+	d.mu.RUnlock()
+	v := make([]byte, e.vlen)
+	err := d.readValue(v, s, e.off)
+	s.release()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// readValue fills v with the value at offset off of s. The caller holds a
+// reference on s.
+func (d *Disk) readValue(v []byte, s *segment, off uint32) error {
+	if len(v) == 0 {
+		return nil
+	}
+	if d.cache.read(v, s.base+uint64(off)) {
+		d.stats.cacheHits.Add(1)
+		return nil
+	}
+	d.stats.cacheMisses.Add(1)
+	if _, err := s.f.ReadAt(v, int64(off)); err != nil {
+		return fmt.Errorf("store: read segment %s offset %d: %w", s.name(), off, err)
+	}
+	return nil
+}
+
+// snapshot returns a copy-on-write snapshot of the index and a reference
+// on every segment it may point into. Call release when done.
+func (d *Disk) snapshot() (*btree.BTreeG[entry], []*segment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, nil, ErrClosed
+	}
+	snap := d.index.Copy()
+	segs := make([]*segment, len(d.segs))
+	copy(segs, d.segs)
+	for _, s := range segs {
+		s.acquire()
+	}
+	return snap, segs, nil
+}
+
+// Scan calls fn for each key in [start, end) in ascending byte order with
+// its value; a nil end means no upper bound. It sees the store as of one
+// moment: every group made durable before Scan started and none after, so
+// never part of a group. key and value are valid only during fn and must
+// not be modified. An error from fn stops the scan and is returned; so is
+// ErrClosed or a read error. fn may call any method but Close.
+func (d *Disk) Scan(start, end []byte, fn func(key, value []byte) error) error {
+	return d.scan(start, end, true, fn)
+}
+
+// ScanKeys is Scan without the values: it reads nothing from the files.
+func (d *Disk) ScanKeys(start, end []byte, fn func(key []byte) error) error {
+	return d.scan(start, end, false, func(key, _ []byte) error { return fn(key) })
+}
+
+func (d *Disk) scan(start, end []byte, values bool, fn func(key, value []byte) error) error {
+	snap, segs, err := d.snapshot()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range segs {
+			s.release()
+		}
+	}()
+	endKey := unsafeString(end)
+	var buf []byte
+	snap.Ascend(entry{key: unsafeString(start)}, func(e entry) bool {
+		if end != nil && e.key >= endKey {
+			return false
+		}
+		var v []byte
+		if values {
+			if cap(buf) < int(e.vlen) {
+				buf = make([]byte, e.vlen)
+			}
+			v = buf[:e.vlen]
+			if err = d.readValue(v, segs[e.seg-segs[0].id], e.off); err != nil {
+				return false
+			}
+		}
+		err = fn(unsafeBytes(e.key), v)
+		return err == nil
+	})
+	return err
+}
+
+// Stats returns the store's current statistics.
+func (d *Disk) Stats() Stats {
+	st := Stats{
+		Groups:         d.stats.groups.Load(),
+		Mutations:      d.stats.mutations.Load(),
+		Commits:        d.stats.commits.Load(),
+		Syncs:          d.stats.syncs.Load(),
+		Compactions:    d.stats.compactions.Load(),
+		CopiedBytes:    d.stats.copied.Load(),
+		ReclaimedBytes: d.stats.reclaimed.Load(),
+		CacheHits:      d.stats.cacheHits.Load(),
+		CacheMisses:    d.stats.cacheMisses.Load(),
+		PendingGroups:  int(d.stats.pendingCount.Load()),
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	st.Segments = len(d.segs)
+	st.Keys = d.index.Len()
+	for _, s := range d.segs {
+		st.LogBytes += s.size
+		st.LiveBytes += s.live
+	}
+	return st
+}
+
+// Close waits for every submitted group to be durable (or to fail), stops
+// the store's goroutines and closes its files. It returns the sticky write
+// error if the store had failed, or an error closing the log. Later calls
+// return the first call's result.
+func (d *Disk) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stopc)
+		d.qmu.Lock()
+		d.closing = true
+		d.qcond.Broadcast()
+		d.qmu.Unlock()
+		<-d.runDone
+		<-d.compactDone
+		d.compactMu.Lock() // an explicit Compact may still be running
+		err := d.log.Close()
+		d.compactMu.Unlock()
+		d.mu.Lock()
+		d.closed = true
+		for _, s := range d.segs {
+			s.release()
+		}
+		d.mu.Unlock()
+		d.lock.Close()
+		d.closeErr = errors.Join(d.sticky(), err)
+	})
+	return d.closeErr
+}

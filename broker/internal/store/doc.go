@@ -1,0 +1,48 @@
+// Package store is the broker's storage engine: an ordered key-value store
+// whose writes are mutation groups. The scheduler's messages, the runtime
+// config store, API keys and ACLs all persist through it.
+//
+// # Contract
+//
+// The package's consumers declare the interface they need (the shard
+// package declares Storage); Disk and Mem implement it. Every
+// implementation keeps these promises:
+//
+//  1. A mutation group (a Batch) is applied atomically: after any crash,
+//     all of it or none of it is present.
+//  2. A group is durable, fsynced to disk, before Apply returns nil or
+//     ApplyAsync calls done(nil). Nothing is acknowledged that a crash of
+//     the process or of the machine can take back.
+//  3. Groups are applied in submission order: a later group's put or
+//     delete of a key wins over an earlier group's. A group is visible to
+//     Get and Scan exactly when it is acknowledged, never before it is
+//     durable and never in part.
+//  4. Scan and ScanKeys visit keys in ascending byte order, over one
+//     moment's state.
+//  5. Open returns exactly the state as of the last durable group. It cuts
+//     a torn final commit (which was never acknowledged) with a log line,
+//     and refuses to start on damage to anything durable unless
+//     Options.Repair is set.
+//  6. A failed write or fsync is sticky: every later Apply fails, so the
+//     store never reports durability it does not have. Reads go on serving
+//     the last durable state.
+//
+// Get and Scan may run concurrently with Apply from any goroutine.
+//
+// # Disk
+//
+// Disk keeps a log of records, one per group (the format is described in
+// record.go), in segment files written by github.com/tidwall/wal, and an
+// index of every key in a github.com/tidwall/btree. An index entry holds
+// the key and the position of its value in the log (segment, offset,
+// length): memory grows with the number of keys, not with value bytes.
+// Values are read back with pread, through a fixed-size cache of the
+// newest log bytes.
+//
+// Group commit: one committer goroutine takes every group submitted since
+// its last write, writes them all with one WriteBatch and makes them
+// durable with one fsync; groups that arrive during that fsync go into the
+// next one. There is no non-durable mode except Options.UnsafeNoSync.
+//
+// Recovery is described in recover.go, space reclamation in compact.go.
+package store

@@ -1,0 +1,278 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"unsafe"
+)
+
+// Record format.
+//
+// Every mutation group is one record, stored as one entry of the
+// append-only log (github.com/tidwall/wal, which frames each entry as a
+// uvarint length followed by the entry's bytes):
+//
+//	+--------------+-------------+--------------------+------------------+
+//	| CRC-32C  4B  | version  1B | commit uvarint     | mutations ...    |
+//	+--------------+-------------+--------------------+------------------+
+//
+// The checksum is CRC-32C (Castagnoli, RFC 3720 §12.1), little endian,
+// over every byte after it. The version is recordVersion. Commit is the log
+// index of the first record written by the same write and fsync: recovery
+// uses it to tell a torn final commit (cut off) from damage to a commit
+// that was already durable (fatal unless repairing). Each mutation is
+//
+//	put:    0x01 | key length uvarint | key | value length uvarint | value
+//	delete: 0x02 | key length uvarint | key
+//
+// and a record holds at least one mutation.
+const (
+	recordVersion = 1
+
+	kindPut    = 1
+	kindDelete = 2
+
+	// headerRoom is the space a Batch reserves in front of its mutations
+	// for the header: checksum, version and the longest commit uvarint.
+	headerRoom = 4 + 1 + binary.MaxVarintLen64
+)
+
+// Size limits of a mutation group.
+const (
+	// MaxKeySize is the largest key a Batch accepts, in bytes (64 KiB).
+	MaxKeySize = 64 << 10
+	// MaxValueSize is the largest value a Batch accepts, in bytes (256 MiB).
+	MaxValueSize = 256 << 20
+	// MaxGroupSize is the largest encoded mutation group, in bytes (512 MiB).
+	MaxGroupSize = 512 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errRecord is the cause of every record decoding failure.
+var errRecord = errors.New("bad record")
+
+// mutation is one decoded put or delete. key and value alias the record.
+type mutation struct {
+	kind     byte
+	key      []byte
+	value    []byte
+	valueOff int // offset of value within the record
+}
+
+// recordSize is the number of bytes a put of a klen-byte key and a
+// vlen-byte value occupies in a record; live-byte accounting counts it.
+func recordSize(klen, vlen int) int64 {
+	return int64(1 + uvarintLen(uint64(klen)) + klen + uvarintLen(uint64(vlen)) + vlen)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// checkRecord verifies rec's checksum and version and returns its commit
+// index and the offset of its first mutation.
+func checkRecord(rec []byte) (commit uint64, body int, err error) {
+	if len(rec) < 6 {
+		return 0, 0, fmt.Errorf("%w: %d bytes is too short", errRecord, len(rec))
+	}
+	if got, want := crc32.Checksum(rec[4:], castagnoli), binary.LittleEndian.Uint32(rec); got != want {
+		return 0, 0, fmt.Errorf("%w: checksum mismatch", errRecord)
+	}
+	if rec[4] != recordVersion {
+		return 0, 0, fmt.Errorf("%w: unknown version %d", errRecord, rec[4])
+	}
+	commit, n := binary.Uvarint(rec[5:])
+	if n <= 0 {
+		return 0, 0, fmt.Errorf("%w: bad commit index", errRecord)
+	}
+	body = 5 + n
+	if body == len(rec) {
+		return 0, 0, fmt.Errorf("%w: no mutations", errRecord)
+	}
+	return commit, body, nil
+}
+
+// nextMutation decodes the mutation at rec[pos:] and returns it with the
+// position of the next one. It never allocates and never reads outside rec.
+func nextMutation(rec []byte, pos int) (m mutation, next int, err error) {
+	kind := rec[pos]
+	if kind != kindPut && kind != kindDelete {
+		return m, 0, fmt.Errorf("%w: unknown mutation kind %d at %d", errRecord, kind, pos)
+	}
+	m.kind = kind
+	pos++
+	klen, n := binary.Uvarint(rec[pos:])
+	if n <= 0 || klen > MaxKeySize || klen > uint64(len(rec)-pos-n) {
+		return m, 0, fmt.Errorf("%w: bad key length at %d", errRecord, pos)
+	}
+	pos += n
+	m.key = rec[pos : pos+int(klen) : pos+int(klen)]
+	pos += int(klen)
+	if kind == kindDelete {
+		return m, pos, nil
+	}
+	vlen, n := binary.Uvarint(rec[pos:])
+	if n <= 0 || vlen > MaxValueSize || vlen > uint64(len(rec)-pos-n) {
+		return m, 0, fmt.Errorf("%w: bad value length at %d", errRecord, pos)
+	}
+	pos += n
+	m.valueOff = pos
+	m.value = rec[pos : pos+int(vlen) : pos+int(vlen)]
+	return m, pos + int(vlen), nil
+}
+
+// verifyRecord checks rec whole: checksum, version and every mutation. It
+// returns the commit index and the offset of the first mutation. It is the
+// decoder of on-disk bytes: any malformed input gives an error wrapping
+// errRecord, never a panic, and it allocates nothing.
+func verifyRecord(rec []byte) (commit uint64, body int, err error) {
+	commit, body, err = checkRecord(rec)
+	if err != nil {
+		return 0, 0, err
+	}
+	for pos := body; pos < len(rec); {
+		if _, pos, err = nextMutation(rec, pos); err != nil {
+			return 0, 0, err
+		}
+	}
+	return commit, body, nil
+}
+
+// ErrTooLarge is returned by Apply and ApplyAsync for a group holding a key,
+// value or total size over MaxKeySize, MaxValueSize or MaxGroupSize. Nothing
+// of such a group is written.
+var ErrTooLarge = errors.New("store: mutation group too large")
+
+// A Batch is a mutation group: a sequence of puts and deletes that Apply
+// makes durable and visible atomically, all or none, after every group
+// applied before it. Within a batch a later mutation of a key wins.
+//
+// Put and Delete copy their arguments into the batch's buffer, which is
+// already the group's on-disk encoding, so applying it copies nothing more
+// per mutation. The zero Batch is empty and ready to use; a Batch is not
+// safe for concurrent use.
+type Batch struct {
+	data []byte // headerRoom bytes reserved, then the mutations
+	n    int
+	err  error
+}
+
+func (b *Batch) grow() {
+	if b.data == nil {
+		b.data = make([]byte, headerRoom, headerRoom+256)
+	}
+}
+
+// Grow makes room for n more bytes of mutations, so a caller that knows
+// the group's size fills it without reallocating. Each Put takes
+// len(key)+len(value) plus at most 21 bytes; each Delete len(key) plus at
+// most 11.
+func (b *Batch) Grow(n int) {
+	b.grow()
+	if cap(b.data)-len(b.data) < n {
+		b.data = append(make([]byte, 0, len(b.data)+n), b.data...)
+	}
+}
+
+// Put records that key is to hold value. It copies key and value; the
+// caller may reuse both at once. A key over MaxKeySize or a value over
+// MaxValueSize makes the batch fail with ErrTooLarge when applied.
+func (b *Batch) Put(key, value []byte) {
+	if len(key) > MaxKeySize || len(value) > MaxValueSize {
+		b.err = fmt.Errorf("%w: put of %d-byte key and %d-byte value", ErrTooLarge, len(key), len(value))
+		return
+	}
+	b.grow()
+	b.data = append(b.data, kindPut)
+	b.data = binary.AppendUvarint(b.data, uint64(len(key)))
+	b.data = append(b.data, key...)
+	b.data = binary.AppendUvarint(b.data, uint64(len(value)))
+	b.data = append(b.data, value...)
+	b.n++
+}
+
+// Delete records that key is to be removed; deleting an absent key is not
+// an error. It copies key.
+func (b *Batch) Delete(key []byte) {
+	if len(key) > MaxKeySize {
+		b.err = fmt.Errorf("%w: delete of %d-byte key", ErrTooLarge, len(key))
+		return
+	}
+	b.grow()
+	b.data = append(b.data, kindDelete)
+	b.data = binary.AppendUvarint(b.data, uint64(len(key)))
+	b.data = append(b.data, key...)
+	b.n++
+}
+
+// Len returns the number of mutations in the batch.
+func (b *Batch) Len() int { return b.n }
+
+// Size returns the encoded size of the batch's mutations in bytes.
+func (b *Batch) Size() int {
+	if b.data == nil {
+		return 0
+	}
+	return len(b.data) - headerRoom
+}
+
+// Reset empties the batch, keeping its buffer for reuse.
+func (b *Batch) Reset() {
+	if b.data != nil {
+		b.data = b.data[:headerRoom]
+	}
+	b.n = 0
+	b.err = nil
+}
+
+// check returns the error a Put or Delete recorded, or ErrTooLarge if the
+// group exceeds MaxGroupSize.
+func (b *Batch) check() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.Size() > MaxGroupSize {
+		return fmt.Errorf("%w: group of %d bytes", ErrTooLarge, b.Size())
+	}
+	return nil
+}
+
+// seal writes the record header for commit in front of the mutations and
+// returns the whole record. The batch must not be empty.
+func (b *Batch) seal(commit uint64) []byte {
+	n := uvarintLen(commit)
+	start := headerRoom - 5 - n
+	rec := b.data[start:]
+	rec[4] = recordVersion
+	binary.PutUvarint(rec[5:], commit)
+	binary.LittleEndian.PutUint32(rec, crc32.Checksum(rec[4:], castagnoli))
+	return rec
+}
+
+// mutations returns the encoded mutations of the batch.
+func (b *Batch) mutations() []byte {
+	if b.data == nil {
+		return nil
+	}
+	return b.data[headerRoom:]
+}
+
+// unsafeString views b as a string without copying; b must not change while
+// the string is in use.
+func unsafeString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// unsafeBytes views s as a byte slice without copying; it must not be
+// written.
+func unsafeBytes(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
