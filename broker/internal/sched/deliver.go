@@ -1,0 +1,377 @@
+package sched
+
+import (
+	"math"
+
+	"github.com/fila-mq/fila/broker/internal/sched/bucket"
+)
+
+// pump delivers q's messages to its eligible subscriptions, round robin
+// among them, one DRR decision per message, until no subscription can
+// take one or no message can go.
+func (s *Sched) pump(q *queue) {
+	for q.elig != nil {
+		sb := q.elig
+		if lb := s.limitBlock(sb); lb != nil {
+			s.parkSub(sb, lb)
+			continue
+		}
+		m := s.pick(q)
+		if m == nil {
+			return
+		}
+		s.deliver(sb, m)
+	}
+}
+
+// pick makes one DRR decision: the fairness key at the head of the round,
+// then its next runnable lane whose buckets all hold a token. Lanes short
+// of a token park on that bucket; a key left with no runnable lane leaves
+// the round with its deficit kept. pick takes the tokens and the message
+// out of its lane and returns it, or nil if nothing can go now.
+func (s *Sched) pick(q *queue) *msg {
+	for {
+		k, ok := q.drr.Next()
+		if !ok {
+			return nil
+		}
+		for k.nrun > 0 {
+			l := k.run
+			if b := s.admit(l); b != nil {
+				s.park(l, b)
+				continue
+			}
+			m := l.head
+			l.unlink(m)
+			m.flags &^= fListed
+			if l.ordered() {
+				l.inflight = m
+			}
+			m.state = stNone
+			k.pending--
+			q.ready--
+			k.delivered++
+			k.run = l.next
+			q.drr.Charge(k, int64(m.cost))
+			s.laneSync(l)
+			return m
+		}
+		s.keySync(k)
+	}
+}
+
+// admit takes a token from each of l's limited buckets if they all hold
+// one, and returns nil; else it returns the first bucket short of one and
+// takes nothing. DLQs are not throttled.
+func (s *Sched) admit(l *lane) *tbucket {
+	if l.ts == nil || l.key.q.parent != nil {
+		return nil
+	}
+	now := int64(s.now)
+	for _, b := range l.ts.buckets {
+		if b.limited && !b.b.Has(now, 1) {
+			return b
+		}
+	}
+	for _, b := range l.ts.buckets {
+		if b.limited {
+			b.b.Take(now, 1)
+		}
+	}
+	return nil
+}
+
+// deliver leases m to sb.
+func (s *Sched) deliver(sb *sub, m *msg) {
+	q := sb.q
+	now := int64(s.now)
+	for _, lb := range sb.limits {
+		lb.b.Take(now, 1)
+	}
+	m.state = stLeased
+	q.leased++
+	s.lease++
+	m.lease = s.lease
+	s.setTimer(m, s.now.Add(q.vis))
+	leaseLink(&sb.leases, m)
+	s.cur.dl = append(s.cur.dl, pendingDelivery{s: sb, m: m, lease: m.lease})
+	sb.credit--
+	sb.batch++
+	switch {
+	case sb.batch >= s.cfg.MaxDeliveryBatch:
+		s.subOut(sb)
+		sb.capped = true
+		s.capped = append(s.capped, sb)
+	case sb.credit == 0:
+		s.subOut(sb)
+	default:
+		q.elig = sb.next
+	}
+}
+
+// leaseLink adds m to the lease ring whose sentinel is head.
+func leaseLink(head, m *msg) {
+	m.prev = head.prev
+	m.next = head
+	head.prev.next = m
+	head.prev = m
+}
+
+func leaseUnlink(m *msg) {
+	m.prev.next = m.next
+	m.next.prev = m.prev
+	m.next, m.prev = nil, nil
+}
+
+// laneSync puts l where its contents say it belongs: in its key's
+// runnable ring if it has a message to deliver, else idle. A parked lane
+// stays parked while it has one. Then it does the same for the key.
+func (s *Sched) laneSync(l *lane) {
+	want := l.canRun()
+	switch l.state {
+	case lsIdle:
+		if want {
+			s.ringAdd(l)
+		}
+	case lsRunnable:
+		if !want {
+			s.ringRemove(l)
+		}
+	case lsParked:
+		if !want {
+			b := l.tb
+			b.removeWaiter(l)
+			l.tb = nil
+			l.state = lsIdle
+			s.arm(b)
+		}
+	}
+	s.keySync(l.key)
+}
+
+// keySync puts k where its lanes say it belongs in the DRR lists: active
+// while a lane is runnable; out of the lists with its deficit kept while
+// it has pending messages but none can run (tokens, ordering); forgotten
+// when nothing is pending.
+func (s *Sched) keySync(k *fkey) {
+	q := k.q
+	if k.pending == 0 {
+		if k.backlogged {
+			q.drr.Forget(k)
+			k.backlogged = false
+		}
+		return
+	}
+	if k.nrun > 0 {
+		if !k.flow.Active() {
+			if k.backlogged {
+				q.drr.Resume(k)
+			} else {
+				k.backlogged = true
+				k.delivered = 0
+				q.drr.Activate(k)
+			}
+			s.markDirty(q)
+		}
+	} else if k.flow.Active() {
+		q.drr.Remove(k)
+	}
+}
+
+func (s *Sched) ringAdd(l *lane) {
+	k := l.key
+	l.state = lsRunnable
+	if k.run == nil {
+		l.next, l.prev = l, l
+		k.run = l
+	} else {
+		l.next = k.run
+		l.prev = k.run.prev
+		k.run.prev.next = l
+		k.run.prev = l
+	}
+	k.nrun++
+}
+
+func (s *Sched) ringRemove(l *lane) {
+	k := l.key
+	if l.next == l {
+		k.run = nil
+	} else {
+		l.prev.next = l.next
+		l.next.prev = l.prev
+		if k.run == l {
+			k.run = l.next
+		}
+	}
+	l.next, l.prev = nil, nil
+	l.state = lsIdle
+	k.nrun--
+}
+
+// park moves l from its key's runnable ring to b's waiting list.
+func (s *Sched) park(l *lane, b *tbucket) {
+	s.ringRemove(l)
+	l.state = lsParked
+	l.tb = b
+	b.addWaiter(l)
+	s.arm(b)
+}
+
+// arm sets b's timer to its next token if something waits on it.
+func (s *Sched) arm(b *tbucket) {
+	at := int64(bucket.Never)
+	if b.limited && (b.nwait > 0 || b.subs != nil) {
+		at = b.b.Next(int64(s.now), 1)
+	}
+	if at == bucket.Never {
+		if b.hidx >= 0 {
+			s.wakes.remove(b)
+		}
+		return
+	}
+	if at <= int64(s.now) {
+		// Tokens are there already (a config change, or waiters that
+		// did not take them): wake now rather than through a timer.
+		if b.hidx >= 0 {
+			s.wakes.remove(b)
+		}
+		s.wake(b)
+		return
+	}
+	b.wakeAt = Time(at)
+	if b.hidx >= 0 {
+		s.wakes.fix(b)
+	} else {
+		s.wakes.push(b)
+	}
+}
+
+// wake unparks as many of b's waiting lanes as it holds whole tokens (all
+// of them if b is unlimited), in the order they parked, and every
+// subscription waiting on it if it holds a token. Woken lanes that do not
+// use the tokens (their queue has no credit) stay runnable, and the pump
+// lets b wake further lanes.
+func (s *Sched) wake(b *tbucket) {
+	n := math.MaxInt
+	if b.limited {
+		t := b.b.Tokens(int64(s.now)) + bucket.Epsilon
+		if t < 1 {
+			s.arm(b)
+			return
+		}
+		if t < float64(math.MaxInt32) {
+			n = int(t)
+		}
+	}
+	woke := false
+	for ; n > 0 && b.whead != nil; n-- {
+		l := b.whead
+		b.removeWaiter(l)
+		l.tb = nil
+		l.state = lsIdle
+		s.laneSync(l)
+		s.markDirty(l.key.q)
+		woke = true
+	}
+	for b.subs != nil {
+		sb := b.subs
+		s.unparkSub(sb)
+		if sb.credit > 0 {
+			s.subIn(sb)
+			s.markDirty(sb.q)
+		}
+		woke = true
+	}
+	if woke && !b.woke {
+		b.woke = true
+		s.woke = append(s.woke, b)
+	}
+	if b.hidx >= 0 && b.nwait == 0 && b.subs == nil {
+		s.wakes.remove(b)
+	}
+}
+
+// rewake runs after a pump for a bucket that woke waiters: if tokens are
+// left and lanes still wait, wake more; else arm its timer.
+func (s *Sched) rewake(b *tbucket) {
+	if b.nwait == 0 && b.subs == nil {
+		if b.hidx >= 0 {
+			s.wakes.remove(b)
+		}
+		return
+	}
+	s.arm(b)
+}
+
+// Subscriptions.
+
+// limitBlock returns the first of sb's rate-limit buckets without a
+// token, or nil.
+func (s *Sched) limitBlock(sb *sub) *tbucket {
+	now := int64(s.now)
+	for _, lb := range sb.limits {
+		if !lb.b.Has(now, 1) {
+			return lb
+		}
+	}
+	return nil
+}
+
+// subIn adds sb to its queue's eligible ring, last in turn.
+func (s *Sched) subIn(sb *sub) {
+	q := sb.q
+	sb.state = subEligible
+	if q.elig == nil {
+		sb.next, sb.prev = sb, sb
+		q.elig = sb
+		return
+	}
+	sb.next = q.elig
+	sb.prev = q.elig.prev
+	q.elig.prev.next = sb
+	q.elig.prev = sb
+}
+
+// subOut takes sb out of its queue's eligible ring.
+func (s *Sched) subOut(sb *sub) {
+	q := sb.q
+	if sb.next == sb {
+		q.elig = nil
+	} else {
+		sb.prev.next = sb.next
+		sb.next.prev = sb.prev
+		if q.elig == sb {
+			q.elig = sb.next
+		}
+	}
+	sb.next, sb.prev = nil, nil
+	sb.state = subIdle
+}
+
+func (s *Sched) parkSub(sb *sub, lb *tbucket) {
+	s.subOut(sb)
+	sb.state = subParked
+	sb.tb = lb
+	sb.prev = nil
+	sb.next = lb.subs
+	if lb.subs != nil {
+		lb.subs.prev = sb
+	}
+	lb.subs = sb
+	s.arm(lb)
+}
+
+func (s *Sched) unparkSub(sb *sub) {
+	lb := sb.tb
+	if sb.prev != nil {
+		sb.prev.next = sb.next
+	} else {
+		lb.subs = sb.next
+	}
+	if sb.next != nil {
+		sb.next.prev = sb.prev
+	}
+	sb.next, sb.prev, sb.tb = nil, nil, nil
+	sb.state = subIdle
+}

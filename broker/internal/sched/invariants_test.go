@@ -1,0 +1,310 @@
+package sched
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched/bucket"
+)
+
+// checkInvariants verifies the scheduler's internal consistency: every
+// message in exactly one state and counted once, every list and ring
+// agreeing with the flags that claim membership, refcounts exact. With
+// pumped set (right after HasReady or Ready) it also checks liveness: no
+// queue with an eligible subscription has a runnable key, and no bucket
+// holds a whole token while lanes wait on it.
+func checkInvariants(s *Sched, pumped bool) error {
+	inHeap := func(m *msg) bool {
+		return m.hidx >= 0 && int(m.hidx) < len(s.timers.a) && s.timers.a[m.hidx] == m
+	}
+	for i, m := range s.timers.a {
+		if m.hidx != int32(i) {
+			return fmt.Errorf("timer heap: %s at %d has index %d", formatID(m.id), i, m.hidx)
+		}
+		if m.state != stDelayed && m.state != stLeased {
+			return fmt.Errorf("timer heap: %s in state %v", formatID(m.id), m.state)
+		}
+		if i > 0 && m.before(s.timers.a[(i-1)/2]) {
+			return fmt.Errorf("timer heap: order broken at %d", i)
+		}
+	}
+	leases := make(map[uint64]*msg)
+	for name, q := range s.queues {
+		if q.name != name || q.deleted {
+			return fmt.Errorf("queue %s: registered as %s (deleted %v)", q.name, name, q.deleted)
+		}
+		var ready, delayed, leased uint64
+		pending := make(map[*fkey]int32)
+		lrefs := make(map[*lane]int32)
+		krefs := make(map[*fkey]int32)
+		for id, m := range q.msgs {
+			if m.id != id || m.lane == nil || m.lane.key.q != q {
+				return fmt.Errorf("queue %s: message %s misfiled", name, formatID(id))
+			}
+			if (m.flags&fDead != 0) != (q.parent != nil) {
+				return fmt.Errorf("queue %s: message %s: dead flag %v in a queue with parent %v", name, formatID(id), m.flags&fDead != 0, q.parent != nil)
+			}
+			lrefs[m.lane]++
+			krefs[m.lane.key]++
+			switch m.state {
+			case stReady:
+				ready++
+				pending[m.lane.key]++
+				if m.flags&fListed == 0 || inHeap(m) {
+					return fmt.Errorf("queue %s: ready message %s: listed %v, in heap %v", name, formatID(id), m.flags&fListed != 0, inHeap(m))
+				}
+			case stDelayed:
+				delayed++
+				if !inHeap(m) {
+					return fmt.Errorf("queue %s: delayed message %s not in the timer heap", name, formatID(id))
+				}
+				if m.flags&fListed != 0 && !m.lane.ordered() {
+					return fmt.Errorf("queue %s: delayed message %s listed in an unordered lane", name, formatID(id))
+				}
+			case stLeased:
+				leased++
+				if !inHeap(m) || m.flags&fListed != 0 {
+					return fmt.Errorf("queue %s: leased message %s: in heap %v, listed %v", name, formatID(id), inHeap(m), m.flags&fListed != 0)
+				}
+				if other := leases[m.lease]; other != nil {
+					return fmt.Errorf("lease %d held by %s and %s", m.lease, formatID(other.id), formatID(id))
+				}
+				leases[m.lease] = m
+				// The lease ring must reach exactly one sentinel.
+				sentinels := 0
+				for x := m.next; x != m; x = x.next {
+					if x == nil {
+						return fmt.Errorf("queue %s: leased message %s: broken lease ring", name, formatID(id))
+					}
+					if x.lane == nil {
+						sentinels++
+					}
+				}
+				if sentinels != 1 {
+					return fmt.Errorf("queue %s: leased message %s: lease ring has %d sentinels", name, formatID(id), sentinels)
+				}
+			case stDeciding:
+				delayed++
+				if inHeap(m) || m.flags&fListed != 0 {
+					return fmt.Errorf("queue %s: deciding message %s in heap or list", name, formatID(id))
+				}
+			default:
+				return fmt.Errorf("queue %s: message %s in state %v", name, formatID(id), m.state)
+			}
+			if m.lane.ordered() && m.flags&fListed == 0 && m.lane.inflight != m {
+				return fmt.Errorf("queue %s: message %s of ordered lane %q is neither listed nor in flight", name, formatID(id), m.lane.okey)
+			}
+		}
+		if ready != q.ready || delayed != q.delayed || leased != q.leased {
+			return fmt.Errorf("queue %s: counted ready/delayed/leased %d/%d/%d, have %d/%d/%d", name, q.ready, q.delayed, q.leased, ready, delayed, leased)
+		}
+		active := 0
+		for fk, k := range q.keys {
+			if k.name != fk || k.q != q {
+				return fmt.Errorf("queue %s: key %q misfiled", name, fk)
+			}
+			if k.refs != krefs[k] || k.refs == 0 {
+				return fmt.Errorf("queue %s key %s: refs %d, messages %d", name, fk, k.refs, krefs[k])
+			}
+			if k.pending != pending[k] {
+				return fmt.Errorf("queue %s key %s: pending %d, ready messages %d", name, fk, k.pending, pending[k])
+			}
+			var nrun int32
+			for l := range k.allLanes() {
+				if l.refs != lrefs[l] {
+					return fmt.Errorf("queue %s key %s lane %q: refs %d, messages %d", name, fk, l.okey, l.refs, lrefs[l])
+				}
+				var n int32
+				var prev *msg
+				for m := l.head; m != nil; m = m.next {
+					if m.lane != l || m.prev != prev || m.flags&fListed == 0 {
+						return fmt.Errorf("queue %s key %s lane %q: broken list at %s", name, fk, l.okey, formatID(m.id))
+					}
+					prev = m
+					n++
+				}
+				if n != l.n || prev != l.tail {
+					return fmt.Errorf("queue %s key %s lane %q: %d listed, n %d", name, fk, l.okey, n, l.n)
+				}
+				if l.inflight != nil && (l.inflight.lane != l || !l.ordered() || l.inflight.flags&fListed != 0) {
+					return fmt.Errorf("queue %s key %s lane %q: bad in-flight message", name, fk, l.okey)
+				}
+				switch l.state {
+				case lsIdle:
+					if l.canRun() {
+						return fmt.Errorf("queue %s key %s lane %q: idle but can run", name, fk, l.okey)
+					}
+				case lsRunnable:
+					if !l.canRun() || l.tb != nil {
+						return fmt.Errorf("queue %s key %s lane %q: runnable but cannot run", name, fk, l.okey)
+					}
+					nrun++
+				case lsParked:
+					if !l.canRun() || l.tb == nil {
+						return fmt.Errorf("queue %s key %s lane %q: parked but cannot run", name, fk, l.okey)
+					}
+				}
+			}
+			if nrun != k.nrun {
+				return fmt.Errorf("queue %s key %s: nrun %d, runnable lanes %d", name, fk, k.nrun, nrun)
+			}
+			if k.nrun > 0 {
+				var n int32
+				for l := k.run; ; l = l.next {
+					if l.state != lsRunnable || l.key != k {
+						return fmt.Errorf("queue %s key %s: foreign lane in runnable ring", name, fk)
+					}
+					n++
+					if l.next == k.run {
+						break
+					}
+					if n > k.nrun {
+						return fmt.Errorf("queue %s key %s: runnable ring longer than %d", name, fk, k.nrun)
+					}
+				}
+				if n != k.nrun {
+					return fmt.Errorf("queue %s key %s: runnable ring %d, nrun %d", name, fk, n, k.nrun)
+				}
+			} else if k.run != nil {
+				return fmt.Errorf("queue %s key %s: empty ring with a head", name, fk)
+			}
+			if k.flow.Active() != (k.nrun > 0) {
+				return fmt.Errorf("queue %s key %s: active %v with %d runnable lanes", name, fk, k.flow.Active(), k.nrun)
+			}
+			if k.flow.Active() {
+				active++
+			}
+			if k.pending == 0 && (k.backlogged || k.flow.Deficit() != 0) {
+				return fmt.Errorf("queue %s key %s: idle with deficit %d", name, fk, k.flow.Deficit())
+			}
+			if max := int64(k.flow.Weight()) * q.drr.Quantum(); k.flow.Deficit() > max {
+				return fmt.Errorf("queue %s key %s: deficit %d above weight × quantum %d", name, fk, k.flow.Deficit(), max)
+			}
+			if k.flow.Deficit() < -int64(^uint32(0)) {
+				return fmt.Errorf("queue %s key %s: deficit %d below one message", name, fk, k.flow.Deficit())
+			}
+		}
+		if active != q.drr.Len() {
+			return fmt.Errorf("queue %s: %d active keys, DRR holds %d", name, active, q.drr.Len())
+		}
+		// Subscriptions.
+		for id, sb := range q.subs {
+			if s.subs[id] != sb || sb.q != q || sb.closed {
+				return fmt.Errorf("queue %s: subscription %d misfiled", name, id)
+			}
+			switch sb.state {
+			case subIdle:
+				if sb.credit > 0 && !sb.capped {
+					return fmt.Errorf("queue %s: subscription %d idle with credit %d", name, id, sb.credit)
+				}
+			case subEligible:
+				if sb.credit == 0 || sb.capped {
+					return fmt.Errorf("queue %s: subscription %d eligible without credit", name, id)
+				}
+			case subParked:
+				if sb.tb == nil || sb.tb.q != q {
+					return fmt.Errorf("queue %s: subscription %d parked on nothing", name, id)
+				}
+			}
+		}
+		if q.elig != nil {
+			n := 0
+			for sb := q.elig; ; sb = sb.next {
+				if sb.state != subEligible || sb.q != q {
+					return fmt.Errorf("queue %s: foreign subscription %d in eligible ring", name, sb.id)
+				}
+				n++
+				if sb.next == q.elig || n > len(q.subs) {
+					break
+				}
+			}
+			if pumped && !q.dirty && q.drr.Len() > 0 {
+				return fmt.Errorf("queue %s: pumped, with an eligible subscription and %d runnable keys", name, q.drr.Len())
+			}
+		}
+		// A queue with idempotency keys is in the expiry heap at its
+		// first expiry.
+		inHeap := q.dhidx >= 0 && int(q.dhidx) < len(s.expiry.a) && s.expiry.a[q.dhidx] == q
+		if !q.dunsorted {
+			next, ok := q.dedup.Next()
+			if inHeap != ok || ok && Time(next) != q.dnext {
+				return fmt.Errorf("queue %s: in expiry heap %v at %v; first expiry %v (%v)", name, inHeap, q.dnext, next, ok)
+			}
+		}
+	}
+	for name, b := range s.buckets {
+		if b.name != name || b.q != nil {
+			return fmt.Errorf("bucket %s misfiled", name)
+		}
+		if err := checkWaiters(s, b, pumped); err != nil {
+			return err
+		}
+	}
+	for name, q := range s.queues {
+		for ln, b := range q.limits {
+			if b.name != ln || b.q != q || b.nwait != 0 {
+				return fmt.Errorf("queue %s: rate limit %s misfiled", name, ln)
+			}
+			if err := checkWaiters(s, b, pumped); err != nil {
+				return err
+			}
+		}
+	}
+	reasons := 0
+	for _, q := range s.queues {
+		for _, m := range q.msgs {
+			if m.flags&fReason != 0 {
+				reasons++
+				if s.reasons[m] == "" {
+					return fmt.Errorf("message %s: reason flag without a reason", formatID(m.id))
+				}
+			}
+		}
+	}
+	if reasons != len(s.reasons) {
+		return fmt.Errorf("%d reasons for %d messages with one", len(s.reasons), reasons)
+	}
+	for ts, t := range s.tsets {
+		if t.canon != ts || t.refs <= 0 {
+			return fmt.Errorf("throttle set %q: refs %d", ts, t.refs)
+		}
+	}
+	return nil
+}
+
+func checkWaiters(s *Sched, b *tbucket, pumped bool) error {
+	n := 0
+	for l := b.whead; l != nil; l = l.next {
+		if l.state != lsParked || l.tb != b {
+			return fmt.Errorf("bucket %s: waiting lane not parked on it", b.name)
+		}
+		n++
+	}
+	if n != b.nwait {
+		return fmt.Errorf("bucket %s: %d waiting, nwait %d", b.name, n, b.nwait)
+	}
+	for sb := b.subs; sb != nil; sb = sb.next {
+		if sb.state != subParked || sb.tb != b {
+			return fmt.Errorf("bucket %s: waiting subscription not parked on it", b.name)
+		}
+	}
+	if b.nwait == 0 && b.subs == nil {
+		return nil
+	}
+	if !b.limited {
+		return fmt.Errorf("bucket %s: unlimited with waiters", b.name)
+	}
+	if pumped {
+		now := int64(s.now)
+		// A waiter must be woken when the bucket holds a token again:
+		// its timer may trail the token by float rounding (nanoseconds),
+		// never more.
+		if b.b.Has(now, 1) && (b.hidx < 0 || b.wakeAt > s.now+Time(time.Microsecond)) {
+			return fmt.Errorf("bucket %s: holds %.3f tokens with waiters after the pump, timer at %v", b.name, b.b.Tokens(now), b.wakeAt-s.now)
+		}
+		if b.b.Next(now, 1) != bucket.Never && (b.hidx < 0 || s.wakes.a[b.hidx] != b) {
+			return fmt.Errorf("bucket %s: waiters and no timer", b.name)
+		}
+	}
+	return nil
+}

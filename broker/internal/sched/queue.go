@@ -1,0 +1,270 @@
+package sched
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched/idem"
+)
+
+// DLQSuffix ends the name of every dead-letter queue: the DLQ of "orders"
+// is "orders.dlq".
+const DLQSuffix = ".dlq"
+
+// MaxQueueName is the longest queue name, in bytes, a DLQ's included.
+const MaxQueueName = 200 + len(DLQSuffix)
+
+// validateName checks a queue name given to CreateQueue.
+func validateName(name string) error {
+	if len(name) == 0 || len(name) > 200 {
+		return fmt.Errorf("queue name %q: length %d, want 1 to 200 bytes: %w", name, len(name), fault.ErrInvalidArgument)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
+			return fmt.Errorf("queue name %q: byte %d: want letters, digits and \"._-:\": %w", name, i, fault.ErrInvalidArgument)
+		}
+	}
+	if strings.HasSuffix(name, DLQSuffix) {
+		return fmt.Errorf("queue name %q: the suffix %q is reserved for dead-letter queues: %w", name, DLQSuffix, fault.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func validateSpec(spec *QueueSpec) error {
+	if err := validateName(spec.Name); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"visibility_timeout", int64(spec.VisibilityTimeout)},
+		{"backoff_base", int64(spec.BackoffBase)},
+		{"backoff_max", int64(spec.BackoffMax)},
+		{"dedup_window", int64(spec.DedupWindow)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("queue %s: %s %d: must not be negative: %w", spec.Name, f.name, f.v, fault.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// CreateQueue creates the queue spec.Name and its dead-letter queue
+// spec.Name + ".dlq". The reply is a QueueCreated, or an error wrapping
+// fault.ErrQueueExists or fault.ErrInvalidArgument (a bad name or a
+// negative duration). Compiling the hooks is the shell's job, before this
+// command.
+func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
+	if err := validateSpec(&spec); err != nil {
+		s.reply(ref, fmt.Errorf("create queue: %w", err))
+		return
+	}
+	if s.queues[spec.Name] != nil {
+		s.reply(ref, fmt.Errorf("create queue %s: %w", spec.Name, fault.ErrQueueExists))
+		return
+	}
+	q := s.addQueue(spec)
+	b := s.cur
+	key := appendQueueKey(b.alloc(len(prefixQueue) + len(spec.Name))[:0], spec.Name)
+	s.put(key, appendQueueRecord(b.alloc(45 + len(spec.OnEnqueue) + len(spec.OnFailure))[:0], &spec))
+	s.reply(ref, QueueCreated{Name: q.name, DLQ: q.dlq.name})
+}
+
+// addQueue builds a queue and its DLQ in memory.
+func (s *Sched) addQueue(spec QueueSpec) *queue {
+	q := s.newQueue(spec.Name, spec)
+	d := s.newQueue(spec.Name+DLQSuffix, QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax})
+	q.dlq = d
+	d.parent = q
+	return q
+}
+
+func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
+	q := &queue{
+		name:   name,
+		spec:   spec,
+		msgs:   make(map[[16]byte]*msg),
+		keys:   make(map[string]*fkey),
+		subs:   make(map[SubID]*sub),
+		dhidx:  -1,
+		limits: make(map[string]*tbucket),
+		vis:    cmp.Or(spec.VisibilityTimeout, s.cfg.VisibilityTimeout),
+		window: cmp.Or(spec.DedupWindow, s.cfg.DedupWindow),
+		policy: RetryPolicy{
+			MaxAttempts: cmp.Or(spec.MaxAttempts, uint32(min(s.cfg.MaxAttempts, math.MaxUint32))),
+			BackoffBase: cmp.Or(spec.BackoffBase, s.cfg.BackoffBase),
+			BackoffMax:  cmp.Or(spec.BackoffMax, s.cfg.BackoffMax),
+		},
+	}
+	q.policy.BackoffMax = max(q.policy.BackoffMax, q.policy.BackoffBase)
+	q.drr.Init(s.cfg.Quantum)
+	s.queues[name] = q
+	return q
+}
+
+// DeleteQueue deletes a queue, its DLQ and all their messages and
+// idempotency keys, and ends their subscriptions (Ready.Ended). The reply
+// is nil, or an error wrapping fault.ErrQueueNotFound, or
+// fault.ErrInvalidArgument for a DLQ (it is deleted with its queue).
+// The deletion is one mutation per stored record.
+func (s *Sched) DeleteQueue(ref Ref, name string) {
+	q := s.queues[name]
+	if q == nil {
+		s.reply(ref, fmt.Errorf("delete queue %s: %w", name, fault.ErrQueueNotFound))
+		return
+	}
+	if q.parent != nil {
+		s.reply(ref, fmt.Errorf("delete queue %s: a dead-letter queue is deleted with %s: %w", name, q.parent.name, fault.ErrInvalidArgument))
+		return
+	}
+	s.dropQueue(q.dlq)
+	s.dropQueue(q)
+	s.del(appendQueueKey(s.cur.alloc(len(prefixQueue) + len(name))[:0], name))
+	s.reply(ref, nil)
+}
+
+func (s *Sched) dropQueue(q *queue) {
+	q.deleted = true
+	ended := fmt.Errorf("queue %s deleted: %w", q.name, fault.ErrQueueNotFound)
+	for _, id := range sortedKeys(q.subs, func(a, b SubID) int { return cmp.Compare(a, b) }) {
+		sb := q.subs[id]
+		s.closeSub(sb)
+		s.cur.ended = append(s.cur.ended, SubEnded{Sub: id, Err: ended})
+	}
+	for _, id := range sortedKeys(q.msgs, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) }) {
+		m := q.msgs[id]
+		s.leave(m)
+		s.remove(m)
+	}
+	q.dedup.All(func(key []byte, _ [16]byte, _ int64) { s.delDedup(q, key) })
+	if q.dhidx >= 0 {
+		s.expiry.remove(q)
+	}
+	q.dedup = idem.Table{}
+	for _, lb := range q.limits {
+		if lb.hidx >= 0 {
+			s.wakes.remove(lb)
+		}
+	}
+	delete(s.queues, q.name)
+}
+
+func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp)
+	return keys
+}
+
+// Specs returns the definitions of all queues (not DLQs), sorted by name,
+// as created: the shell compiles their hooks after Restore.
+func (s *Sched) Specs() []QueueSpec {
+	var out []QueueSpec
+	for _, name := range sortedKeys(s.queues, strings.Compare) {
+		if q := s.queues[name]; q.parent == nil {
+			out = append(out, q.spec)
+		}
+	}
+	return out
+}
+
+// ListQueues replies with a []QueueSummary of every queue and DLQ, sorted
+// by name.
+func (s *Sched) ListQueues(ref Ref) {
+	out := make([]QueueSummary, 0, len(s.queues))
+	for _, name := range sortedKeys(s.queues, strings.Compare) {
+		q := s.queues[name]
+		sum := QueueSummary{Name: name, Ready: q.ready, Delayed: q.delayed, Leased: q.leased}
+		if q.dlq != nil {
+			sum.DeadLetterQueue = q.dlq.name
+		}
+		if q.parent != nil {
+			sum.Parent = q.parent.name
+		}
+		out = append(out, sum)
+	}
+	s.reply(ref, out)
+}
+
+// QueueStats replies with the QueueStats of a queue or DLQ, or an error
+// wrapping fault.ErrQueueNotFound. It costs O(fairness keys + lanes).
+func (s *Sched) QueueStats(ref Ref, name string) {
+	q := s.queues[name]
+	if q == nil {
+		s.reply(ref, fmt.Errorf("queue stats %s: %w", name, fault.ErrQueueNotFound))
+		return
+	}
+	st := QueueStats{
+		Name:              name,
+		Ready:             q.ready,
+		Delayed:           q.delayed,
+		Leased:            q.leased,
+		Subscriptions:     uint32(min(len(q.subs), math.MaxUint32)),
+		VisibilityTimeout: q.vis,
+		MaxAttempts:       q.policy.MaxAttempts,
+	}
+	if q.dlq != nil {
+		st.DeadLettered = uint64(len(q.dlq.msgs))
+	}
+	waiting := make(map[*tbucket]uint64)
+	for _, k := range q.keys {
+		if k.pending > 0 {
+			st.FairnessKeys = append(st.FairnessKeys, FairnessKeyStats{
+				Key:       k.name,
+				Pending:   uint64(k.pending),
+				Weight:    k.flow.Weight(),
+				Deficit:   k.flow.Deficit(),
+				Delivered: k.delivered,
+			})
+		}
+		for l := range k.allLanes() {
+			if l.ts == nil || l.n == 0 || q.parent != nil { // DLQs are not throttled
+				continue
+			}
+			for _, b := range l.ts.buckets {
+				waiting[b] += 0
+			}
+			if l.state == lsParked {
+				waiting[l.tb] += uint64(l.n)
+			}
+		}
+	}
+	slices.SortFunc(st.FairnessKeys, func(a, b FairnessKeyStats) int {
+		return cmp.Or(cmp.Compare(b.Pending, a.Pending), strings.Compare(a.Key, b.Key))
+	})
+	if len(st.FairnessKeys) > MaxStatsKeys {
+		st.FairnessKeys = st.FairnessKeys[:MaxStatsKeys]
+	}
+	now := int64(s.now)
+	for b, w := range waiting {
+		ts := ThrottleKeyStats{Key: b.name, Rate: math.Inf(1), Burst: math.Inf(1), Tokens: math.Inf(1), Waiting: w}
+		if b.limited {
+			ts.Rate, ts.Burst, ts.Tokens = b.b.Rate(), b.b.Burst(), b.b.Tokens(now)
+		}
+		st.ThrottleKeys = append(st.ThrottleKeys, ts)
+	}
+	slices.SortFunc(st.ThrottleKeys, func(a, b ThrottleKeyStats) int { return strings.Compare(a.Key, b.Key) })
+	s.reply(ref, st)
+}
+
+// allLanes iterates over the key's lanes, the default one first.
+func (k *fkey) allLanes() func(yield func(*lane) bool) {
+	return func(yield func(*lane) bool) {
+		if !yield(&k.dflt) {
+			return
+		}
+		for _, l := range k.lanes {
+			if !yield(l) {
+				return
+			}
+		}
+	}
+}

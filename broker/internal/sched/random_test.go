@@ -1,0 +1,325 @@
+package sched
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var (
+	seedFlag  = flag.Uint64("seed", 0, "seed for TestRandomized (0: from SEED, else the clock)")
+	stepsFlag = flag.Int("steps", 0, "steps of TestRandomized (0: 20000, 2000 with -short)")
+)
+
+// TestRandomized runs random command sequences against the scheduler,
+// checking its invariants after every step and its liveness after every
+// Ready, and comparing against a model where the rules are simple enough
+// to state: no message leased twice at once, queue counts equal the
+// model's messages in each state, every acknowledged message gone for
+// good (also across restarts), duplicates exactly within the dedup
+// window. It prints its seed; rerun a failure with -seed=N (or SEED=N).
+func TestRandomized(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		if v, err := strconv.ParseUint(os.Getenv("SEED"), 10, 64); err == nil {
+			seed = v
+		} else {
+			seed = uint64(time.Now().UnixNano())
+		}
+	}
+	steps := *stepsFlag
+	if steps == 0 {
+		steps = 20000
+		if testing.Short() {
+			steps = 2000
+		}
+	}
+	t.Logf("seed %d (rerun with -seed=%d)", seed, seed)
+	r := &randomRun{
+		t:      t,
+		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		h:      newHarness(Config{Quantum: 500, MaxDeliveryBatch: 7, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second}),
+		leases: make(map[[16]byte]Delivered),
+		acked:  make(map[[16]byte]bool),
+		idem:   make(map[string]dedupModel),
+	}
+	for i := 0; i < steps; i++ {
+		r.step(i)
+		if err := checkInvariants(r.h.s, false); err != nil {
+			t.Fatalf("seed %d step %d (%s): invariant: %v", seed, i, r.last, err)
+		}
+	}
+	t.Logf("%d steps: %d enqueued, %d delivered, %d acked, %d restarts", steps, r.enqueued, r.delivered, len(r.acked), r.restarts)
+}
+
+type dedupModel struct {
+	id      [16]byte
+	expires Time
+}
+
+type randomRun struct {
+	t        *testing.T
+	rng      *rand.Rand
+	h        *harness
+	leases   map[[16]byte]Delivered // deliveries seen, by message
+	acked    map[[16]byte]bool      // messages acked successfully
+	idem     map[string]dedupModel  // queue + key → first accepted
+	failures []Failure
+	last     string
+	// counters for the log
+	enqueued, delivered, restarts int
+}
+
+var (
+	randQueues    = []string{"a", "b", "c"}
+	randKeys      = []string{"k1", "k2", "k3", "k4", "k5", "k6"}
+	randThrottles = []string{"t1", "t2", "t3"}
+	randOrders    = []string{"", "", "", "o1", "o2"}
+)
+
+func (r *randomRun) pick(n int) int { return r.rng.IntN(n) }
+
+func (r *randomRun) dur(max time.Duration) time.Duration {
+	return time.Duration(r.rng.Int64N(int64(max) + 1))
+}
+
+func (r *randomRun) step(i int) {
+	h := r.h
+	s := h.s
+	h.ref++
+	ref := h.ref
+	switch op := r.pick(100); {
+	case op < 4:
+		q := randQueues[r.pick(len(randQueues))]
+		spec := QueueSpec{Name: q, VisibilityTimeout: r.dur(5 * time.Second), MaxAttempts: uint32(r.pick(4)), DedupWindow: r.dur(20 * time.Second)}
+		if r.pick(3) == 0 {
+			spec.OnFailure = "function on_failure(m) end"
+		}
+		r.last = "create-queue " + q
+		s.CreateQueue(ref, spec)
+	case op < 5:
+		q := randQueues[r.pick(len(randQueues))]
+		r.last = "delete-queue " + q
+		s.DeleteQueue(ref, q)
+		for k := range r.idem {
+			if k[:1] == q {
+				delete(r.idem, k)
+			}
+		}
+	case op < 30:
+		r.enqueue(ref)
+	case op < 36:
+		q := randQueues[r.pick(len(randQueues))]
+		if r.pick(4) == 0 {
+			q += DLQSuffix
+		}
+		id := SubID(r.pick(6) + 1)
+		var limits []RateLimit
+		if r.pick(3) == 0 {
+			limits = []RateLimit{{Name: "l" + strconv.Itoa(r.pick(2)), Limit: uint32(r.pick(5) + 1), Period: time.Second}}
+		}
+		r.last = fmt.Sprintf("subscribe %d %s", id, q)
+		s.Subscribe(ref, id, q, uint32(r.pick(8)), limits)
+	case op < 40:
+		id := SubID(r.pick(6) + 1)
+		r.last = fmt.Sprintf("unsubscribe %d", id)
+		s.Unsubscribe(ref, id, r.pick(2) == 0)
+	case op < 50:
+		id := SubID(r.pick(6) + 1)
+		r.last = fmt.Sprintf("credit %d", id)
+		s.AddCredit(id, uint32(r.pick(10)))
+	case op < 66:
+		r.settle(ref)
+	case op < 69:
+		if len(r.failures) == 0 {
+			return
+		}
+		f := r.failures[0]
+		r.failures = r.failures[1:]
+		d := Retry(r.dur(2 * time.Second))
+		if r.pick(3) == 0 {
+			d = DeadLetter()
+		}
+		r.last = "decide " + idName(f.ID)
+		s.Decide(f.Queue, f.ID, d)
+	case op < 71:
+		q := randQueues[r.pick(len(randQueues))] + DLQSuffix
+		r.last = "redrive " + q
+		s.Redrive(ref, q, uint64(r.pick(4)))
+	case op < 74:
+		k := randThrottles[r.pick(len(randThrottles))]
+		r.last = "throttle " + k
+		switch r.pick(4) {
+		case 0:
+			s.RemoveThrottle(k)
+		case 1:
+			s.SetThrottle(k, 0, 0)
+		default:
+			s.SetThrottle(k, float64(r.pick(20)), float64(r.pick(5)+1))
+		}
+	case op < 86:
+		d := r.dur(2 * time.Second)
+		if dl := s.deadline(); dl != 0 && r.pick(2) == 0 {
+			d = time.Duration(dl - s.Now())
+		}
+		r.last = "tick " + d.String()
+		s.Tick(s.Now().Add(d))
+	case op < 88:
+		r.last = "stats"
+		s.QueueStats(ref, randQueues[r.pick(len(randQueues))])
+		s.ListQueues(ref)
+	case op < 89:
+		// Deliveries are decided here; commands may still come before
+		// the Ready is taken (an unsubscribe undoes its deliveries).
+		r.last = "has-ready"
+		s.HasReady()
+		if err := checkInvariants(s, true); err != nil {
+			r.t.Fatalf("after has-ready: liveness: %v", err)
+		}
+	case op < 90:
+		r.last = "restart"
+		r.ready()
+		h.restart(r.t)
+		r.restarts++
+		r.leases = make(map[[16]byte]Delivered)
+		r.failures = nil
+		for id := range r.acked {
+			for _, q := range h.s.queues {
+				if q.msgs[id] != nil {
+					r.t.Fatalf("step %d: acked message %s restored", i, idName(id))
+				}
+			}
+		}
+	default:
+		r.last = "ready"
+		r.ready()
+	}
+}
+
+func (r *randomRun) enqueue(ref Ref) {
+	n := r.pick(4) + 1
+	items := make([]EnqueueItem, n)
+	for j := range items {
+		r.h.next++
+		m := Message{
+			ID:          testID(r.h.next),
+			FairnessKey: randKeys[r.pick(len(randKeys))],
+			Weight:      uint32(r.pick(4)),
+			OrderingKey: randOrders[r.pick(len(randOrders))],
+			PayloadSize: uint32(r.pick(1500)),
+			Body:        []byte("body-" + idName(testID(r.h.next))),
+		}
+		for k := r.pick(3); k > 0; k-- {
+			m.ThrottleKeys = append(m.ThrottleKeys, randThrottles[r.pick(len(randThrottles))])
+		}
+		if r.pick(4) == 0 {
+			m.Delay = r.dur(3 * time.Second)
+		}
+		if r.pick(4) == 0 {
+			m.IdempotencyKey = "i" + strconv.Itoa(r.pick(5))
+		}
+		items[j] = EnqueueItem{Queue: randQueues[r.pick(len(randQueues))], Msg: m}
+	}
+	r.last = fmt.Sprintf("enqueue %d", n)
+	s := r.h.s
+	s.Enqueue(ref, items)
+	res := s.cur.replies[len(s.cur.replies)-1].Value.([]EnqueueResult)
+	for j, it := range items {
+		q := s.queues[it.Queue]
+		if q == nil || it.Msg.IdempotencyKey == "" || res[j].Err != nil {
+			if res[j].Err == nil {
+				r.enqueued++
+			}
+			continue
+		}
+		key := it.Queue + "/" + it.Msg.IdempotencyKey
+		m, seen := r.idem[key]
+		live := seen && s.Now() < m.expires
+		switch {
+		case live && (!res[j].Duplicate || res[j].ID != m.id):
+			r.t.Fatalf("enqueue %s: %s duplicate=%v; want duplicate of %s", key, idName(res[j].ID), res[j].Duplicate, idName(m.id))
+		case !live && res[j].Duplicate:
+			r.t.Fatalf("enqueue %s: duplicate of %s after the window", key, idName(res[j].ID))
+		case !live:
+			r.idem[key] = dedupModel{id: it.Msg.ID, expires: s.Now().Add(q.window)}
+			r.enqueued++
+		}
+	}
+}
+
+func (r *randomRun) settle(ref Ref) {
+	if len(r.leases) == 0 {
+		return
+	}
+	ids := slices.SortedFunc(mapKeys(r.leases), func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
+	d := r.leases[ids[r.pick(len(ids))]]
+	lr := LeaseRef{Queue: d.Queue, ID: d.ID, Lease: d.Lease}
+	s := r.h.s
+	switch r.pick(5) {
+	case 0, 1:
+		r.last = "ack " + idName(d.ID)
+		s.Ack(ref, []LeaseRef{lr})
+		if err := s.cur.replies[len(s.cur.replies)-1].Value.([]error)[0]; err == nil {
+			r.acked[d.ID] = true
+		}
+		delete(r.leases, d.ID)
+	case 2:
+		r.last = "nack " + idName(d.ID)
+		s.Nack(ref, []NackItem{{LeaseRef: lr, Reason: "r"}})
+		delete(r.leases, d.ID)
+	case 3:
+		r.last = "retry " + idName(d.ID)
+		s.RetryAfter(ref, []RetryItem{{LeaseRef: lr, Delay: r.dur(time.Second)}})
+		delete(r.leases, d.ID)
+	case 4:
+		r.last = "extend " + idName(d.ID)
+		s.ExtendLease(ref, []ExtendItem{{LeaseRef: lr, Duration: r.dur(5 * time.Second)}})
+	}
+}
+
+// ready takes Readys until there are none, applying Persist and checking
+// liveness and the deliveries.
+func (r *randomRun) ready() {
+	s := r.h.s
+	for s.HasReady() {
+		if err := checkInvariants(s, true); err != nil {
+			r.t.Fatalf("after %s: liveness: %v", r.last, err)
+		}
+		rd := s.Ready()
+		for _, m := range rd.Persist {
+			if m.Delete {
+				delete(r.h.kv, string(m.Key))
+			} else {
+				r.h.kv[string(m.Key)] = slices.Clone(m.Value)
+			}
+		}
+		seen := make(map[[16]byte]bool)
+		for _, d := range rd.Deliveries {
+			if s.subs[d.Sub] == nil {
+				r.t.Fatalf("delivery to closed subscription %d", d.Sub)
+			}
+			for _, m := range d.Msgs {
+				if seen[m.ID] {
+					r.t.Fatalf("%s delivered twice in one Ready", idName(m.ID))
+				}
+				seen[m.ID] = true
+				if r.acked[m.ID] {
+					r.t.Fatalf("acked message %s delivered again", idName(m.ID))
+				}
+				if _, ok := r.h.kv[string(m.Key)]; !ok {
+					r.t.Fatalf("%s delivered without a stored record", idName(m.ID))
+				}
+				m.Key = nil
+				r.leases[m.ID] = m
+				r.delivered++
+			}
+		}
+		r.failures = append(r.failures, rd.Failures...)
+		s.Advance(rd)
+	}
+}

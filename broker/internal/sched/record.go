@@ -1,0 +1,397 @@
+package sched
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Prefix is the key prefix of every record the scheduler stores. The
+// shell scans it at startup and passes each record to Restore.
+//
+// Four kinds of record live under it. Their key prefixes sort in the
+// order Restore needs them (queues, then idempotency keys, then messages,
+// then message states):
+//
+//	s/def/<queue>                   queue definition
+//	s/idk/<queue> 0x00 <key>        idempotency key
+//	s/msg/<queue> 0x00 <id:16>      message: metadata and body
+//	s/st/<queue> 0x00 <id:16>       message state: attempts, due, DLQ
+//
+// A message's records stay under the queue it was enqueued to, also while
+// it is dead-lettered, so moving a message never rewrites its body. Queue
+// names cannot contain 0x00 and IDs are 16 bytes, so every key parses
+// unambiguously. Integers are big-endian; every value starts with a
+// version byte (1).
+const Prefix = "s/"
+
+const (
+	prefixQueue = "s/def/"
+	prefixDedup = "s/idk/"
+	prefixMsg   = "s/msg/"
+	prefixState = "s/st/"
+)
+
+const recordVersion = 1
+
+// MaxReasonLen bounds a failure reason kept in memory and storage, in
+// bytes; longer reasons are cut at a character boundary.
+const MaxReasonLen = 1024
+
+func msgKeyLen(queue string) int   { return len(prefixMsg) + len(queue) + 1 + 16 }
+func stateKeyLen(queue string) int { return len(prefixState) + len(queue) + 1 + 16 }
+
+func appendMsgKey(b []byte, queue string, id [16]byte) []byte {
+	b = append(b, prefixMsg...)
+	b = append(b, queue...)
+	b = append(b, 0)
+	return append(b, id[:]...)
+}
+
+func appendStateKey(b []byte, queue string, id [16]byte) []byte {
+	b = append(b, prefixState...)
+	b = append(b, queue...)
+	b = append(b, 0)
+	return append(b, id[:]...)
+}
+
+func appendDedupKey(b []byte, queue, key string) []byte {
+	b = append(b, prefixDedup...)
+	b = append(b, queue...)
+	b = append(b, 0)
+	return append(b, key...)
+}
+
+func appendQueueKey(b []byte, queue string) []byte {
+	b = append(b, prefixQueue...)
+	return append(b, queue...)
+}
+
+// parseIDKey splits "<prefix><queue> 0x00 <id:16>".
+func parseIDKey(key []byte, prefix string) (queue string, id [16]byte, ok bool) {
+	rest := key[len(prefix):]
+	if len(rest) < 1+1+16 || rest[len(rest)-17] != 0 {
+		return "", id, false
+	}
+	copy(id[:], rest[len(rest)-16:])
+	return string(rest[:len(rest)-17]), id, true
+}
+
+// cutReason bounds a reason to MaxReasonLen bytes at a rune boundary.
+func cutReason(r string) string {
+	if len(r) <= MaxReasonLen {
+		return r
+	}
+	i := MaxReasonLen
+	for i > 0 && !utf8.RuneStart(r[i]) {
+		i--
+	}
+	return r[:i]
+}
+
+// A message record (value of s/msg/…):
+//
+//	+---------+----------------+---------+-----------+-----------------+
+//	| ver 1B  | enqueued_at 8B | due 8B  | weight 4B | payload_size 4B |
+//	+---------+----------------+---------+-----------+-----------------+
+//	| fairness_key: len 2B, bytes | throttle_keys: count 2B, each len 2B, bytes |
+//	| ordering_key: len 2B, bytes | body: the rest of the value             |
+//	+----------------------------------------------------------------------+
+//
+// Times are Unix nanoseconds; due is 0 for a message enqueued without
+// delay.
+
+// MessageMeta is the metadata of a message record.
+type MessageMeta struct {
+	EnqueuedAt   Time     // when the scheduler accepted it
+	Due          Time     // end of the enqueue delay; 0 for none
+	Weight       uint32   // at least 1
+	PayloadSize  uint32   // bytes, as given at enqueue
+	FairnessKey  string   // resolved ("default" for none)
+	ThrottleKeys []string // sorted, without duplicates
+	OrderingKey  string   // empty for none
+}
+
+func msgRecordLen(m *Message, fk string, keys []string) int {
+	n := 1 + 8 + 8 + 4 + 4 + 2 + len(fk) + 2 + 2 + len(m.OrderingKey) + len(m.Body)
+	for _, k := range keys {
+		n += 2 + len(k)
+	}
+	return n
+}
+
+func appendMsgRecord(b []byte, meta *MessageMeta, body []byte) []byte {
+	b = append(b, recordVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(meta.EnqueuedAt))
+	b = binary.BigEndian.AppendUint64(b, uint64(meta.Due))
+	b = binary.BigEndian.AppendUint32(b, meta.Weight)
+	b = binary.BigEndian.AppendUint32(b, meta.PayloadSize)
+	b = appendString16(b, meta.FairnessKey)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(meta.ThrottleKeys)))
+	for _, k := range meta.ThrottleKeys {
+		b = appendString16(b, k)
+	}
+	b = appendString16(b, meta.OrderingKey)
+	return append(b, body...)
+}
+
+func appendString16(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// DecodeMessageRecord decodes the value of a message record: its metadata
+// and its body, which aliases value. It fails on a value that is
+// truncated or of an unknown version.
+func DecodeMessageRecord(value []byte) (meta MessageMeta, body []byte, err error) {
+	d := decoder{b: value, what: "message record"}
+	d.version()
+	meta.EnqueuedAt = Time(d.u64())
+	meta.Due = Time(d.u64())
+	meta.Weight = d.u32()
+	meta.PayloadSize = d.u32()
+	meta.FairnessKey = d.str16()
+	n := int(d.u16())
+	if n > 0 && d.err == nil {
+		if n*2 > len(d.b)-d.off {
+			d.fail("throttle key count %d", n)
+		} else {
+			meta.ThrottleKeys = make([]string, n)
+			for i := range meta.ThrottleKeys {
+				meta.ThrottleKeys[i] = d.str16()
+			}
+		}
+	}
+	meta.OrderingKey = d.str16()
+	if d.err != nil {
+		return MessageMeta{}, nil, d.err
+	}
+	return meta, value[d.off:], nil
+}
+
+// MessageBody returns the body of a message record's value without
+// decoding the rest, for the delivery path. body aliases value.
+func MessageBody(value []byte) ([]byte, error) {
+	d := decoder{b: value, what: "message record"}
+	d.version()
+	d.skip(8 + 8 + 4 + 4)
+	d.skip16()
+	n := int(d.u16())
+	for i := 0; i < n && d.err == nil; i++ {
+		d.skip16()
+	}
+	d.skip16()
+	if d.err != nil {
+		return nil, d.err
+	}
+	return value[d.off:], nil
+}
+
+// A state record (value of s/st/…), written when a message first fails
+// and deleted with the message or when a redrive resets it:
+//
+//	+--------+----------+-------------+---------+--------------------------+
+//	| ver 1B | flags 1B | attempts 4B | due 8B  | last_error: len 2B, bytes |
+//	+--------+----------+-------------+---------+--------------------------+
+//
+// flags bit 0: dead-lettered (the message is in its queue's DLQ). due is
+// the end of a retry backoff, 0 for ready.
+type stateRecord struct {
+	dead     bool
+	attempts uint32
+	due      Time
+	lastErr  string
+}
+
+const stateDead = 1
+
+func appendStateRecord(b []byte, r *stateRecord) []byte {
+	b = append(b, recordVersion)
+	var flags byte
+	if r.dead {
+		flags |= stateDead
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint32(b, r.attempts)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.due))
+	return appendString16(b, cutReason(r.lastErr))
+}
+
+func decodeStateRecord(value []byte) (r stateRecord, err error) {
+	d := decoder{b: value, what: "state record"}
+	d.version()
+	flags := d.u8()
+	if flags&^stateDead != 0 {
+		d.fail("flags %#x", flags)
+	}
+	r.dead = flags&stateDead != 0
+	r.attempts = d.u32()
+	r.due = Time(d.u64())
+	r.lastErr = d.str16()
+	d.end()
+	return r, d.err
+}
+
+// A dedup record (value of s/idk/…):
+//
+//	+--------+--------------+-------------+
+//	| ver 1B | message id 16B | expires 8B |
+//	+--------+--------------+-------------+
+func appendDedupRecord(b []byte, id [16]byte, expires Time) []byte {
+	b = append(b, recordVersion)
+	b = append(b, id[:]...)
+	return binary.BigEndian.AppendUint64(b, uint64(expires))
+}
+
+func decodeDedupRecord(value []byte) (id [16]byte, expires Time, err error) {
+	d := decoder{b: value, what: "dedup record"}
+	d.version()
+	copy(id[:], d.take(16))
+	expires = Time(d.u64())
+	d.end()
+	return id, expires, d.err
+}
+
+// A queue record (value of s/def/…), the QueueSpec as given (zeros mean
+// the broker's defaults):
+//
+//	+--------+------------------+-----------------+-----------------+
+//	| ver 1B | visibility 8B ns | max_attempts 4B | backoff_base 8B |
+//	+--------+------------------+-----------------+-----------------+
+//	| backoff_max 8B | dedup_window 8B | on_enqueue: len 4B, bytes |
+//	| on_failure: len 4B, bytes                                    |
+//	+-------------------------------------------------------------+
+func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
+	b = append(b, recordVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
+	b = binary.BigEndian.AppendUint32(b, spec.MaxAttempts)
+	b = binary.BigEndian.AppendUint64(b, uint64(spec.BackoffBase))
+	b = binary.BigEndian.AppendUint64(b, uint64(spec.BackoffMax))
+	b = binary.BigEndian.AppendUint64(b, uint64(spec.DedupWindow))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnEnqueue)))
+	b = append(b, spec.OnEnqueue...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
+	return append(b, spec.OnFailure...)
+}
+
+func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
+	d := decoder{b: value, what: "queue record"}
+	d.version()
+	spec.Name = name
+	spec.VisibilityTimeout = d.duration()
+	spec.MaxAttempts = d.u32()
+	spec.BackoffBase = d.duration()
+	spec.BackoffMax = d.duration()
+	spec.DedupWindow = d.duration()
+	spec.OnEnqueue = d.str32()
+	spec.OnFailure = d.str32()
+	d.end()
+	return spec, d.err
+}
+
+// decoder reads big-endian fields; the first error sticks and later reads
+// return zeros.
+type decoder struct {
+	b    []byte
+	off  int
+	what string
+	err  error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("sched: %s: byte %d: %s", d.what, d.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b)-d.off {
+		d.err = fmt.Errorf("sched: %s: byte %d: need %d more bytes, have %d: %w", d.what, d.off, n, len(d.b)-d.off, errTruncated)
+		return nil
+	}
+	p := d.b[d.off : d.off+n]
+	d.off += n
+	return p
+}
+
+func (d *decoder) skip(n int) { d.take(n) }
+
+func (d *decoder) version() {
+	if v := d.u8(); d.err == nil && v != recordVersion {
+		d.off--
+		d.fail("unknown version %d", v)
+	}
+}
+
+func (d *decoder) u8() uint8 {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if p := d.take(2); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *decoder) duration() time.Duration {
+	v := int64(d.u64())
+	if v < 0 {
+		d.fail("negative duration %d", v)
+		return 0
+	}
+	return time.Duration(v)
+}
+
+func (d *decoder) str16() string { return string(d.take(int(d.u16()))) }
+
+func (d *decoder) skip16() { d.take(int(d.u16())) }
+
+func (d *decoder) str32() string { return string(d.take(int(d.u32()))) }
+
+func (d *decoder) end() {
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("%d trailing bytes", len(d.b)-d.off)
+	}
+}
+
+// formatID formats a message ID as a UUID for error messages.
+func formatID(id [16]byte) string {
+	const hex = "0123456789abcdef"
+	var b [36]byte
+	j := 0
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b[j] = '-'
+			j++
+		}
+		b[j] = hex[c>>4]
+		b[j+1] = hex[c&0xf]
+		j += 2
+	}
+	return string(b[:])
+}

@@ -1,0 +1,209 @@
+package sched
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Restore loads one stored record. The shell calls it for every record
+// under Prefix, in key order, before the first Tick and before any
+// command. Messages come back ready (or delayed until their stored due
+// time) with the attempts recorded before the shutdown; leases do not
+// survive it. Records that refer to something absent (a message of a
+// deleted queue) are deleted in the first Ready. Restore fails on a
+// record it cannot decode or a key it does not know; the error names the
+// key.
+func (s *Sched) Restore(key, value []byte) error {
+	var err error
+	switch {
+	case bytes.HasPrefix(key, []byte(prefixQueue)):
+		err = s.restoreQueue(key, value)
+	case bytes.HasPrefix(key, []byte(prefixDedup)):
+		err = s.restoreDedup(key, value)
+	case bytes.HasPrefix(key, []byte(prefixMsg)):
+		err = s.restoreMsg(key, value)
+	case bytes.HasPrefix(key, []byte(prefixState)):
+		err = s.restoreState(key, value)
+	default:
+		err = fmt.Errorf("unknown record kind")
+	}
+	if err != nil {
+		return fmt.Errorf("sched: restore %q: %w", key, err)
+	}
+	return nil
+}
+
+// orphan schedules the deletion of a record that refers to nothing.
+func (s *Sched) orphan(key []byte) {
+	s.del(append(s.cur.alloc(len(key))[:0], key...))
+}
+
+func (s *Sched) restoreQueue(key, value []byte) error {
+	name := string(key[len(prefixQueue):])
+	spec, err := decodeQueueRecord(name, value)
+	if err != nil {
+		return err
+	}
+	if err := validateSpec(&spec); err != nil {
+		return err
+	}
+	if s.queues[name] != nil {
+		return fmt.Errorf("queue %s restored twice", name)
+	}
+	s.addQueue(spec)
+	return nil
+}
+
+func (s *Sched) restoreDedup(key, value []byte) error {
+	rest := key[len(prefixDedup):]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 {
+		return fmt.Errorf("no separator in key")
+	}
+	id, expires, err := decodeDedupRecord(value)
+	if err != nil {
+		return err
+	}
+	q := s.queues[string(rest[:i])]
+	if q == nil || q.parent != nil {
+		s.orphan(key)
+		return nil
+	}
+	q.dedup.Restore(string(rest[i+1:]), id, int64(expires))
+	if !q.dunsorted {
+		q.dunsorted = true
+		s.unsorted = append(s.unsorted, q)
+	}
+	return nil
+}
+
+func (s *Sched) restoreMsg(key, value []byte) error {
+	name, id, ok := parseIDKey(key, prefixMsg)
+	if !ok {
+		return fmt.Errorf("malformed message key")
+	}
+	meta, _, err := DecodeMessageRecord(value)
+	if err != nil {
+		return err
+	}
+	q := s.queues[name]
+	if q == nil || q.parent != nil {
+		s.orphan(key)
+		return nil
+	}
+	if q.msgs[id] != nil || id == [16]byte{} {
+		return fmt.Errorf("bad message id %s", formatID(id))
+	}
+	ts := s.internTset(meta.ThrottleKeys)
+	l := s.laneFor(q, meta.FairnessKey, ts, meta.OrderingKey)
+	weight := max(meta.Weight, 1)
+	q.drr.SetWeight(l.key, weight)
+	m := s.newMsg()
+	m.id = id
+	m.enq = meta.EnqueuedAt
+	m.cost = meta.PayloadSize
+	m.weight = weight
+	s.attach(q, m, l)
+	if meta.Due > 0 {
+		s.restoreDelayed(m, meta.Due)
+	} else {
+		s.restoreReady(m)
+	}
+	return nil
+}
+
+func (s *Sched) restoreState(key, value []byte) error {
+	name, id, ok := parseIDKey(key, prefixState)
+	if !ok {
+		return fmt.Errorf("malformed state key")
+	}
+	r, err := decodeStateRecord(value)
+	if err != nil {
+		return err
+	}
+	q := s.queues[name]
+	var m *msg
+	if q != nil && q.parent == nil {
+		m = q.msgs[id]
+	}
+	if m == nil {
+		s.orphan(key)
+		return nil
+	}
+	m.attempts = r.attempts
+	s.setReason(m, r.lastErr)
+	m.flags |= fState
+	if r.dead {
+		l := m.lane
+		s.leave(m)
+		s.moveTo(m, s.laneFor(q.dlq, l.key.name, l.ts, l.okey))
+		m.flags |= fDead
+		if r.due > 0 {
+			s.restoreDelayed(m, r.due)
+		} else {
+			s.restoreReady(m)
+		}
+		return nil
+	}
+	s.restoreDue(m, r.due)
+	return nil
+}
+
+// restoreDue sets the due time (0: ready) of a restored message, keeping
+// its place in its lane when it stays there (always, in an ordered lane).
+func (s *Sched) restoreDue(m *msg, due Time) {
+	l := m.lane
+	k := l.key
+	q := k.q
+	switch {
+	case due == 0 && m.state == stReady:
+	case due > 0 && m.state == stDelayed:
+		s.setTimer(m, due)
+	case m.flags&fListed != 0 && due > 0: // ready → delayed, in place
+		q.ready--
+		k.pending--
+		m.state = stDelayed
+		q.delayed++
+		s.setTimer(m, due)
+		if !l.ordered() {
+			l.unlink(m)
+			m.flags &^= fListed
+		}
+	case m.flags&fListed != 0: // delayed → ready, in place
+		s.timers.remove(m)
+		q.delayed--
+		m.state = stReady
+		m.due = 0
+		q.ready++
+		k.pending++
+	default: // delayed, out of the list → ready
+		s.leave(m)
+		s.restoreReady(m)
+	}
+	s.laneSync(l)
+}
+
+// restoreReady appends m, in no state, to its lane.
+func (s *Sched) restoreReady(m *msg) {
+	l := m.lane
+	m.state = stReady
+	l.key.q.ready++
+	l.key.pending++
+	l.pushBack(m)
+	m.flags |= fListed
+	s.laneSync(l)
+}
+
+// restoreDelayed makes m, in no state, wait until due; in an ordered lane
+// it is appended to the list as well, to keep its place.
+func (s *Sched) restoreDelayed(m *msg, due Time) {
+	l := m.lane
+	m.state = stDelayed
+	l.key.q.delayed++
+	s.setTimer(m, due)
+	if l.ordered() {
+		l.pushBack(m)
+		m.flags |= fListed
+	}
+	s.laneSync(l)
+}

@@ -1,0 +1,414 @@
+package sched
+
+import (
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched/drr"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultQuantum           = drr.DefaultQuantum
+	DefaultVisibilityTimeout = 30 * time.Second
+	DefaultBackoffBase       = time.Second
+	DefaultBackoffMax        = 60 * time.Second
+	DefaultDedupWindow       = 5 * time.Minute
+	DefaultMaxAttempts       = 3
+	DefaultMaxDeliveryBatch  = 1024
+)
+
+// Config holds the broker-wide scheduler settings. Zero (or negative)
+// fields take the defaults above.
+type Config struct {
+	// Quantum is the deficit, in payload bytes, that a fairness key of
+	// weight 1 earns per DRR round ([scheduler] quantum, default 1000,
+	// at most drr.MaxQuantum).
+	Quantum int64
+	// VisibilityTimeout is the default lease length ([queue]
+	// visibility_timeout, default 30s).
+	VisibilityTimeout time.Duration
+	// BackoffBase and BackoffMax are the default failure policy's first
+	// delay and cap (defaults 1s and 60s).
+	BackoffBase, BackoffMax time.Duration
+	// DedupWindow is the default idempotency window (default 5m).
+	DedupWindow time.Duration
+	// MaxAttempts is the default number of deliveries before a message
+	// is dead-lettered (default 3).
+	MaxAttempts int
+	// MaxDeliveryBatch bounds the messages delivered to one subscription
+	// in one Ready (default 1024); the rest follow in the next Ready.
+	MaxDeliveryBatch int
+	// LeaseBase is the lease token before the first delivery's; each
+	// delivery takes the next. The shell derives it from the boot time so
+	// that tokens are never reused across restarts.
+	LeaseBase uint64
+}
+
+func (c Config) withDefaults() Config {
+	if c.Quantum <= 0 {
+		c.Quantum = DefaultQuantum
+	}
+	c.Quantum = min(c.Quantum, drr.MaxQuantum)
+	if c.VisibilityTimeout <= 0 {
+		c.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.DedupWindow <= 0 {
+		c.DedupWindow = DefaultDedupWindow
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.MaxDeliveryBatch <= 0 {
+		c.MaxDeliveryBatch = DefaultMaxDeliveryBatch
+	}
+	return c
+}
+
+// Sched is the scheduling state machine of one shard. See the package
+// documentation for how a shell drives it. Its methods must be called
+// from one goroutine.
+type Sched struct {
+	cfg    Config
+	now    Time
+	queues map[string]*queue
+	subs   map[SubID]*sub
+	buckets  map[string]*tbucket // throttle buckets by key
+	tsets    map[string]*tset    // interned throttle key sets
+	timers   timerHeap[*msg]     // delays, backoffs, lease deadlines
+	wakes    timerHeap[*tbucket] // next token for buckets with waiters
+	expiry   timerHeap[*queue]   // queues by their first idempotency key expiry
+	unsorted []*queue            // queues whose restored keys need sorting
+	lease    uint64              // last lease token handed out
+	tseq     uint64              // last msg.tseq
+
+	dirty  []*queue   // queues to pump
+	woke   []*tbucket // buckets that woke waiters in this pump
+	spare  []*tbucket
+	capped []*sub // subscriptions at MaxDeliveryBatch
+
+	bufs         [2]readyBuf
+	bi           int
+	cur          *readyBuf
+	lastDeadline Time
+
+	free    []*msg          // recycled message structs
+	reasons map[*msg]string // last failure reason of messages with fReason
+	scratch []byte
+	keys    []string
+}
+
+// New returns a scheduler with no queues. Restore stored records before
+// the first Tick.
+func New(cfg Config) *Sched {
+	s := &Sched{
+		cfg:     cfg.withDefaults(),
+		queues:  make(map[string]*queue),
+		subs:    make(map[SubID]*sub),
+		buckets: make(map[string]*tbucket),
+		tsets:   make(map[string]*tset),
+		reasons: make(map[*msg]string),
+	}
+	s.lease = s.cfg.LeaseBase
+	s.cur = &s.bufs[0]
+	return s
+}
+
+// Tick advances the scheduler's clock to now (a time before the current
+// one is ignored) and fires what is due: delays and backoffs end, leases
+// expire (a failed attempt, reason "lease expired"), buckets refill for
+// the lanes and subscriptions waiting on them, idempotency keys are
+// forgotten.
+func (s *Sched) Tick(now Time) {
+	if now > s.now {
+		s.now = now
+	}
+	for {
+		m, ok := s.timers.top()
+		if !ok || m.due > s.now {
+			break
+		}
+		s.timers.pop()
+		s.fire(m)
+	}
+	for {
+		b, ok := s.wakes.top()
+		if !ok || b.wakeAt > s.now {
+			break
+		}
+		s.wakes.pop()
+		s.wake(b)
+	}
+	s.sortRestored()
+	for {
+		q, ok := s.expiry.top()
+		if !ok || q.dnext > s.now {
+			break
+		}
+		s.expireDedup(q)
+	}
+}
+
+// Now returns the scheduler's clock: the latest time given to Tick.
+func (s *Sched) Now() Time { return s.now }
+
+// HasReady reports whether Ready has anything for the shell: mutations,
+// replies, deliveries, failures, ended subscriptions, or a Deadline other
+// than the one in the last Ready. It runs the pending scheduling work,
+// so it is where deliveries are decided.
+func (s *Sched) HasReady() bool {
+	s.pumpAll()
+	b := s.cur
+	return len(b.persist) > 0 || len(b.replies) > 0 || len(b.dl) > 0 ||
+		len(b.failures) > 0 || len(b.ended) > 0 || s.deadline() != s.lastDeadline
+}
+
+// Ready returns the effects accumulated since the last Ready and starts a
+// new accumulation. The slices it returns stay valid until the next call
+// of Ready; the shell must not modify them. Call Advance when it has been
+// handled.
+func (s *Sched) Ready() Ready {
+	s.pumpAll()
+	b := s.cur
+	s.group(b)
+	rd := Ready{
+		Persist:    b.persist,
+		Replies:    b.replies,
+		Deliveries: b.dels,
+		Failures:   b.failures,
+		Ended:      b.ended,
+		Deadline:   s.deadline(),
+	}
+	s.bi ^= 1
+	s.cur = &s.bufs[s.bi]
+	s.cur.reset()
+	for _, sb := range s.capped {
+		sb.capped = false
+		if !sb.closed && sb.credit > 0 && sb.state == subIdle {
+			s.subIn(sb)
+			s.markDirty(sb.q)
+		}
+	}
+	clear(s.capped)
+	s.capped = s.capped[:0]
+	return rd
+}
+
+// Advance tells the scheduler that rd, the last Ready, has been handled:
+// its Persist is durable and its replies and deliveries were released,
+// and the shell's timer is armed for rd.Deadline.
+func (s *Sched) Advance(rd Ready) {
+	s.lastDeadline = rd.Deadline
+}
+
+// deadline returns the earliest timer, 0 for none.
+func (s *Sched) deadline() Time {
+	var d Time
+	if m, ok := s.timers.top(); ok {
+		d = m.due
+	}
+	if b, ok := s.wakes.top(); ok && (d == 0 || b.wakeAt < d) {
+		d = b.wakeAt
+	}
+	if q, ok := s.expiry.top(); ok && (d == 0 || q.dnext < d) {
+		d = q.dnext
+	}
+	return d
+}
+
+func (s *Sched) markDirty(q *queue) {
+	if !q.dirty {
+		q.dirty = true
+		s.dirty = append(s.dirty, q)
+	}
+}
+
+// pumpAll delivers on every queue whose state changed, then gives buckets
+// whose woken waiters did not use the tokens the chance to wake more, and
+// repeats until nothing changes. It terminates: a bucket wakes only while
+// it holds a token and has waiters, and within one pump (time fixed) a
+// waiter that parks again does so because that token was taken.
+func (s *Sched) pumpAll() {
+	for len(s.dirty) > 0 || len(s.woke) > 0 {
+		for i := 0; i < len(s.dirty); i++ {
+			q := s.dirty[i]
+			q.dirty = false
+			if !q.deleted {
+				s.pump(q)
+			}
+		}
+		clear(s.dirty)
+		s.dirty = s.dirty[:0]
+		// rewake appends the buckets that wake waiters again to a fresh
+		// list.
+		woke := s.woke
+		s.woke = s.spare[:0]
+		for _, b := range woke {
+			b.woke = false
+			s.rewake(b)
+		}
+		clear(woke)
+		s.spare = woke[:0]
+	}
+}
+
+// readyBuf holds the effects of one Ready. Two alternate, so that one
+// Ready's slices stay valid while the next accumulates.
+type readyBuf struct {
+	persist  []Mutation
+	replies  []Reply
+	dl       []pendingDelivery
+	out      []Delivered
+	dels     []Delivery
+	counts   []int
+	failures []Failure
+	ended    []SubEnded
+	arena    []byte
+	enq      []EnqueueResult
+	errs     []error
+	ext      []ExtendResult
+}
+
+// pendingDelivery is a delivery decided in the current Ready; it is
+// materialized as a Delivered when the Ready is taken, and dropped if the
+// lease changed in between (the subscription closed).
+type pendingDelivery struct {
+	s     *sub
+	m     *msg
+	lease uint64
+}
+
+// maxArena is the arena capacity kept across Readys; a larger one, grown
+// by a burst of big messages, is released.
+const maxArena = 64 << 20
+
+func (b *readyBuf) reset() {
+	clear(b.persist)
+	b.persist = b.persist[:0]
+	clear(b.replies)
+	b.replies = b.replies[:0]
+	clear(b.dl)
+	b.dl = b.dl[:0]
+	clear(b.out)
+	b.out = b.out[:0]
+	clear(b.dels)
+	b.dels = b.dels[:0]
+	b.counts = b.counts[:0]
+	clear(b.failures)
+	b.failures = b.failures[:0]
+	clear(b.ended)
+	b.ended = b.ended[:0]
+	if cap(b.arena) > maxArena {
+		b.arena = nil
+	}
+	b.arena = b.arena[:0]
+	clear(b.enq)
+	b.enq = b.enq[:0]
+	clear(b.errs)
+	b.errs = b.errs[:0]
+	clear(b.ext)
+	b.ext = b.ext[:0]
+}
+
+// alloc returns n bytes of the arena, valid until the buffer is reset.
+// A full arena is replaced, not grown, so slices already handed out keep
+// their bytes.
+func (b *readyBuf) alloc(n int) []byte {
+	if cap(b.arena)-len(b.arena) < n {
+		b.arena = make([]byte, 0, max(2*cap(b.arena), n, 4096))
+	}
+	i := len(b.arena)
+	b.arena = b.arena[:i+n]
+	return b.arena[i : i+n : i+n]
+}
+
+func (s *Sched) reply(ref Ref, v any) {
+	s.cur.replies = append(s.cur.replies, Reply{Ref: ref, Value: v})
+}
+
+func (s *Sched) put(key, value []byte) {
+	s.cur.persist = append(s.cur.persist, Mutation{Key: key, Value: value})
+}
+
+func (s *Sched) del(key []byte) {
+	s.cur.persist = append(s.cur.persist, Mutation{Key: key, Delete: true})
+}
+
+// group turns the pending deliveries into per-subscription Deliveries.
+func (s *Sched) group(b *readyBuf) {
+	for _, p := range b.dl {
+		p.s.batch = 0
+		if p.s.closed || p.m.state != stLeased || p.m.lease != p.lease {
+			continue
+		}
+		if p.s.group < 0 {
+			p.s.group = int32(len(b.dels))
+			b.dels = append(b.dels, Delivery{Sub: p.s.id})
+			b.counts = append(b.counts, 0)
+		}
+		b.counts[p.s.group]++
+	}
+	if len(b.dels) == 0 {
+		return
+	}
+	off := 0
+	for i, n := range b.counts {
+		b.counts[i] = off
+		off += n
+	}
+	if cap(b.out) < off {
+		b.out = make([]Delivered, off)
+	}
+	b.out = b.out[:off]
+	for _, p := range b.dl {
+		if p.s.group < 0 || p.s.closed || p.m.state != stLeased || p.m.lease != p.lease {
+			continue
+		}
+		i := b.counts[p.s.group]
+		b.counts[p.s.group]++
+		b.out[i] = s.delivered(b, p.m)
+	}
+	start := 0
+	for i := range b.dels {
+		end := b.counts[i]
+		b.dels[i].Msgs = b.out[start:end:end]
+		start = end
+	}
+	for _, p := range b.dl {
+		p.s.group = -1
+	}
+}
+
+func (s *Sched) delivered(b *readyBuf, m *msg) Delivered {
+	l := m.lane
+	q := l.key.q
+	return Delivered{
+		Key:           appendMsgKey(b.alloc(msgKeyLen(q.home().name))[:0], q.home().name, m.id),
+		ID:            m.id,
+		Queue:         q.name,
+		FairnessKey:   l.key.name,
+		Weight:        m.weight,
+		ThrottleKeys:  l.throttleKeys(),
+		OrderingKey:   l.okey,
+		Attempt:       satInc(m.attempts),
+		Attempts:      m.attempts,
+		LastError:     s.reason(m),
+		DeadLettered:  m.flags&fDead != 0,
+		PayloadSize:   m.cost,
+		EnqueuedAt:    m.enq,
+		LeaseDeadline: m.due,
+		Lease:         m.lease,
+	}
+}
+
+func satInc(v uint32) uint32 {
+	if v == ^uint32(0) {
+		return v
+	}
+	return v + 1
+}

@@ -1,0 +1,338 @@
+package sched
+
+import (
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched/bucket"
+	"github.com/fila-mq/fila/broker/internal/sched/drr"
+	"github.com/fila-mq/fila/broker/internal/sched/idem"
+)
+
+// A message is in exactly one state at a time.
+type msgState uint8
+
+const (
+	// stReady: in its lane's list, deliverable in turn.
+	stReady msgState = iota
+	// stDelayed: due later (enqueue delay or retry backoff), in the
+	// timer heap. In an ordered lane it also keeps its place in the list.
+	stDelayed
+	// stLeased: delivered, lease deadline in the timer heap, linked in
+	// its subscription's lease ring.
+	stLeased
+	// stDeciding: failed, waiting for Decide (on_failure hook).
+	stDeciding
+	// stNone: between states inside one command; never seen outside.
+	stNone
+)
+
+var stateNames = [...]string{stReady: "ready", stDelayed: "delayed", stLeased: "leased", stDeciding: "deciding", stNone: "none"}
+
+// String returns the state's name, for messages.
+func (st msgState) String() string { return stateNames[st] }
+
+// msg flags.
+const (
+	fDead   uint8 = 1 << iota // dead-lettered: lives in its home queue's DLQ
+	fState                    // a state record exists in storage
+	fListed                   // in its lane's list
+	fReason                   // has a last failure reason in Sched.reasons
+)
+
+// msg is the in-memory state of one stored message: 96 bytes, no strings
+// (the fairness key, throttle keys and ordering key are its lane's; the
+// last failure's reason, for the few messages that failed, is in
+// Sched.reasons). The body stays in storage.
+type msg struct {
+	id   [16]byte
+	lane *lane
+	// next and prev link the message into its lane's list (stReady, and
+	// stDelayed in ordered lanes) or its subscription's lease ring
+	// (stLeased); never both.
+	next, prev *msg
+	enq        Time   // when it was enqueued
+	due        Time   // stDelayed: due time; stLeased: lease deadline
+	lease      uint64 // stLeased: the current lease token
+	tseq       uint64 // order of equal deadlines: when the timer was set
+	cost       uint32 // payload bytes, the DRR cost (≥ 1 when charged)
+	weight     uint32
+	attempts   uint32 // failed attempts recorded
+	hidx       int32  // index in Sched.timers, -1 if not in it
+	state      msgState
+	flags      uint8
+}
+
+// before orders timers by deadline, then by when they were set, so that
+// equal deadlines fire first set, first out, and setting the latest
+// deadline costs O(1).
+func (m *msg) before(o *msg) bool {
+	if m.due != o.due {
+		return m.due < o.due
+	}
+	return m.tseq < o.tseq
+}
+func (m *msg) setIndex(i int32) { m.hidx = i }
+func (m *msg) index() int32     { return m.hidx }
+
+func (m *msg) queue() *queue { return m.lane.key.q }
+
+// laneID identifies a lane within its fairness key.
+type laneID struct {
+	ts   *tset
+	okey string
+}
+
+type laneState uint8
+
+const (
+	lsIdle     laneState = iota // nothing deliverable (empty, or blocked by ordering)
+	lsRunnable                  // in its key's runnable ring
+	lsParked                    // in a bucket's waiting list
+)
+
+// A lane is the FIFO of one fairness key's messages that share a throttle
+// key set and ordering key. DRR picks keys; a key serves its runnable
+// lanes round robin, one message per visit; a lane whose next message
+// lacks a token parks on that bucket without holding back the key's other
+// lanes.
+type lane struct {
+	key        *fkey
+	head, tail *msg
+	n          int32 // messages in the list
+	refs       int32 // messages of any state in the lane
+	ts         *tset // nil: no throttle keys
+	okey       string
+	// inflight is an ordered lane's message that left the list for
+	// delivery and has not been acked or dead-lettered: it blocks the
+	// lane, and a retry puts it back at the head.
+	inflight *msg
+	// next and prev link the lane into its key's runnable ring or its
+	// bucket's waiting list.
+	next, prev *lane
+	tb         *tbucket // lsParked: the bucket it waits for
+	state      laneState
+}
+
+// ordered reports whether the lane enforces one-at-a-time delivery. DLQs
+// keep ordering keys as metadata only.
+func (l *lane) ordered() bool { return l.okey != "" && l.key.q.parent == nil }
+
+// canRun reports whether the lane has a message to deliver, tokens aside.
+func (l *lane) canRun() bool {
+	if l.head == nil {
+		return false
+	}
+	if !l.ordered() {
+		return true
+	}
+	return l.inflight == nil && l.head.state == stReady
+}
+
+func (l *lane) pushBack(m *msg) {
+	m.next, m.prev = nil, l.tail
+	if l.tail != nil {
+		l.tail.next = m
+	} else {
+		l.head = m
+	}
+	l.tail = m
+	l.n++
+}
+
+func (l *lane) pushFront(m *msg) {
+	m.prev, m.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = m
+	} else {
+		l.tail = m
+	}
+	l.head = m
+	l.n++
+}
+
+func (l *lane) unlink(m *msg) {
+	if m.prev != nil {
+		m.prev.next = m.next
+	} else {
+		l.head = m.next
+	}
+	if m.next != nil {
+		m.next.prev = m.prev
+	} else {
+		l.tail = m.prev
+	}
+	m.next, m.prev = nil, nil
+	l.n--
+}
+
+func (l *lane) throttleKeys() []string {
+	if l.ts == nil {
+		return nil
+	}
+	return l.ts.names
+}
+
+// An fkey is one fairness key of a queue: its DRR flow and its lanes.
+type fkey struct {
+	flow drr.Flow[*fkey]
+	q    *queue
+	name string
+	// run is the runnable ring's next lane to serve; nrun its length.
+	run *lane
+	// refs counts the key's messages in any state; the key is dropped at 0.
+	refs int32
+	// pending counts its stReady messages.
+	pending int32
+	nrun    int32
+	// backlogged is set while the key holds a deficit: from its
+	// activation until pending drops to 0.
+	backlogged bool
+	delivered  uint64
+	dflt       lane // the lane without throttle keys or ordering key
+	lanes      map[laneID]*lane
+}
+
+// DRR returns the key's DRR flow (drr.Node).
+func (k *fkey) DRR() *drr.Flow[*fkey] { return &k.flow }
+
+// A tset is an interned set of throttle keys, shared by lanes.
+type tset struct {
+	canon   string // the sorted names, each prefixed by its length (uvarint)
+	names   []string
+	buckets []*tbucket
+	refs    int // lanes using it
+}
+
+// A tbucket is a token bucket with the lanes (throttle buckets) or
+// subscriptions (consumer rate limits) waiting for its next token.
+type tbucket struct {
+	name string
+	b    bucket.Bucket
+	// limited is false for a throttle key without configuration: then
+	// it admits everything.
+	limited bool
+	// lanes waiting, FIFO.
+	whead, wtail *lane
+	nwait        int
+	// subs waiting (consumer rate limits).
+	subs *sub
+	// q is the queue of a consumer rate limit; nil for throttle buckets.
+	q      *queue
+	refs   int // tsets (throttle) or subscriptions (rate limit)
+	wakeAt Time
+	hidx   int32
+	woke   bool // in Sched.woke
+}
+
+func (b *tbucket) before(o *tbucket) bool {
+	if b.wakeAt != o.wakeAt {
+		return b.wakeAt < o.wakeAt
+	}
+	if b.name != o.name {
+		return b.name < o.name
+	}
+	return b.q != nil && o.q != nil && b.q.name < o.q.name
+}
+func (b *tbucket) setIndex(i int32) { b.hidx = i }
+func (b *tbucket) index() int32     { return b.hidx }
+
+func (b *tbucket) addWaiter(l *lane) {
+	l.next, l.prev = nil, b.wtail
+	if b.wtail != nil {
+		b.wtail.next = l
+	} else {
+		b.whead = l
+	}
+	b.wtail = l
+	b.nwait++
+}
+
+func (b *tbucket) removeWaiter(l *lane) {
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		b.whead = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	} else {
+		b.wtail = l.prev
+	}
+	l.next, l.prev = nil, nil
+	b.nwait--
+}
+
+type subState uint8
+
+const (
+	subIdle     subState = iota // no credit, or at MaxDeliveryBatch for this Ready
+	subEligible                 // in its queue's ring
+	subParked                   // waiting for a rate-limit token
+)
+
+// A sub is a subscription.
+type sub struct {
+	id     SubID
+	q      *queue
+	credit uint32
+	limits []*tbucket
+	// leases is the sentinel of the ring of messages leased to it.
+	leases msg
+	// next and prev link it into its queue's eligible ring or a limit
+	// bucket's waiting list.
+	next, prev *sub
+	tb         *tbucket
+	state      subState
+	batch      int  // messages delivered in the Ready being built
+	capped     bool // in Sched.capped
+	closed     bool
+	group      int32 // index in the Ready's Deliveries while grouping
+}
+
+// A queue is a queue or a DLQ.
+type queue struct {
+	name   string
+	spec   QueueSpec
+	parent *queue // set for a DLQ
+	dlq    *queue // set for a queue
+	msgs   map[[16]byte]*msg
+	keys   map[string]*fkey
+	drr    drr.Scheduler[*fkey]
+	subs   map[SubID]*sub
+	// elig is the eligible ring's next subscription to serve.
+	elig  *sub
+	ready uint64
+	// delayed counts stDelayed and stDeciding.
+	delayed, leased uint64
+	// dedup remembers the idempotency keys; dnext is its first expiry
+	// and dhidx the queue's index in Sched.expiry, -1 when it is empty.
+	dedup     idem.Table
+	dnext     Time
+	dhidx     int32
+	dunsorted bool // keys restored, not yet in Sched.expiry
+	limits    map[string]*tbucket
+	dirty     bool
+	deleted   bool
+	// Effective settings.
+	vis    time.Duration
+	policy RetryPolicy
+	window time.Duration
+}
+
+// home is the queue under whose name the message records of this queue's
+// messages are stored: a dead-lettered message keeps its record.
+func (q *queue) home() *queue {
+	if q.parent != nil {
+		return q.parent
+	}
+	return q
+}
+
+func (q *queue) before(o *queue) bool {
+	if q.dnext != o.dnext {
+		return q.dnext < o.dnext
+	}
+	return q.name < o.name
+}
+func (q *queue) setIndex(i int32) { q.dhidx = i }
+func (q *queue) index() int32     { return q.dhidx }

@@ -1,0 +1,186 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched/bucket"
+)
+
+// MaxRateLimits bounds the rate limits one subscription may declare.
+const MaxRateLimits = 16
+
+// Subscribe opens subscription id on queue (a DLQ included) with credit
+// deliveries of initial credit and the declared rate limits. The reply is
+// nil, or an error wrapping fault.ErrQueueNotFound, or
+// fault.ErrInvalidArgument (an id already open, a limit with an empty or
+// repeated name, a zero limit or period, more than MaxRateLimits).
+//
+// Credit is finite: a shell offering "unlimited" grants large windows
+// with AddCredit. A rate limit's bucket is shared by the queue's
+// subscriptions that declare the same name; the latest declaration sets
+// its rate (limit per period) and burst (0 means limit), keeping the
+// tokens it holds.
+func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits []RateLimit) {
+	q := s.queues[queue]
+	if q == nil {
+		s.reply(ref, fmt.Errorf("subscribe %s: %w", queue, fault.ErrQueueNotFound))
+		return
+	}
+	if err := s.validateSubscribe(id, limits); err != nil {
+		s.reply(ref, fmt.Errorf("subscribe %s: %w", queue, err))
+		return
+	}
+	sb := &sub{id: id, q: q, credit: credit, group: -1}
+	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
+	now := int64(s.now)
+	for _, rl := range limits {
+		rate := float64(rl.Limit) / rl.Period.Seconds()
+		burst := float64(rl.Burst)
+		if rl.Burst == 0 {
+			burst = float64(rl.Limit)
+		}
+		lb := q.limits[rl.Name]
+		if lb == nil {
+			lb = &tbucket{name: rl.Name, q: q, b: bucket.New(now, rate, burst), limited: true, hidx: -1}
+			q.limits[rl.Name] = lb
+		} else {
+			lb.b.Set(now, rate, burst)
+			if lb.subs != nil {
+				s.arm(lb)
+			}
+		}
+		lb.refs++
+		sb.limits = append(sb.limits, lb)
+	}
+	s.subs[id] = sb
+	q.subs[id] = sb
+	if credit > 0 {
+		s.subIn(sb)
+		s.markDirty(q)
+	}
+	s.reply(ref, nil)
+}
+
+func (s *Sched) validateSubscribe(id SubID, limits []RateLimit) error {
+	if s.subs[id] != nil {
+		return fmt.Errorf("subscription %d: already open: %w", id, fault.ErrInvalidArgument)
+	}
+	if len(limits) > MaxRateLimits {
+		return fmt.Errorf("rate_limits: %d, at most %d: %w", len(limits), MaxRateLimits, fault.ErrInvalidArgument)
+	}
+	for i, rl := range limits {
+		switch {
+		case rl.Name == "":
+			return fmt.Errorf("rate_limits[%d].name: empty: %w", i, fault.ErrInvalidArgument)
+		case rl.Limit == 0:
+			return fmt.Errorf("rate_limits[%d].limit: must be positive: %w", i, fault.ErrInvalidArgument)
+		case rl.Period <= 0:
+			return fmt.Errorf("rate_limits[%d].period: must be positive: %w", i, fault.ErrInvalidArgument)
+		}
+		for _, prev := range limits[:i] {
+			if prev.Name == rl.Name {
+				return fmt.Errorf("rate_limits[%d].name %q: declared twice: %w", i, rl.Name, fault.ErrInvalidArgument)
+			}
+		}
+	}
+	return nil
+}
+
+// Unsubscribe closes subscription id: no delivery follows in any Ready
+// (deliveries decided but not yet taken by Ready are undone, the messages
+// ready again without an attempt counted). With release, the messages it
+// holds leases on return to ready at once, each counting a failed attempt
+// with reason "consumer disconnected" (or, on a queue with on_failure, a
+// Failure); without, their leases run on and can still be acked. The
+// reply is nil or an error wrapping fault.ErrSubscriptionNotFound.
+func (s *Sched) Unsubscribe(ref Ref, id SubID, release bool) {
+	sb := s.subs[id]
+	if sb == nil {
+		s.reply(ref, fmt.Errorf("unsubscribe %d: %w", id, fault.ErrSubscriptionNotFound))
+		return
+	}
+	s.closeSub(sb)
+	if release {
+		s.releaseLeases(sb)
+	}
+	s.reply(ref, nil)
+}
+
+// releaseLeases returns every message leased to sb to its queue, counting
+// the attempt as failed because the consumer disconnected.
+func (s *Sched) releaseLeases(sb *sub) {
+	for sb.leases.next != &sb.leases {
+		m := sb.leases.next
+		s.leave(m)
+		s.fail(m, ReasonDisconnected, failRelease, 0)
+	}
+}
+
+// closeSub takes sb out of every structure, undoing the deliveries of the
+// Ready being built.
+func (s *Sched) closeSub(sb *sub) {
+	switch sb.state {
+	case subEligible:
+		s.subOut(sb)
+	case subParked:
+		lb := sb.tb
+		s.unparkSub(sb)
+		s.arm(lb)
+	}
+	// Last first, so that each lane gets its messages back in order.
+	for _, p := range slices.Backward(s.cur.dl) {
+		if p.s == sb && p.m.state == stLeased && p.m.lease == p.lease {
+			s.undeliver(p.m)
+		}
+	}
+	sb.closed = true
+	for _, lb := range sb.limits {
+		lb.refs--
+		if lb.refs == 0 {
+			if lb.hidx >= 0 {
+				s.wakes.remove(lb)
+			}
+			delete(sb.q.limits, lb.name)
+		}
+	}
+	delete(s.subs, sb.id)
+	delete(sb.q.subs, sb.id)
+}
+
+// undeliver returns m, leased in the Ready being built, to the head of its
+// lane as if it had not been picked. Its tokens and DRR charge are not
+// refunded.
+func (s *Sched) undeliver(m *msg) {
+	s.leave(m)
+	l := m.lane
+	q := l.key.q
+	m.state = stReady
+	m.due = 0
+	q.ready++
+	l.key.pending++
+	if l.inflight == m {
+		l.inflight = nil
+	}
+	l.pushFront(m)
+	m.flags |= fListed
+	s.laneSync(l)
+	s.markDirty(q)
+}
+
+// AddCredit grants subscription id n more deliveries, saturating at
+// 2^32-1. An unknown id is ignored: the subscription may have ended with
+// its queue while the credit was on its way.
+func (s *Sched) AddCredit(id SubID, n uint32) {
+	sb := s.subs[id]
+	if sb == nil || n == 0 {
+		return
+	}
+	sb.credit = uint32(min(uint64(sb.credit)+uint64(n), math.MaxUint32))
+	if sb.state == subIdle && !sb.capped {
+		s.subIn(sb)
+		s.markDirty(sb.q)
+	}
+}
