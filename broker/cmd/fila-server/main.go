@@ -1,0 +1,245 @@
+// Command fila-server runs the Fila message broker.
+//
+// It needs no configuration file: every setting has a default, data goes
+// to ./data, and clients connect on port 5555. A fila.toml in the working
+// directory or /etc/fila/fila.toml (or --config) overrides the defaults,
+// and FILA_<SECTION>_<KEY> environment variables override the file. See
+// docs/configuration.md.
+//
+// Usage:
+//
+//	fila-server [--config PATH] [--print-config]
+//
+// On SIGINT or SIGTERM it stops accepting, tells clients to go away, waits
+// up to [server] shutdown_timeout for requests in flight, and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fila-mq/fila/broker/internal/config"
+	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/rtconf"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/server"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/store"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fila-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (default: ./fila.toml, then /etc/fila/fila.toml, if present)")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration and where each value came from, then exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "fila-server", version)
+		return 0
+	}
+	cfg, src, err := config.Load(config.LoadOptions{Path: *cfgPath, Dir: "."})
+	if err != nil {
+		fmt.Fprintf(stderr, "fila-server: configuration: %v\n", err)
+		return 2
+	}
+	if *printConfig {
+		if err := cfg.Print(stdout, src); err != nil {
+			fmt.Fprintln(stderr, "fila-server:", err)
+			return 1
+		}
+		return 0
+	}
+	log := cfg.Logger(stderr)
+	if f := src.File(); f != "" {
+		log.Info("configuration file", "path", f)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("fila-server stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the broker until ctx is done.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	st, err := store.Open(cfg.Storage.DataDir, store.Options{
+		SegmentSize:  cfg.Storage.SegmentSize,
+		CacheSize:    cacheSize(cfg.Storage.CacheSize),
+		Repair:       cfg.Storage.Repair,
+		UnsafeNoSync: cfg.Storage.UnsafeNoSync,
+		Logger:       log.With("component", "store"),
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if cfg.Storage.UnsafeNoSync {
+		log.Warn("storage.unsafe_no_sync is set: acknowledged messages can be lost on a crash")
+	}
+
+	rt, err := rtconf.Open(storeKV{st})
+	if err != nil {
+		return err
+	}
+	rt.RegisterValidator(rtconf.ThrottlePrefix, func(_, value string) error {
+		_, _, err := sched.ParseThrottle(value)
+		return err
+	})
+
+	hooks := server.NewHooks(hook.Limits{
+		Timeout:                 cfg.Lua.DefaultTimeout,
+		MemoryLimit:             cfg.Lua.MemoryLimit,
+		CircuitBreakerThreshold: cfg.Lua.CircuitBreakerThreshold,
+		CircuitBreakerCooldown:  cfg.Lua.CircuitBreakerCooldown,
+	}, rt, log.With("component", "hook"))
+
+	sh, err := shard.Open(shard.Config{
+		Sched: sched.Config{
+			Quantum:           cfg.Scheduler.Quantum,
+			VisibilityTimeout: cfg.Queue.VisibilityTimeout,
+			MaxAttempts:       cfg.Queue.MaxAttempts,
+			BackoffBase:       cfg.Queue.BackoffBase,
+			BackoffMax:        cfg.Queue.BackoffMax,
+			DedupWindow:       cfg.Queue.DedupWindow,
+		},
+		Logger:  log.With("component", "shard"),
+		Failure: server.FailureHook(hooks),
+	}, st)
+	if err != nil {
+		return err
+	}
+	defer sh.Close()
+	hooks.RestoreHooks(sh.RestoredSpecs())
+
+	// Throttle rates live in the runtime config: apply the stored ones,
+	// then every change from here on.
+	applyThrottle := func(key, value string, deleted bool) {
+		tk := key[len(rtconf.ThrottlePrefix):]
+		if deleted {
+			sh.Post(context.Background(), func(s *sched.Sched) { s.RemoveThrottle(tk) })
+			return
+		}
+		rate, burst, err := sched.ParseThrottle(value)
+		if err != nil {
+			log.Error("ignoring invalid stored throttle", "key", key, "err", err)
+			return
+		}
+		sh.Post(context.Background(), func(s *sched.Sched) { s.SetThrottle(tk, rate, burst) })
+	}
+	rt.Watch(rtconf.ThrottlePrefix, applyThrottle) // replays the stored entries first
+
+	scfg := server.Config{
+		NodeID:         cfg.Server.NodeID,
+		MaxFrameSize:   int(cfg.Server.MaxFrameSize),
+		MaxMessageSize: int(cfg.Server.MaxMessageSize),
+		Hooks:          hooks,
+		Config:         runtimeConfig{rt},
+		Logger:         log.With("component", "server"),
+		Version:        version,
+	}
+	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
+		return err
+	}
+	srv := server.New(scfg, sh)
+
+	ln, err := net.Listen("tcp", cfg.Server.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("fila-server listening", "addr", ln.Addr().String(), "node_id", cfg.Server.NodeID,
+		"data_dir", cfg.Storage.DataDir, "tls", scfg.TLS != nil, "auth", scfg.RequireAuth, "version", version)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout)
+	case err := <-serveErr:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return sh.Err()
+}
+
+func cacheSize(n int64) int64 {
+	if n == 0 {
+		return -1 // the config's 0 disables the cache; the store's 0 means default
+	}
+	return n
+}
+
+// storeKV adapts the store to the small key-value interfaces of the
+// runtime config and auth stores: each change is its own durable group.
+type storeKV struct{ st *store.Disk }
+
+func (kv storeKV) Put(key, value []byte) error {
+	var b store.Batch
+	b.Put(key, value)
+	return kv.st.Apply(&b)
+}
+
+func (kv storeKV) Delete(key []byte) error {
+	var b store.Batch
+	b.Delete(key)
+	return kv.st.Apply(&b)
+}
+
+func (kv storeKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			end = end[:i+1]
+			break
+		}
+		if i == 0 {
+			end = nil
+		}
+	}
+	return kv.st.Scan(prefix, end, fn)
+}
+
+// runtimeConfig presents rtconf to the server.
+type runtimeConfig struct{ s *rtconf.Store }
+
+func (r runtimeConfig) Get(key string) (string, bool)   { return r.s.Get(key) }
+func (r runtimeConfig) Set(key, value string) error     { return r.s.Set(key, value) }
+func (r runtimeConfig) Delete(key string) (bool, error) { return r.s.Delete(key) }
+func (r runtimeConfig) List(prefix string) []wire.ConfigEntry {
+	es := r.s.List(prefix)
+	out := make([]wire.ConfigEntry, len(es))
+	for i, e := range es {
+		out[i] = wire.ConfigEntry{Key: e.Key, Value: e.Value}
+	}
+	return out
+}

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/filatest"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// rawConn speaks frames to the server without the client core, to test
+// the server's answers byte for byte.
+type rawConn struct {
+	t  *testing.T
+	nc net.Conn
+	fr *wire.FrameReader
+}
+
+func dialRaw(t *testing.T, addr string, handshake bool) *rawConn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	rc := &rawConn{t: t, nc: nc, fr: wire.NewFrameReader(0, 0)}
+	if handshake {
+		rc.send(1, &wire.Handshake{MaxVersion: 1, MinVersion: 1, ClientName: "raw"})
+		if h, f := rc.recv(); h.Opcode != wire.OpHandshakeOk {
+			t.Fatalf("handshake answered by %v %+v", h.Opcode, f)
+		}
+	}
+	return rc
+}
+
+func (rc *rawConn) send(id uint32, f wire.Frame) {
+	rc.t.Helper()
+	if _, err := rc.nc.Write(wire.AppendFrame(nil, id, f)); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// recv returns the next frame; it fails the test on timeout or close.
+func (rc *rawConn) recv() (wire.Header, wire.Frame) {
+	rc.t.Helper()
+	h, f, err := rc.next()
+	if err != nil {
+		rc.t.Fatalf("recv: %v", err)
+	}
+	return h, f
+}
+
+func (rc *rawConn) next() (wire.Header, wire.Frame, error) {
+	buf := make([]byte, 64<<10)
+	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		h, body, ok, err := rc.fr.Next()
+		if err != nil {
+			return h, nil, err
+		}
+		if ok {
+			f, err := wire.DecodeFrame(h.Opcode, bytes.Clone(body))
+			return h, f, err
+		}
+		n, err := rc.nc.Read(buf)
+		rc.fr.Feed(buf[:n])
+		if err != nil && n == 0 {
+			return h, nil, err
+		}
+	}
+}
+
+// TestEveryRequestOpcodeAnswered sends each request opcode of the protocol
+// and checks the answer is its response frame or an Error whose code the
+// operation may return.
+func TestEveryRequestOpcodeAnswered(t *testing.T) {
+	srv := filatest.Start(t)
+	rc := dialRaw(t, srv.Addr, true)
+	var id uint32 = 1
+	requests := []wire.Frame{
+		&wire.Ping{Nonce: 42},
+		&wire.CreateQueue{Name: "q"},
+		&wire.Enqueue{Messages: []wire.EnqueueMessage{{Queue: "q", Payload: []byte("x")}, {Queue: "missing", Payload: []byte("y")}}},
+		&wire.ListQueues{},
+		&wire.QueueStats{Name: "q"},
+		&wire.SetConfig{Key: "throttle.k", Value: "10,10"},
+		&wire.GetConfig{Key: "throttle.k"},
+		&wire.ListConfig{Prefix: "throttle."},
+		&wire.DeleteConfig{Key: "throttle.k"},
+		&wire.Redrive{DeadLetterQueue: "q.dlq", Count: 0},
+		&wire.Ack{Items: []wire.LeaseRef{{Queue: "q", ID: [16]byte{1}, Lease: 1}}},
+		&wire.Nack{Items: []wire.NackItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, Reason: "r"}}},
+		&wire.RetryAfter{Items: []wire.RetryAfterItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, DelayMS: 10}}},
+		&wire.ExtendLease{Items: []wire.ExtendLeaseItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, DurationMS: 10}}},
+		&wire.Unsubscribe{Subscription: 999},
+		&wire.CreateApiKey{Name: "k"},
+		&wire.ListApiKeys{},
+		&wire.RevokeApiKey{KeyID: "nope"},
+		&wire.SetAcl{KeyID: "nope"},
+		&wire.GetAcl{KeyID: "nope"},
+		&wire.Topology{Queue: "q"},
+		&wire.DeleteQueue{Name: "q"},
+		&wire.Subscribe{Queue: "gone", Prefetch: 1},
+	}
+	seen := map[wire.Opcode]bool{}
+	for _, req := range requests {
+		id++
+		op := req.Opcode()
+		seen[op] = true
+		rc.send(id, req)
+		h, f := rc.recv()
+		if h.RequestID != id {
+			t.Fatalf("%v: answer for request %d; want %d", op, h.RequestID, id)
+		}
+		switch got := f.(type) {
+		case *wire.ErrorFrame:
+			if got.Code.Scope() != wire.ScopeStatus && !op.Codes().Has(got.Code) {
+				t.Errorf("%v answered %v (%s), which it may not return", op, got.Code, got.Message)
+			}
+			t.Logf("%v → %v: %s", op, got.Code, got.Message)
+		default:
+			if h.Opcode != op.Response() {
+				t.Errorf("%v answered by %v; want %v", op, h.Opcode, op.Response())
+			}
+			if res, ok := f.(*wire.EnqueueResult); ok {
+				if len(res.Results) != 2 || res.Results[0].Code != wire.CodeOK || res.Results[1].Code != wire.CodeQueueNotFound {
+					t.Errorf("partial enqueue = %+v; want OK then QUEUE_NOT_FOUND", res.Results)
+				}
+			}
+		}
+	}
+	for op := wire.Opcode(1); op < 0x0400; op++ {
+		if op.Kind() == wire.KindRequest && op != wire.OpHandshake && !seen[op] {
+			t.Errorf("request opcode %v not exercised", op)
+		}
+	}
+}
+
+func TestUnknownOpcodeKeepsConnection(t *testing.T) {
+	srv := filatest.Start(t)
+	rc := dialRaw(t, srv.Addr, true)
+	rc.send(7, &wire.UnknownFrame{Op: 0x0F01, Body: []byte("future")})
+	h, f := rc.recv()
+	ef, ok := f.(*wire.ErrorFrame)
+	if !ok || h.RequestID != 7 || ef.Code != wire.CodeUnknownOpcode {
+		t.Fatalf("unknown opcode answered %v %+v; want UNKNOWN_OPCODE on request 7", h.Opcode, f)
+	}
+	rc.send(8, &wire.Ping{Nonce: 1})
+	if h, _ := rc.recv(); h.Opcode != wire.OpPong || h.RequestID != 8 {
+		t.Fatalf("ping after unknown opcode answered %v", h.Opcode)
+	}
+}
+
+func TestProtocolViolationsClose(t *testing.T) {
+	srv := filatest.Start(t)
+	for _, tc := range []struct {
+		name      string
+		handshake bool
+		frames    []byte
+		code      wire.Code
+	}{
+		{"frame before handshake", false, wire.AppendFrame(nil, 1, &wire.Ping{}), wire.CodeProtocolViolation},
+		{"second handshake", true, wire.AppendFrame(nil, 5, &wire.Handshake{MaxVersion: 1, MinVersion: 1}), wire.CodeProtocolViolation},
+		{"response opcode from client", true, wire.AppendFrame(nil, 5, &wire.EnqueueResult{}), wire.CodeProtocolViolation},
+		{"unsupported version", false, wire.AppendFrame(nil, 1, &wire.Handshake{MaxVersion: 9, MinVersion: 7}), wire.CodeUnsupportedVersion},
+		{"malformed body", true, append(wire.AppendHeader(nil, wire.Header{Length: 4, Opcode: wire.OpEnqueue, RequestID: 5}), 0xff, 0xff, 0xff, 0xff), wire.CodeMalformedFrame},
+		{"truncated frame then close", true, wire.AppendHeader(nil, wire.Header{Length: 100, Opcode: wire.OpEnqueue, RequestID: 5}), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := dialRaw(t, srv.Addr, tc.handshake)
+			if _, err := rc.nc.Write(tc.frames); err != nil {
+				t.Fatal(err)
+			}
+			if tc.code == 0 {
+				// The server waits for the rest; a client that hangs up
+				// costs nothing. The server must still serve others.
+				rc.nc.Close()
+				other := dialRaw(t, srv.Addr, true)
+				other.send(2, &wire.Ping{})
+				if h, _ := other.recv(); h.Opcode != wire.OpPong {
+					t.Fatalf("server did not answer another client")
+				}
+				return
+			}
+			h, f := rc.recv()
+			ef, ok := f.(*wire.ErrorFrame)
+			if !ok || ef.Code != tc.code {
+				t.Fatalf("answered %v %+v; want Error %v", h.Opcode, f, tc.code)
+			}
+			if _, _, err := rc.next(); !errors.Is(err, io.EOF) {
+				t.Fatalf("connection not closed after %v: %v", tc.code, err)
+			}
+		})
+	}
+}

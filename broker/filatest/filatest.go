@@ -1,0 +1,256 @@
+// Package filatest runs a real fila-server process for tests: built once
+// per test binary (or taken from $FILA_TEST_SERVER_BIN), listening on a free
+// 127.0.0.1 port, with its data in a temporary directory.
+//
+//	srv := filatest.Start(t)
+//	client, err := fila.Connect(ctx, srv.Addr)
+//	srv.Kill()       // SIGKILL, as a crash
+//	srv.Restart(t)   // same data directory, same address
+package filatest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running (or stopped) fila-server process.
+type Server struct {
+	// Addr is the host:port the server listens on.
+	Addr string
+	// DataDir is its storage directory.
+	DataDir string
+	// Env is extra environment (KEY=value) given to every start.
+	Env []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *logBuffer
+}
+
+// An Option configures Start.
+type Option func(*Server)
+
+// WithEnv adds environment variables, such as
+// "FILA_QUEUE_VISIBILITY_TIMEOUT=1s".
+func WithEnv(kv ...string) Option { return func(s *Server) { s.Env = append(s.Env, kv...) } }
+
+// WithDataDir uses dir instead of a fresh temporary directory.
+func WithDataDir(dir string) Option { return func(s *Server) { s.DataDir = dir } }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary returns the path of a fila-server binary: $FILA_TEST_SERVER_BIN if set,
+// else one built once for this test process.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("FILA_TEST_SERVER_BIN"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fila-server-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fila-server")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fila-mq/fila/broker/cmd/fila-server").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build fila-server: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Start starts a server and stops it when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	s := &Server{Addr: "127.0.0.1:0"}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.DataDir == "" {
+		s.DataDir = t.TempDir()
+	}
+	s.start(t)
+	t.Cleanup(func() {
+		s.Stop(t)
+		if t.Failed() {
+			t.Logf("fila-server log:\n%s", s.Log())
+		}
+	})
+	return s
+}
+
+var listenRE = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(Binary(t))
+	cmd.Dir = s.DataDir
+	cmd.Env = append(os.Environ(),
+		"FILA_SERVER_LISTEN_ADDR="+s.Addr,
+		"FILA_STORAGE_DATA_DIR="+s.DataDir,
+		"FILA_SERVER_NODE_ID=test",
+		"FILA_LOG_LEVEL=info",
+	)
+	cmd.Env = append(cmd.Env, s.Env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start fila-server: %v", err)
+	}
+	s.mu.Lock()
+	lb := s.log
+	if lb == nil {
+		lb = &logBuffer{}
+	}
+	s.mu.Unlock()
+	addr := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			lb.add(line)
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done, s.log = cmd, done, lb
+	s.mu.Unlock()
+	select {
+	case a := <-addr:
+		s.Addr = a
+	case <-done:
+		t.Fatalf("fila-server exited at start:\n%s", lb.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("fila-server did not start listening in 60s:\n%s", lb.String())
+	}
+}
+
+// Kill stops the server with SIGKILL, as a crash, and waits for it to exit.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// Stop stops the server with SIGTERM (a graceful shutdown) and waits up to
+// 30s, then kills it.
+func (s *Server) Stop(t testing.TB) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("fila-server did not stop in 30s after SIGTERM; killing it")
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts the server again on the same data directory and address
+// (after Kill or Stop).
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.start(t)
+}
+
+// Pid returns the process ID.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process.Pid
+}
+
+// RSS returns the process's resident set size in bytes (Linux).
+func (s *Server) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", s.Pid())
+}
+
+// Log returns what the server wrote to stderr, across restarts.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return ""
+	}
+	return s.log.String()
+}
+
+type logBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBuffer) add(line string) {
+	b.mu.Lock()
+	b.lines = append(b.lines, line)
+	if len(b.lines) > 5000 {
+		b.lines = b.lines[len(b.lines)-5000:]
+	}
+	b.mu.Unlock()
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.lines, "\n")
+}

@@ -1,0 +1,20 @@
+module github.com/fila-mq/fila/broker
+
+go 1.26
+
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
+	github.com/fila-mq/fila/sdk/core v0.1.0
+	github.com/fila-mq/fila/sdk/go v0.1.0
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/tidwall/btree v1.8.2 // indirect
+	github.com/tidwall/gjson v1.10.2 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.0 // indirect
+	github.com/tidwall/tinylru v1.1.0 // indirect
+	github.com/tidwall/wal v1.2.1 // indirect
+	github.com/yuin/gopher-lua v1.1.2 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)

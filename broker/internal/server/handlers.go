@@ -1,0 +1,725 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/auth"
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// RuntimeConfig is the runtime config store (package rtconf).
+type RuntimeConfig interface {
+	Get(key string) (string, bool)
+	Set(key, value string) error
+	Delete(key string) (bool, error)
+	List(prefix string) []wire.ConfigEntry
+}
+
+// serverCapabilities are the optional features this broker grants.
+var serverCapabilities = []string{"continuation", "dedup", "ordering", "rate-limits", "lua"}
+
+// dispatch handles one frame; false ends the read loop.
+func (c *conn) dispatch(h wire.Header, body []byte) bool {
+	op := h.Opcode
+	if !c.handshaken {
+		if op != wire.OpHandshake {
+			c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("%v before Handshake", op))
+			return false
+		}
+		return c.handshake(h, body)
+	}
+	switch op.Kind() {
+	case wire.KindUnknown:
+		c.inflight.Add(1)
+		c.respond(h.RequestID, &wire.ErrorFrame{Code: wire.CodeUnknownOpcode, Message: fmt.Sprintf("unknown opcode 0x%04x", uint16(op))})
+		return true
+	case wire.KindResponse:
+		if op == wire.OpPong {
+			return true // answer to a server Ping; the server sends none yet
+		}
+		c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("%v is a server-to-client frame", op))
+		return false
+	case wire.KindPush:
+		if op == wire.OpGoAway {
+			c.goAway(wire.CodeOK, "client leaving")
+			return true
+		}
+		c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("%v is a server-to-client frame", op))
+		return false
+	}
+	f := wire.New(op)
+	if err := f.Decode(body); err != nil {
+		c.fail(h.RequestID, wire.CodeMalformedFrame, err.Error())
+		return false
+	}
+	if op == wire.OpHandshake {
+		c.fail(h.RequestID, wire.CodeProtocolViolation, "second Handshake")
+		return false
+	}
+	if cr, ok := f.(*wire.Credit); ok {
+		c.credit(cr)
+		return true
+	}
+	if h.RequestID == 0 {
+		c.fail(0, wire.CodeProtocolViolation, fmt.Sprintf("%v with request ID 0", op))
+		return false
+	}
+	c.mu.Lock()
+	going := c.goingAway
+	c.mu.Unlock()
+	c.inflight.Add(1)
+	if going {
+		c.respondErr(h.RequestID, fmt.Errorf("connection is going away: %w", fault.ErrUnavailable))
+		return true
+	}
+	if int(c.inflight.Load()) > c.s.cfg.MaxInFlight {
+		c.respondErr(h.RequestID, fmt.Errorf("more than %d requests in flight: %w", c.s.cfg.MaxInFlight, fault.ErrResourceExhausted))
+		return true
+	}
+	if !c.principal.Valid() {
+		c.respondErr(h.RequestID, fmt.Errorf("%v: API key revoked: %w", op, fault.ErrUnauthorized))
+		return true
+	}
+	if err := c.handle(h.RequestID, f); err != nil {
+		c.respondErr(h.RequestID, err)
+	}
+	return true
+}
+
+func (c *conn) handshake(h wire.Header, body []byte) bool {
+	var hs wire.Handshake
+	if err := hs.Decode(body); err != nil {
+		c.fail(h.RequestID, wire.CodeMalformedFrame, err.Error())
+		return false
+	}
+	version := min(hs.MaxVersion, wire.ProtocolVersion)
+	if version < max(hs.MinVersion, wire.MinProtocolVersion) || hs.MinVersion > hs.MaxVersion {
+		c.fail(h.RequestID, wire.CodeUnsupportedVersion,
+			fmt.Sprintf("client speaks versions %d to %d; server speaks %d to %d", hs.MinVersion, hs.MaxVersion, wire.MinProtocolVersion, wire.ProtocolVersion))
+		return false
+	}
+	if a := c.s.cfg.Auth; a != nil && c.s.cfg.RequireAuth {
+		p, err := a.Authenticate(hs.APIKey)
+		if err != nil {
+			c.fail(h.RequestID, wire.CodeUnauthorized, err.Error())
+			return false
+		}
+		c.principal = p
+	} else {
+		c.principal = auth.Unrestricted()
+	}
+	if hs.MaxFrameSize != 0 {
+		c.peerMaxFrame.Store(int64(max(int(hs.MaxFrameSize), wire.MinMaxFrameSize)))
+	}
+	var caps []string
+	for _, want := range hs.Capabilities {
+		for _, have := range serverCapabilities {
+			if want == have {
+				caps = append(caps, want)
+			}
+		}
+	}
+	c.handshaken = true
+	c.nc.SetReadDeadline(time.Time{})
+	c.log = c.log.With("client", hs.ClientName)
+	c.push(outItem{reqID: h.RequestID, frame: &wire.HandshakeOk{
+		Version:      version,
+		Capabilities: caps,
+		NodeID:       c.s.cfg.NodeID,
+		MaxFrameSize: uint32(c.s.cfg.MaxFrameSize),
+		ServerName:   "fila-server/" + c.s.cfg.Version,
+	}})
+	return true
+}
+
+// authorize checks the connection's key for op on queue: nil, or an error
+// wrapping fault.ErrForbidden or (once the key is revoked)
+// fault.ErrUnauthorized.
+func (c *conn) authorize(op auth.Op, queue string) error {
+	return c.principal.Authorize(op, queue)
+}
+
+// handle runs one request. A returned error answers the request with an
+// Error frame; otherwise the handler answers it, now or later.
+func (c *conn) handle(id uint32, f wire.Frame) error {
+	ctx := c.ctx
+	sh := c.s.sh
+	switch f := f.(type) {
+	case *wire.Ping:
+		c.respond(id, &wire.Pong{Nonce: f.Nonce})
+		return nil
+	case *wire.Enqueue:
+		return c.enqueue(id, f)
+	case *wire.Subscribe:
+		return c.subscribe(id, f)
+	case *wire.Unsubscribe:
+		return c.unsubscribe(id, f)
+	case *wire.Ack:
+		items := make([]sched.LeaseRef, len(f.Items))
+		for i, it := range f.Items {
+			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
+		}
+		return c.settle(id, wire.OpAck, func(i int) string { return f.Items[i].Queue }, len(items),
+			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Ack(ref, pick(items, keep)) })
+	case *wire.Nack:
+		items := make([]sched.NackItem, len(f.Items))
+		for i, it := range f.Items {
+			items[i] = sched.NackItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Reason: it.Reason}
+		}
+		return c.settle(id, wire.OpNack, func(i int) string { return f.Items[i].Queue }, len(items),
+			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Nack(ref, pick(items, keep)) })
+	case *wire.RetryAfter:
+		items := make([]sched.RetryItem, len(f.Items))
+		for i, it := range f.Items {
+			items[i] = sched.RetryItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Delay: msDur(it.DelayMS)}
+		}
+		return c.settle(id, wire.OpRetryAfter, func(i int) string { return f.Items[i].Queue }, len(items),
+			func(s *sched.Sched, ref sched.Ref, keep []int) { s.RetryAfter(ref, pick(items, keep)) })
+	case *wire.ExtendLease:
+		return c.extend(id, f)
+	case *wire.CreateQueue:
+		return c.createQueue(id, f)
+	case *wire.DeleteQueue:
+		if err := c.authorize(auth.OpDeleteQueue, f.Name); err != nil {
+			return err
+		}
+		name := f.Name
+		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.DeleteQueue(ref, name) }, func(v any) {
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.s.cfg.Hooks.Remove(name)
+			c.respond(id, &wire.DeleteQueueOk{})
+		})
+	case *wire.ListQueues:
+		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.ListQueues(ref) }, func(v any) {
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			var out []wire.QueueSummary
+			for _, q := range v.([]sched.QueueSummary) {
+				if !c.principal.Visible(q.Name) {
+					continue
+				}
+				out = append(out, wire.QueueSummary{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent})
+			}
+			c.respond(id, &wire.ListQueuesResult{Queues: out})
+		})
+	case *wire.QueueStats:
+		if err := c.authorize(auth.OpQueueStats, f.Name); err != nil {
+			return err
+		}
+		name := f.Name
+		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, name) }, func(v any) {
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.respond(id, c.statsFrame(v.(sched.QueueStats)))
+		})
+	case *wire.Redrive:
+		if err := c.authorize(auth.OpRedrive, f.DeadLetterQueue); err != nil {
+			return err
+		}
+		dlq, n := f.DeadLetterQueue, f.Count
+		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.Redrive(ref, dlq, n) }, func(v any) {
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.respond(id, &wire.RedriveResult{Moved: v.(sched.Redriven).Moved})
+		})
+	case *wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig:
+		return c.config(id, f)
+	case *wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
+		return c.keys(id, f)
+	case *wire.Topology:
+		if err := c.authorize(auth.OpTopology, f.Queue); err != nil {
+			return err
+		}
+		addr := c.s.cfg.AdvertiseAddr
+		if addr == "" {
+			addr = c.nc.LocalAddr().String()
+		}
+		q := f.Queue
+		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, q) }, func(v any) {
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: c.s.cfg.NodeID, LeaderAddr: addr}}})
+		})
+	}
+	return fmt.Errorf("%v: %w", f.Opcode(), fault.ErrNotSupported)
+}
+
+// authOp is the auth operation of a request opcode.
+func authOp(op wire.Opcode) auth.Op {
+	switch op {
+	case wire.OpPing:
+		return auth.OpPing
+	case wire.OpEnqueue:
+		return auth.OpEnqueue
+	case wire.OpSubscribe:
+		return auth.OpSubscribe
+	case wire.OpCredit:
+		return auth.OpCredit
+	case wire.OpUnsubscribe:
+		return auth.OpUnsubscribe
+	case wire.OpAck:
+		return auth.OpAck
+	case wire.OpNack:
+		return auth.OpNack
+	case wire.OpRetryAfter:
+		return auth.OpRetryAfter
+	case wire.OpExtendLease:
+		return auth.OpExtendLease
+	case wire.OpCreateQueue:
+		return auth.OpCreateQueue
+	case wire.OpDeleteQueue:
+		return auth.OpDeleteQueue
+	case wire.OpListQueues:
+		return auth.OpListQueues
+	case wire.OpQueueStats:
+		return auth.OpQueueStats
+	case wire.OpSetConfig:
+		return auth.OpSetConfig
+	case wire.OpGetConfig:
+		return auth.OpGetConfig
+	case wire.OpListConfig:
+		return auth.OpListConfig
+	case wire.OpDeleteConfig:
+		return auth.OpDeleteConfig
+	case wire.OpRedrive:
+		return auth.OpRedrive
+	case wire.OpCreateApiKey:
+		return auth.OpCreateAPIKey
+	case wire.OpRevokeApiKey:
+		return auth.OpRevokeAPIKey
+	case wire.OpListApiKeys:
+		return auth.OpListAPIKeys
+	case wire.OpSetAcl:
+		return auth.OpSetACL
+	case wire.OpGetAcl:
+		return auth.OpGetACL
+	case wire.OpTopology:
+		return auth.OpTopology
+	}
+	return 0 // unknown operations need admin on "*": they fail closed
+}
+
+func toAuth(ps []wire.Permission) []auth.Permission {
+	out := make([]auth.Permission, len(ps))
+	for i, p := range ps {
+		out[i] = auth.Permission{Kind: auth.Kind(p.Kind), Pattern: p.Pattern}
+	}
+	return out
+}
+
+func fromAuth(ps []auth.Permission) []wire.Permission {
+	out := make([]wire.Permission, len(ps))
+	for i, p := range ps {
+		out[i] = wire.Permission{Kind: wire.PermissionKind(p.Kind), Pattern: p.Pattern}
+	}
+	return out
+}
+
+func asErr(v any) error {
+	if err, ok := v.(error); ok {
+		return err
+	}
+	return nil
+}
+
+func msDur(ms uint64) time.Duration {
+	if ms > uint64(1<<63-1)/uint64(time.Millisecond) {
+		return 1<<63 - 1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func pick[T any](items []T, keep []int) []T {
+	if len(keep) == len(items) {
+		return items
+	}
+	out := make([]T, len(keep))
+	for i, k := range keep {
+		out[i] = items[k]
+	}
+	return out
+}
+
+func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
+	n := len(f.Messages)
+	results := make([]wire.EnqueueItemResult, n)
+	items := make([]sched.EnqueueItem, 0, n)
+	keep := make([]int, 0, n)
+	var bodyBuf []byte
+	for i := range f.Messages {
+		m := &f.Messages[i]
+		if err := c.checkMessage(m); err != nil {
+			results[i] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
+			continue
+		}
+		fk, weight, tks := m.FairnessKey, m.Weight, m.ThrottleKeys
+		if r := c.s.cfg.Hooks.Runner(m.Queue); r != nil && r.HasOnEnqueue() {
+			in := hook.EnqueueInput{Queue: m.Queue, PayloadSize: len(m.Payload), FairnessKey: fk, Weight: weight, ThrottleKeys: tks}
+			in.Headers = make([]hook.Header, len(m.Headers))
+			for j, h := range m.Headers {
+				in.Headers[j] = hook.Header{Key: h.Key, Value: h.Value}
+			}
+			out, err := r.OnEnqueue(c.ctx, in)
+			if err != nil {
+				c.log.Warn("on_enqueue failed; using the producer's values", "queue", m.Queue, "err", err)
+			}
+			fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys
+		}
+		// One allocation holds every body of the batch.
+		if bodyBuf == nil {
+			total := 0
+			for j := i; j < n; j++ {
+				total += bodySize(f.Messages[j].Headers, f.Messages[j].Payload)
+			}
+			bodyBuf = make([]byte, 0, total)
+		}
+		start := len(bodyBuf)
+		bodyBuf = encodeBody(bodyBuf, m.Headers, m.Payload)
+		items = append(items, sched.EnqueueItem{Queue: m.Queue, Msg: sched.Message{
+			FairnessKey:    fk,
+			Weight:         weight,
+			ThrottleKeys:   tks,
+			OrderingKey:    m.OrderingKey,
+			IdempotencyKey: m.IdempotencyKey,
+			Delay:          msDur(m.DelayMS),
+			PayloadSize:    uint32(len(m.Payload)),
+			Body:           bodyBuf[start:len(bodyBuf):len(bodyBuf)],
+		}})
+		keep = append(keep, i)
+	}
+	if len(items) == 0 {
+		c.respond(id, &wire.EnqueueResult{Results: results})
+		return nil
+	}
+	return c.s.sh.Enqueue(c.ctx, items, func(v any) {
+		if err := asErr(v); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		for j, r := range v.([]sched.EnqueueResult) {
+			i := keep[j]
+			if r.Err != nil {
+				results[i] = wire.EnqueueItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
+				continue
+			}
+			results[i] = wire.EnqueueItemResult{ID: r.ID, Duplicate: r.Duplicate}
+		}
+		c.respond(id, &wire.EnqueueResult{Results: results})
+	})
+}
+
+// checkMessage validates a message before it reaches the scheduler.
+func (c *conn) checkMessage(m *wire.EnqueueMessage) error {
+	if err := c.authorize(auth.OpEnqueue, m.Queue); err != nil {
+		return err
+	}
+	size := len(m.Payload)
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+		if strings.HasPrefix(h.Key, "fila-") {
+			return fmt.Errorf("header %q: the fila- prefix is reserved: %w", h.Key, fault.ErrInvalidArgument)
+		}
+	}
+	if size > c.s.cfg.MaxMessageSize {
+		return fmt.Errorf("%s: message of %d bytes exceeds %d: %w", m.Queue, size, c.s.cfg.MaxMessageSize, fault.ErrMessageTooLarge)
+	}
+	if len(m.Headers) > 1024 {
+		return fmt.Errorf("%d headers: at most 1024: %w", len(m.Headers), fault.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
+	if err := c.authorize(auth.OpSubscribe, f.Queue); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if len(c.subs) >= c.s.cfg.MaxSubscriptions {
+		c.mu.Unlock()
+		return fmt.Errorf("more than %d subscriptions on one connection: %w", c.s.cfg.MaxSubscriptions, fault.ErrResourceExhausted)
+	}
+	if _, dup := c.subs[id]; dup {
+		c.mu.Unlock()
+		c.fail(id, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is an open subscription", id))
+		return nil
+	}
+	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue, unlimited: f.Prefetch == 0}
+	c.subs[id] = sub
+	c.mu.Unlock()
+
+	credit := f.Prefetch
+	if sub.unlimited {
+		credit = c.s.cfg.UnlimitedWindow
+	}
+	limits := make([]sched.RateLimit, len(f.RateLimits))
+	for i, l := range f.RateLimits {
+		limits[i] = sched.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
+	}
+	prefetch := f.Prefetch
+	err := c.s.sh.Subscribe(c.ctx, sub.id, f.Queue, credit, limits, sub, func(v any) {
+		if err := asErr(v); err != nil {
+			c.mu.Lock()
+			delete(c.subs, id)
+			c.mu.Unlock()
+			c.respondErr(id, err)
+			return
+		}
+		c.respond(id, &wire.SubscribeOk{Prefetch: prefetch})
+	})
+	if err != nil {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *conn) unsubscribe(id uint32, f *wire.Unsubscribe) error {
+	c.mu.Lock()
+	sub, ok := c.subs[f.Subscription]
+	if ok {
+		delete(c.subs, f.Subscription)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("subscription %d: %w", f.Subscription, fault.ErrSubscriptionNotFound)
+	}
+	return c.s.sh.Unsubscribe(c.ctx, sub.id, false, func(v any) {
+		if err := asErr(v); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		c.respond(id, &wire.UnsubscribeOk{})
+	})
+}
+
+func (c *conn) credit(f *wire.Credit) {
+	c.mu.Lock()
+	sub, ok := c.subs[f.Subscription]
+	c.mu.Unlock()
+	if !ok {
+		c.push(outItem{reqID: f.Subscription, frame: &wire.ErrorFrame{Code: wire.CodeSubscriptionNotFound,
+			Message: fmt.Sprintf("credit for subscription %d, which is not open", f.Subscription)}})
+		return
+	}
+	if sub.unlimited || f.Credits == 0 {
+		return // the window follows the socket; nothing to add
+	}
+	c.s.sh.AddCredit(c.ctx, sub.id, f.Credits)
+}
+
+// settle runs Ack, Nack or RetryAfter: per-item checks, then the
+// scheduler, then one result per item.
+func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int, cmd func(s *sched.Sched, ref sched.Ref, keep []int)) error {
+	results := make([]wire.ItemResult, n)
+	keep := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		if err := c.authorize(authOp(op), queueOf(i)); err != nil {
+			results[i] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
+			continue
+		}
+		keep = append(keep, i)
+	}
+	respond := func() {
+		switch op {
+		case wire.OpAck:
+			c.respond(id, &wire.AckResult{Results: results})
+		case wire.OpNack:
+			c.respond(id, &wire.NackResult{Results: results})
+		default:
+			c.respond(id, &wire.RetryAfterResult{Results: results})
+		}
+	}
+	if len(keep) == 0 {
+		respond()
+		return nil
+	}
+	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { cmd(s, ref, keep) }, func(v any) {
+		if err := asErr(v); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		for j, err := range v.([]error) {
+			if err != nil {
+				results[keep[j]] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
+			}
+		}
+		respond()
+	})
+}
+
+func (c *conn) extend(id uint32, f *wire.ExtendLease) error {
+	results := make([]wire.ExtendLeaseItemResult, len(f.Items))
+	items := make([]sched.ExtendItem, 0, len(f.Items))
+	keep := make([]int, 0, len(f.Items))
+	for i, it := range f.Items {
+		if err := c.authorize(auth.OpExtendLease, it.Queue); err != nil {
+			results[i] = wire.ExtendLeaseItemResult{Code: CodeOf(err), Message: err.Error()}
+			continue
+		}
+		items = append(items, sched.ExtendItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Duration: msDur(it.DurationMS)})
+		keep = append(keep, i)
+	}
+	if len(items) == 0 {
+		c.respond(id, &wire.ExtendLeaseResult{Results: results})
+		return nil
+	}
+	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { s.ExtendLease(ref, items) }, func(v any) {
+		if err := asErr(v); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		for j, r := range v.([]sched.ExtendResult) {
+			i := keep[j]
+			if r.Err != nil {
+				results[i] = wire.ExtendLeaseItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
+				continue
+			}
+			results[i] = wire.ExtendLeaseItemResult{LeaseDeadlineAtMS: uint64(int64(r.Deadline) / 1e6)}
+		}
+		c.respond(id, &wire.ExtendLeaseResult{Results: results})
+	})
+}
+
+func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
+	if err := c.authorize(auth.OpCreateQueue, f.Name); err != nil {
+		return err
+	}
+	var prog *hook.Program
+	if f.OnEnqueue != "" || f.OnFailure != "" {
+		p, err := c.s.cfg.Hooks.Compile(f.OnEnqueue, f.OnFailure)
+		if err != nil {
+			return fmt.Errorf("create queue %s: %w", f.Name, err)
+		}
+		prog = p
+	}
+	spec := sched.QueueSpec{
+		Name:              f.Name,
+		VisibilityTimeout: msDur(f.VisibilityTimeoutMS),
+		OnEnqueue:         f.OnEnqueue,
+		OnFailure:         f.OnFailure,
+		MaxAttempts:       f.MaxAttempts,
+		BackoffBase:       msDur(f.BackoffBaseMS),
+		BackoffMax:        msDur(f.BackoffMaxMS),
+		DedupWindow:       msDur(f.DedupWindowMS),
+	}
+	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, spec) }, func(v any) {
+		if err := asErr(v); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		if prog != nil {
+			c.s.cfg.Hooks.Set(spec.Name, prog)
+		}
+		qc := v.(sched.QueueCreated)
+		c.respond(id, &wire.CreateQueueOk{Name: qc.Name, DeadLetterQueue: qc.DLQ})
+	})
+}
+
+func (c *conn) statsFrame(st sched.QueueStats) *wire.QueueStatsResult {
+	r := &wire.QueueStatsResult{
+		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
+		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
+	}
+	for _, k := range st.FairnessKeys {
+		r.FairnessKeys = append(r.FairnessKeys, wire.FairnessKeyStats{Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered})
+	}
+	for _, k := range st.ThrottleKeys {
+		r.ThrottleKeys = append(r.ThrottleKeys, wire.ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
+	}
+	if run := c.s.cfg.Hooks.Runner(st.Name); run != nil {
+		hs := run.Stats()
+		r.Hooks = wire.HookStats{
+			OnEnqueueCalls: hs.OnEnqueueCalls, OnEnqueueFailures: hs.OnEnqueueFailures,
+			OnFailureCalls: hs.OnFailureCalls, OnFailureFailures: hs.OnFailureFailures,
+			CircuitOpen: hs.CircuitOpen, CircuitTrips: hs.CircuitTrips,
+		}
+	}
+	return r
+}
+
+func (c *conn) config(id uint32, f wire.Frame) error {
+	rc := c.s.cfg.Config
+	if rc == nil {
+		return fmt.Errorf("runtime config: %w", fault.ErrNotSupported)
+	}
+	if err := c.authorize(authOp(f.Opcode()), auth.Everything); err != nil {
+		return err
+	}
+	switch f := f.(type) {
+	case *wire.SetConfig:
+		if err := rc.Set(f.Key, f.Value); err != nil {
+			return err
+		}
+		c.respond(id, &wire.SetConfigOk{})
+	case *wire.GetConfig:
+		v, ok := rc.Get(f.Key)
+		c.respond(id, &wire.GetConfigResult{Found: ok, Value: v})
+	case *wire.ListConfig:
+		c.respond(id, &wire.ListConfigResult{Entries: rc.List(f.Prefix)})
+	case *wire.DeleteConfig:
+		existed, err := rc.Delete(f.Key)
+		if err != nil {
+			return err
+		}
+		c.respond(id, &wire.DeleteConfigOk{Existed: existed})
+	}
+	return nil
+}
+
+func (c *conn) keys(id uint32, f wire.Frame) error {
+	if c.s.cfg.Auth == nil {
+		return fmt.Errorf("api keys: auth is not configured: %w", fault.ErrNotSupported)
+	}
+	if err := c.authorize(authOp(f.Opcode()), auth.Everything); err != nil {
+		return err
+	}
+	km := c.s.cfg.Auth
+	switch f := f.(type) {
+	case *wire.CreateApiKey:
+		kid, secret, err := km.Create(f.Name, toAuth(f.Permissions))
+		if err != nil {
+			return err
+		}
+		c.respond(id, &wire.CreateApiKeyResult{KeyID: kid, Secret: secret})
+	case *wire.RevokeApiKey:
+		if err := km.Revoke(f.KeyID); err != nil {
+			return err
+		}
+		c.respond(id, &wire.RevokeApiKeyOk{})
+	case *wire.ListApiKeys:
+		var ks []wire.ApiKeyInfo
+		for _, k := range km.List() {
+			ks = append(ks, wire.ApiKeyInfo{KeyID: k.ID, Name: k.Name, CreatedAtMS: uint64(k.CreatedAt.UnixMilli()), Permissions: fromAuth(k.Permissions)})
+		}
+		c.respond(id, &wire.ListApiKeysResult{Keys: ks})
+	case *wire.SetAcl:
+		if err := km.SetACL(f.KeyID, toAuth(f.Permissions)); err != nil {
+			return err
+		}
+		c.respond(id, &wire.SetAclOk{})
+	case *wire.GetAcl:
+		ps, err := km.GetACL(f.KeyID)
+		if err != nil {
+			return err
+		}
+		c.respond(id, &wire.GetAclResult{Permissions: fromAuth(ps)})
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+// Package server speaks the Fila wire protocol to clients: it accepts
+// connections (TCP, optionally TLS), performs the handshake, decodes
+// requests, checks them, hands them to the shard, and writes responses and
+// deliveries back.
+//
+// Each connection has two goroutines: a reader that decodes frames and
+// dispatches them, and a writer that drains the connection's outbound
+// queue (responses released by the shard once durable, deliveries whose
+// bodies it reads back from storage). Neither the shard nor the storage
+// completion goroutine ever blocks on a client: they only append to the
+// outbound queue, whose length is bounded by the connection's requests in
+// flight and its subscriptions' credit.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/auth"
+	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// Config configures a Server.
+type Config struct {
+	// NodeID identifies this node in HandshakeOk and topology answers.
+	NodeID string
+	// AdvertiseAddr is the host:port clients should use for this node
+	// (Topology answers); empty means the listener's address.
+	AdvertiseAddr string
+	// MaxFrameSize is the largest frame body accepted, in bytes; 0 means
+	// wire.DefaultMaxFrameSize.
+	MaxFrameSize int
+	// MaxMessageSize bounds a message's payload plus headers, in bytes;
+	// 0 means 16 MiB.
+	MaxMessageSize int
+	// MaxInFlight bounds requests in flight per connection; 0 means 4096.
+	MaxInFlight int
+	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
+	MaxSubscriptions int
+	// UnlimitedWindow is the number of deliveries in the pipe for a
+	// subscription without a prefetch limit: credit is replenished as
+	// deliveries are written to the socket. 0 means 256.
+	UnlimitedWindow uint32
+	// HandshakeTimeout bounds the wait for the first frame; 0 means 10s.
+	HandshakeTimeout time.Duration
+	// TLS, when not nil, is used for every accepted connection.
+	TLS *tls.Config
+	// Auth holds the API keys and their ACLs; nil refuses API-key
+	// requests.
+	Auth *auth.Store
+	// RequireAuth makes every connection authenticate with an API key at
+	// handshake. Without it every connection may do everything, and keys
+	// can still be minted ahead of turning auth on.
+	RequireAuth bool
+	// Hooks compiles and runs the queues' Lua hooks.
+	Hooks *Hooks
+	// Config is the runtime config store; nil refuses config requests.
+	Config RuntimeConfig
+	Logger *slog.Logger
+	// Version is reported to clients as fila-server/<Version>.
+	Version string
+}
+
+func (c *Config) defaults() {
+	if c.MaxFrameSize <= 0 {
+		c.MaxFrameSize = wire.DefaultMaxFrameSize
+	}
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = 16 << 20
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4096
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 1024
+	}
+	if c.UnlimitedWindow == 0 {
+		c.UnlimitedWindow = 256
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+}
+
+// Server serves clients for one shard.
+type Server struct {
+	cfg   Config
+	sh    *shard.Shard
+	log   *slog.Logger
+	subID atomic.Uint64
+
+	mu       sync.Mutex
+	lns      []net.Listener
+	conns    map[*conn]struct{}
+	draining bool
+	wg       sync.WaitGroup
+}
+
+// New returns a server over sh.
+func New(cfg Config, sh *shard.Shard) *Server {
+	cfg.defaults()
+	return &Server{cfg: cfg, sh: sh, log: cfg.Logger, conns: map[*conn]struct{}{}}
+}
+
+// Serve accepts connections on ln until Shutdown, and returns nil then.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return errors.New("server: shutting down")
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			draining := s.draining
+			s.mu.Unlock()
+			if draining {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("server: accept: %w", err)
+		}
+		backoff = 0
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS)
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Shutdown stops accepting, sends GoAway to every connection, waits until
+// ctx for their requests in flight to be answered, then closes them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.goAway(wire.CodeUnavailable, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, c := range conns {
+			c.close()
+		}
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Hooks are the queues' compiled Lua hooks, by queue name. Connection
+// goroutines read it for on_enqueue; CreateQueue, DeleteQueue and recovery
+// change it.
+type Hooks struct {
+	limits hook.Limits
+	cfg    hook.ConfigReader
+	log    *slog.Logger
+
+	mu      sync.RWMutex
+	runners map[string]*hook.Runner
+}
+
+// NewHooks returns an empty registry whose hooks run with limits and read
+// runtime config through cfg.
+func NewHooks(limits hook.Limits, cfg hook.ConfigReader, log *slog.Logger) *Hooks {
+	return &Hooks{limits: limits, cfg: cfg, log: log, runners: map[string]*hook.Runner{}}
+}
+
+// Compile checks that the scripts compile, without registering them. The
+// error wraps fault.ErrScriptError with the line number.
+func (h *Hooks) Compile(onEnqueue, onFailure string) (*hook.Program, error) {
+	return hook.Compile(onEnqueue, onFailure)
+}
+
+// Set registers the compiled hooks of queue, replacing any.
+func (h *Hooks) Set(queue string, p *hook.Program) {
+	r := hook.NewRunner(p, h.cfg, h.limits, h.log.With("queue", queue), time.Now)
+	h.mu.Lock()
+	old := h.runners[queue]
+	h.runners[queue] = r
+	h.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// Remove drops queue's hooks.
+func (h *Hooks) Remove(queue string) {
+	h.mu.Lock()
+	old := h.runners[queue]
+	delete(h.runners, queue)
+	h.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// Runner returns queue's hooks, or nil.
+func (h *Hooks) Runner(queue string) *hook.Runner {
+	if h == nil {
+		return nil
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.runners[queue]
+}
+
+// RestoreHooks compiles and registers the hooks of every queue spec, at
+// startup. A script that no longer compiles is logged and skipped.
+func (h *Hooks) RestoreHooks(specs []sched.QueueSpec) {
+	for _, q := range specs {
+		if q.OnEnqueue == "" && q.OnFailure == "" {
+			continue
+		}
+		p, err := hook.Compile(q.OnEnqueue, q.OnFailure)
+		if err != nil {
+			h.log.Error("queue hooks do not compile; running without them", "queue", q.Name, "err", err)
+			continue
+		}
+		h.Set(q.Name, p)
+	}
+}

@@ -1,0 +1,464 @@
+// Package shard is the goroutine shell around the scheduler state machine,
+// in the way etcd raft's node.go drives its RawNode. One goroutine owns a
+// *sched.Sched and makes every scheduling decision without locks;
+// connection goroutines reach it with commands over a bounded channel.
+//
+// Each loop iteration ticks the scheduler, applies the commands that
+// arrived, and turns the Ready into one storage group. The group is handed
+// to the store asynchronously, and the Ready's replies and deliveries are
+// released only once it is durable (persist before send), in Ready order:
+// an enqueue is acknowledged after its message is fsynced, an ack after
+// its deletion is. Meanwhile the loop goes on scheduling, so one fsync
+// carries every command that arrived while the previous one ran (group
+// commit).
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// Storage is what the shard needs of the storage engine. The contract
+// (stated in full in package store): a group applied with ApplyAsync is
+// atomic and durable before done runs, groups complete in submission
+// order, and Get and Scan see every completed group.
+type Storage interface {
+	ApplyAsync(b *store.Batch, done func(error))
+	Get(key []byte) ([]byte, error)
+	Scan(start, end []byte, fn func(key, value []byte) error) error
+}
+
+// A Sink receives a subscription's deliveries and its end. Its methods are
+// called from the goroutine that completes storage groups and must not
+// block.
+type Sink interface {
+	// Deliver hands over messages leased to the subscription. msgs and its
+	// fields are the sink's to keep.
+	Deliver(sub sched.SubID, msgs []sched.Delivered)
+	// Ended reports that the broker closed the subscription (its queue was
+	// deleted).
+	Ended(sub sched.SubID, err error)
+}
+
+// Config configures a shard.
+type Config struct {
+	Sched  sched.Config
+	Logger *slog.Logger
+	// Failure runs a queue's on_failure hook for a failed message and
+	// returns its decision; nil, or an error, means the default policy.
+	// It runs on a worker goroutine, never on the shard's.
+	Failure func(ctx context.Context, f sched.Failure, record []byte) (sched.Decision, error)
+	// Clock returns the current time; nil means time.Now. Tests inject a
+	// fake.
+	Clock func() time.Time
+}
+
+// Shard runs one scheduler.
+type Shard struct {
+	cfg  Config
+	st   Storage
+	log  *slog.Logger
+	s    *sched.Sched
+	cmds chan func()
+
+	// Owned by the loop goroutine.
+	refs    map[sched.Ref]func(any)
+	nextRef sched.Ref
+	sinks   map[sched.SubID]Sink
+	closing []sched.SubID // unsubscribed this iteration: drop sinks after the flush
+
+	// Time: a wall-clock origin plus monotonic elapsed, so scheduler time
+	// is Unix nanoseconds that never go backwards.
+	origin time.Time
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+	failed   atomic.Pointer[error]
+
+	failWork chan failureJob
+	wg       sync.WaitGroup
+
+	// inflight bounds the storage groups submitted and not yet durable:
+	// when the disk falls behind, the loop waits here instead of queueing
+	// without limit, and commands back up into the bounded channel, which
+	// slows producers.
+	inflight chan struct{}
+
+	restored []sched.QueueSpec
+}
+
+// maxGroupsInFlight is how many storage groups may wait for durability at
+// once. The store puts every waiting group behind its next fsync, so a few
+// are enough to keep the disk busy.
+const maxGroupsInFlight = 64
+
+type failureJob struct {
+	f sched.Failure
+}
+
+// Open recovers the scheduler's state from st and starts the shard's
+// goroutine. Close stops it.
+func Open(cfg Config, st Storage) (*Shard, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	origin := cfg.Clock()
+	if cfg.Sched.LeaseBase == 0 {
+		// Lease tokens must never repeat across restarts: start above any
+		// token of an earlier boot by counting from the boot time.
+		cfg.Sched.LeaseBase = uint64(origin.UnixNano())
+	}
+	sh := &Shard{
+		cfg:      cfg,
+		st:       st,
+		log:      cfg.Logger,
+		s:        sched.New(cfg.Sched),
+		cmds:     make(chan func(), 4096),
+		refs:     map[sched.Ref]func(any){},
+		sinks:    map[sched.SubID]Sink{},
+		origin:   origin,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		failWork: make(chan failureJob, 1024),
+		inflight: make(chan struct{}, maxGroupsInFlight),
+	}
+	start := time.Now()
+	n := 0
+	end := prefixEnd([]byte(sched.Prefix))
+	err := st.Scan([]byte(sched.Prefix), end, func(k, v []byte) error {
+		n++
+		return sh.s.Restore(k, v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shard: recover: %w", err)
+	}
+	sh.s.Tick(sh.now())
+	sh.restored = sh.s.Specs()
+	sh.log.Info("recovered scheduler state", "records", n, "elapsed", time.Since(start).Round(time.Millisecond))
+
+	workers := 4
+	for i := 0; i < workers; i++ {
+		sh.wg.Add(1)
+		go sh.failureWorker()
+	}
+	go sh.run()
+	return sh, nil
+}
+
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func (sh *Shard) now() sched.Time {
+	return sched.Time(sh.origin.UnixNano() + int64(sh.cfg.Clock().Sub(sh.origin)))
+}
+
+// RestoredSpecs returns the queue definitions found at recovery, so the
+// shell can compile their hooks.
+func (sh *Shard) RestoredSpecs() []sched.QueueSpec { return sh.restored }
+
+// Close stops the shard after the commands already queued. Replies still
+// waiting for storage are released when their groups complete.
+func (sh *Shard) Close() {
+	sh.stopOnce.Do(func() { close(sh.stop) })
+	<-sh.done
+	close(sh.failWork)
+	sh.wg.Wait()
+}
+
+// Err returns the storage failure that stopped the shard, or nil.
+func (sh *Shard) Err() error {
+	if p := sh.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// do runs fn on the shard goroutine. It blocks while the command channel
+// is full (back-pressure on producers) and fails with ErrUnavailable once
+// the shard has stopped.
+func (sh *Shard) do(ctx context.Context, fn func()) error {
+	if err := sh.Err(); err != nil {
+		return err
+	}
+	select {
+	case sh.cmds <- fn:
+		return nil
+	case <-sh.done:
+		return fmt.Errorf("shard: stopped: %w", fault.ErrUnavailable)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ref registers a reply callback; runs on the shard goroutine.
+func (sh *Shard) ref(cb func(any)) sched.Ref {
+	sh.nextRef++
+	sh.refs[sh.nextRef] = cb
+	return sh.nextRef
+}
+
+func (sh *Shard) run() {
+	defer close(sh.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case fn := <-sh.cmds:
+			sh.s.Tick(sh.now())
+			fn()
+			// Take every command already queued, so they share one
+			// storage group.
+		drain:
+			for i := 0; i < 1024; i++ {
+				select {
+				case fn := <-sh.cmds:
+					fn()
+				default:
+					break drain
+				}
+			}
+		case <-timer.C:
+			sh.s.Tick(sh.now())
+		case <-sh.stop:
+			// Run what is already queued, then stop.
+			for {
+				select {
+				case fn := <-sh.cmds:
+					fn()
+					continue
+				default:
+				}
+				break
+			}
+			sh.flush(timer)
+			return
+		}
+		sh.flush(timer)
+	}
+}
+
+// flush turns the scheduler's Ready into a storage group and releases its
+// effects once the group is durable.
+func (sh *Shard) flush(timer *time.Timer) {
+	for sh.s.HasReady() {
+		rd := sh.s.Ready()
+		b := new(store.Batch)
+		size := 0
+		for _, m := range rd.Persist {
+			size += len(m.Key) + len(m.Value) + 21
+		}
+		b.Grow(size)
+		for _, m := range rd.Persist {
+			if m.Delete {
+				b.Delete(m.Key)
+			} else {
+				b.Put(m.Key, m.Value)
+			}
+		}
+		rel := &release{}
+		for _, r := range rd.Replies {
+			cb := sh.refs[r.Ref]
+			delete(sh.refs, r.Ref)
+			if cb != nil {
+				rel.replies = append(rel.replies, reply{cb, ownReply(r.Value)})
+			}
+		}
+		for _, d := range rd.Deliveries {
+			sink := sh.sinks[d.Sub]
+			if sink == nil {
+				continue
+			}
+			msgs := make([]sched.Delivered, len(d.Msgs))
+			copy(msgs, d.Msgs)
+			for i := range msgs {
+				msgs[i].Key = append([]byte(nil), msgs[i].Key...)
+			}
+			rel.deliveries = append(rel.deliveries, delivery{sink, d.Sub, msgs})
+		}
+		for _, e := range rd.Ended {
+			if sink := sh.sinks[e.Sub]; sink != nil {
+				rel.ended = append(rel.ended, ended{sink, e.Sub, e.Err})
+				delete(sh.sinks, e.Sub)
+			}
+		}
+		for _, sub := range sh.closing {
+			delete(sh.sinks, sub)
+		}
+		sh.closing = sh.closing[:0]
+		for _, f := range rd.Failures {
+			f.Key = append([]byte(nil), f.Key...)
+			rel.failures = append(rel.failures, f)
+		}
+		if d := rd.Deadline; d != 0 {
+			wait := time.Duration(int64(d) - int64(sh.now()))
+			timer.Reset(max(wait, 0))
+		}
+		sh.s.Advance(rd)
+		sh.inflight <- struct{}{}
+		sh.st.ApplyAsync(b, rel.run(sh))
+	}
+}
+
+// ownReply copies a reply value out of the Ready's buffers, which the
+// scheduler reuses after the next Ready, while the reply waits for its
+// group to be durable.
+func ownReply(v any) any {
+	switch v := v.(type) {
+	case []sched.EnqueueResult:
+		return slices.Clone(v)
+	case []error:
+		return slices.Clone(v)
+	case []sched.ExtendResult:
+		return slices.Clone(v)
+	case []sched.QueueSummary:
+		return slices.Clone(v)
+	case sched.QueueStats:
+		v.FairnessKeys = slices.Clone(v.FairnessKeys)
+		v.ThrottleKeys = slices.Clone(v.ThrottleKeys)
+		return v
+	}
+	return v
+}
+
+type reply struct {
+	cb func(any)
+	v  any
+}
+
+type delivery struct {
+	sink Sink
+	sub  sched.SubID
+	msgs []sched.Delivered
+}
+
+type ended struct {
+	sink Sink
+	sub  sched.SubID
+	err  error
+}
+
+// release is what a Ready lets out once its group is durable.
+type release struct {
+	replies    []reply
+	deliveries []delivery
+	ended      []ended
+	failures   []sched.Failure
+}
+
+func (r *release) run(sh *Shard) func(error) {
+	return func(err error) {
+		defer func() { <-sh.inflight }()
+		if err != nil {
+			sh.storageFailed(err)
+			err = fmt.Errorf("shard: storage: %w", fault.ErrUnavailable)
+			for _, rp := range r.replies {
+				rp.cb(err)
+			}
+			return
+		}
+		for _, rp := range r.replies {
+			rp.cb(rp.v)
+		}
+		for _, d := range r.deliveries {
+			d.sink.Deliver(d.sub, d.msgs)
+		}
+		for _, e := range r.ended {
+			e.sink.Ended(e.sub, e.err)
+		}
+		for _, f := range r.failures {
+			select {
+			case sh.failWork <- failureJob{f}:
+			default:
+				// Workers are saturated: decide by the default policy
+				// rather than block storage completion.
+				sh.decide(f, sched.DefaultDecision(f.Policy, f.Attempts))
+			}
+		}
+	}
+}
+
+// storageFailed records a storage failure. The store's errors are sticky:
+// nothing more can be made durable, so the shard stops accepting commands
+// and the process should exit (the server's supervisor does).
+func (sh *Shard) storageFailed(err error) {
+	if sh.failed.CompareAndSwap(nil, &err) {
+		sh.log.Error("storage failed; refusing further commands", "err", err)
+	}
+}
+
+func (sh *Shard) failureWorker() {
+	defer sh.wg.Done()
+	for job := range sh.failWork {
+		d := sched.DefaultDecision(job.f.Policy, job.f.Attempts)
+		if sh.cfg.Failure != nil {
+			rec, err := sh.st.Get(job.f.Key)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if hd, herr := sh.cfg.Failure(ctx, job.f, rec); herr == nil {
+					d = hd
+				}
+				cancel()
+			}
+		}
+		sh.decide(job.f, d)
+	}
+}
+
+func (sh *Shard) decide(f sched.Failure, d sched.Decision) {
+	// Never block a storage completion: Decide is posted from a goroutine
+	// when the command channel is full.
+	fn := func() { sh.s.Decide(f.Queue, f.ID, d) }
+	select {
+	case sh.cmds <- fn:
+	default:
+		go func() {
+			select {
+			case sh.cmds <- fn:
+			case <-sh.done:
+			}
+		}()
+	}
+}
+
+// ReadRecord returns the stored record of a delivered message (decode it
+// with sched.DecodeMessageRecord). It is safe to call from any goroutine.
+func (sh *Shard) ReadRecord(key []byte) ([]byte, error) {
+	v, err := sh.st.Get(key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("shard: record: %w", fault.ErrMessageNotFound)
+	}
+	return v, err
+}
+
+// NewID returns a new message ID: a UUIDv7, increasing across calls.
+func NewID() ([16]byte, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("shard: new id: %w", err)
+	}
+	return u, nil
+}
