@@ -1,0 +1,395 @@
+package fila
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// Administrator manages queues, runtime config and API keys. Get it from
+// Client.Admin.
+type Administrator struct {
+	c *Client
+}
+
+// QueueSpec describes a queue to create, built with NewQueueSpec and its
+// setters. Zero values take the broker's defaults.
+type QueueSpec struct {
+	f wire.CreateQueue
+}
+
+// NewQueueSpec returns a spec for a queue named name.
+func NewQueueSpec(name string) *QueueSpec { return &QueueSpec{f: wire.CreateQueue{Name: name}} }
+
+// VisibilityTimeout sets the lease length of deliveries (default: the
+// broker's [queue] visibility_timeout, 30s).
+func (q *QueueSpec) VisibilityTimeout(d time.Duration) *QueueSpec {
+	q.f.VisibilityTimeoutMS = ms(d)
+	return q
+}
+
+// OnEnqueue sets the Lua source defining on_enqueue(msg).
+func (q *QueueSpec) OnEnqueue(script string) *QueueSpec { q.f.OnEnqueue = script; return q }
+
+// OnFailure sets the Lua source defining on_failure(msg).
+func (q *QueueSpec) OnFailure(script string) *QueueSpec { q.f.OnFailure = script; return q }
+
+// MaxAttempts sets how many deliveries a message gets before it is
+// dead-lettered under the default failure policy (default 3).
+func (q *QueueSpec) MaxAttempts(n uint32) *QueueSpec { q.f.MaxAttempts = n; return q }
+
+// Backoff sets the default failure policy's delay after the first failure
+// (doubling after each further one, default 1s) and its cap (default 60s).
+func (q *QueueSpec) Backoff(base, max time.Duration) *QueueSpec {
+	q.f.BackoffBaseMS, q.f.BackoffMaxMS = ms(base), ms(max)
+	return q
+}
+
+// DedupWindow sets how long idempotency keys are remembered (default 5m).
+func (q *QueueSpec) DedupWindow(d time.Duration) *QueueSpec { q.f.DedupWindowMS = ms(d); return q }
+
+// Name returns the queue name.
+func (q *QueueSpec) Name() string { return q.f.Name }
+
+func ms(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64(d / time.Millisecond)
+}
+
+// CreateQueue creates a queue and its dead-letter queue "<name>.dlq". It
+// returns *CreateQueueError (QUEUE_EXISTS; SCRIPT_ERROR for a Lua script
+// that does not compile, with the line number) or *StatusError.
+func (a *Administrator) CreateQueue(ctx context.Context, spec *QueueSpec) error {
+	f := spec.f
+	_, err := a.c.request(ctx, &f, spec.f.Name)
+	return err
+}
+
+// DeleteQueue deletes a queue, its messages and its DLQ. It returns
+// *DeleteQueueError (QUEUE_NOT_FOUND) or *StatusError.
+func (a *Administrator) DeleteQueue(ctx context.Context, name string) error {
+	_, err := a.c.request(ctx, &wire.DeleteQueue{Name: name}, name)
+	return err
+}
+
+// QueueInfo summarises one queue.
+type QueueInfo struct {
+	Name string
+	// Ready counts messages deliverable now (including those waiting for
+	// throttle tokens); Delayed those not yet due; Leased those delivered
+	// and not yet settled.
+	Ready, Delayed, Leased uint64
+	// DeadLetterQueue is this queue's DLQ; empty for a DLQ.
+	DeadLetterQueue string
+	// Parent is, for a DLQ, the queue it belongs to.
+	Parent string
+}
+
+// ListQueues returns every queue, sorted by name.
+func (a *Administrator) ListQueues(ctx context.Context) ([]QueueInfo, error) {
+	resp, err := a.c.request(ctx, &wire.ListQueues{}, "")
+	if err != nil {
+		return nil, err
+	}
+	qs := resp.(*wire.ListQueuesResult).Queues
+	out := make([]QueueInfo, len(qs))
+	for i, q := range qs {
+		out[i] = QueueInfo{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent}
+	}
+	return out, nil
+}
+
+// QueueStats is a queue's state: depths, DRR state per fairness key,
+// token buckets per throttle key, Lua hook counters.
+type QueueStats struct {
+	Name                         string
+	Ready, Delayed, Leased       uint64
+	DeadLettered                 uint64
+	Subscriptions                uint32
+	VisibilityTimeout            time.Duration
+	MaxAttempts                  uint32
+	FairnessKeys                 []FairnessKeyStats
+	ThrottleKeys                 []ThrottleKeyStats
+	OnEnqueueCalls, OnEnqueueErr uint64
+	OnFailureCalls, OnFailureErr uint64
+	CircuitOpen                  bool
+	CircuitTrips                 uint64
+}
+
+// FairnessKeyStats is the DRR state of one fairness key with pending
+// messages. Deficit is in cost units (payload bytes).
+type FairnessKeyStats struct {
+	Key       string
+	Pending   uint64
+	Weight    uint32
+	Deficit   int64
+	Delivered uint64
+}
+
+// ThrottleKeyStats is the state of one token bucket: Rate in tokens per
+// second, Burst and Tokens in tokens, Waiting messages of the queue.
+type ThrottleKeyStats struct {
+	Key                 string
+	Rate, Burst, Tokens float64
+	Waiting             uint64
+}
+
+// QueueStats inspects a queue. It returns *QueueStatsError
+// (QUEUE_NOT_FOUND) or *StatusError.
+func (a *Administrator) QueueStats(ctx context.Context, name string) (*QueueStats, error) {
+	resp, err := a.c.request(ctx, &wire.QueueStats{Name: name}, name)
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*wire.QueueStatsResult)
+	st := &QueueStats{
+		Name: r.Name, Ready: r.Ready, Delayed: r.Delayed, Leased: r.Leased, DeadLettered: r.DeadLettered,
+		Subscriptions: r.Subscriptions, VisibilityTimeout: time.Duration(r.VisibilityTimeoutMS) * time.Millisecond,
+		MaxAttempts:    r.MaxAttempts,
+		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
+		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
+		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,
+	}
+	for _, k := range r.FairnessKeys {
+		st.FairnessKeys = append(st.FairnessKeys, FairnessKeyStats{Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered})
+	}
+	for _, k := range r.ThrottleKeys {
+		st.ThrottleKeys = append(st.ThrottleKeys, ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
+	}
+	return st, nil
+}
+
+// SetConfig sets a runtime-config key. Keys under "throttle." take
+// "rate,burst" (tokens per second, bucket size) and change the bucket live.
+// It returns *SetConfigError (INVALID_CONFIG_VALUE, naming the expected
+// form) or *StatusError.
+func (a *Administrator) SetConfig(ctx context.Context, key, value string) error {
+	_, err := a.c.request(ctx, &wire.SetConfig{Key: key, Value: value}, key)
+	return err
+}
+
+// GetConfig reads a runtime-config key; found is false when it is not set.
+func (a *Administrator) GetConfig(ctx context.Context, key string) (value string, found bool, err error) {
+	resp, err := a.c.request(ctx, &wire.GetConfig{Key: key}, key)
+	if err != nil {
+		return "", false, err
+	}
+	r := resp.(*wire.GetConfigResult)
+	return r.Value, r.Found, nil
+}
+
+// ConfigEntry is one runtime-config entry.
+type ConfigEntry struct{ Key, Value string }
+
+// ListConfig returns the runtime-config entries whose keys start with
+// prefix, sorted by key ("throttle." lists every rate limit).
+func (a *Administrator) ListConfig(ctx context.Context, prefix string) ([]ConfigEntry, error) {
+	resp, err := a.c.request(ctx, &wire.ListConfig{Prefix: prefix}, prefix)
+	if err != nil {
+		return nil, err
+	}
+	es := resp.(*wire.ListConfigResult).Entries
+	out := make([]ConfigEntry, len(es))
+	for i, e := range es {
+		out[i] = ConfigEntry{Key: e.Key, Value: e.Value}
+	}
+	return out, nil
+}
+
+// DeleteConfig deletes a runtime-config key (deleting "throttle.K" removes
+// the limit on K) and reports whether it existed.
+func (a *Administrator) DeleteConfig(ctx context.Context, key string) (existed bool, err error) {
+	resp, err := a.c.request(ctx, &wire.DeleteConfig{Key: key}, key)
+	if err != nil {
+		return false, err
+	}
+	return resp.(*wire.DeleteConfigOk).Existed, nil
+}
+
+// Redrive moves up to n messages (0: all) from a dead-letter queue back to
+// its parent, oldest first, with attempts reset, and returns how many
+// moved. It returns *RedriveError (QUEUE_NOT_FOUND, NOT_A_DLQ) or
+// *StatusError.
+func (a *Administrator) Redrive(ctx context.Context, dlq string, n uint64) (uint64, error) {
+	resp, err := a.c.request(ctx, &wire.Redrive{DeadLetterQueue: dlq, Count: n}, dlq)
+	if err != nil {
+		return 0, err
+	}
+	return resp.(*wire.RedriveResult).Moved, nil
+}
+
+// Permission is one ACL entry: a kind of access on a queue pattern. Make
+// them with Produce, Consume and Admin, so an invalid kind does not
+// compile.
+type Permission struct {
+	kind    wire.PermissionKind
+	pattern string
+}
+
+// Produce allows enqueueing to queues matching pattern: an exact name, a
+// prefix wildcard such as "orders.*" (matching "orders.eu", not "orders"),
+// or "*".
+func Produce(pattern string) Permission {
+	return Permission{kind: wire.PermissionKindProduce, pattern: pattern}
+}
+
+// Consume allows subscribing to matching queues and settling their
+// deliveries.
+func Consume(pattern string) Permission {
+	return Permission{kind: wire.PermissionKindConsume, pattern: pattern}
+}
+
+// Admin allows every admin operation on matching queues; Admin("*") also
+// allows runtime config and API key management.
+func Admin(pattern string) Permission {
+	return Permission{kind: wire.PermissionKindAdmin, pattern: pattern}
+}
+
+// ParsePermission parses the CLI's form "kind:pattern", such as
+// "produce:orders.*", where kind is produce, consume or admin (any case).
+// It fails for another kind or an empty pattern.
+func ParsePermission(s string) (Permission, error) {
+	kind, pattern, ok := strings.Cut(s, ":")
+	if !ok || pattern == "" {
+		return Permission{}, fmt.Errorf("fila: parse permission %q: want kind:pattern, such as produce:orders.*", s)
+	}
+	switch strings.ToLower(kind) {
+	case "produce":
+		return Produce(pattern), nil
+	case "consume":
+		return Consume(pattern), nil
+	case "admin":
+		return Admin(pattern), nil
+	}
+	return Permission{}, fmt.Errorf("fila: parse permission %q: kind %q: want produce, consume or admin", s, kind)
+}
+
+// Kind returns "produce", "consume" or "admin".
+func (p Permission) Kind() string { return p.kind.String() }
+
+// Pattern returns the queue pattern.
+func (p Permission) Pattern() string { return p.pattern }
+
+// String returns "kind:pattern", the form ParsePermission reads.
+func (p Permission) String() string { return p.Kind() + ":" + p.pattern }
+
+func toWire(ps []Permission) []wire.Permission {
+	out := make([]wire.Permission, len(ps))
+	for i, p := range ps {
+		out[i] = wire.Permission{Kind: p.kind, Pattern: p.pattern}
+	}
+	return out
+}
+
+func fromWire(ps []wire.Permission) []Permission {
+	out := make([]Permission, len(ps))
+	for i, p := range ps {
+		out[i] = Permission{kind: p.Kind, pattern: p.Pattern}
+	}
+	return out
+}
+
+// APIKeySpec describes an API key to mint.
+type APIKeySpec struct {
+	name  string
+	perms []Permission
+}
+
+// NewAPIKeySpec returns a spec for a key labelled name.
+func NewAPIKeySpec(name string) *APIKeySpec { return &APIKeySpec{name: name} }
+
+// Permissions sets the key's initial ACL.
+func (s *APIKeySpec) Permissions(ps ...Permission) *APIKeySpec { s.perms = ps; return s }
+
+// APIKey is a freshly minted key. Secret is shown only here: the broker
+// keeps only its hash.
+type APIKey struct {
+	ID     string
+	Secret string
+}
+
+// CreateAPIKey mints an API key.
+func (a *Administrator) CreateAPIKey(ctx context.Context, spec *APIKeySpec) (APIKey, error) {
+	resp, err := a.c.request(ctx, &wire.CreateApiKey{Name: spec.name, Permissions: toWire(spec.perms)}, spec.name)
+	if err != nil {
+		return APIKey{}, err
+	}
+	r := resp.(*wire.CreateApiKeyResult)
+	return APIKey{ID: r.KeyID, Secret: r.Secret}, nil
+}
+
+// RevokeAPIKey revokes a key; connections using it get UNAUTHORIZED on
+// their next request. It returns *RevokeApiKeyError (API_KEY_NOT_FOUND) or
+// *StatusError.
+func (a *Administrator) RevokeAPIKey(ctx context.Context, keyID string) error {
+	_, err := a.c.request(ctx, &wire.RevokeApiKey{KeyID: keyID}, keyID)
+	return err
+}
+
+// APIKeyInfo describes a key without its secret.
+type APIKeyInfo struct {
+	ID          string
+	Name        string
+	CreatedAt   time.Time
+	Permissions []Permission
+}
+
+// ListAPIKeys lists the keys, sorted by ID.
+func (a *Administrator) ListAPIKeys(ctx context.Context) ([]APIKeyInfo, error) {
+	resp, err := a.c.request(ctx, &wire.ListApiKeys{}, "")
+	if err != nil {
+		return nil, err
+	}
+	ks := resp.(*wire.ListApiKeysResult).Keys
+	out := make([]APIKeyInfo, len(ks))
+	for i, k := range ks {
+		out[i] = APIKeyInfo{ID: k.KeyID, Name: k.Name, CreatedAt: time.UnixMilli(int64(k.CreatedAtMS)), Permissions: fromWire(k.Permissions)}
+	}
+	return out, nil
+}
+
+// SetACL replaces a key's permissions.
+func (a *Administrator) SetACL(ctx context.Context, keyID string, perms ...Permission) error {
+	_, err := a.c.request(ctx, &wire.SetAcl{KeyID: keyID, Permissions: toWire(perms)}, keyID)
+	return err
+}
+
+// GetACL returns a key's permissions.
+func (a *Administrator) GetACL(ctx context.Context, keyID string) ([]Permission, error) {
+	resp, err := a.c.request(ctx, &wire.GetAcl{KeyID: keyID}, keyID)
+	if err != nil {
+		return nil, err
+	}
+	return fromWire(resp.(*wire.GetAclResult).Permissions), nil
+}
+
+// Shard is one shard of a queue and the node that leads it.
+type Shard struct {
+	// Number is the shard number, from 0.
+	Number uint32
+	// LeaderNodeID and LeaderAddr (host:port) locate the shard's leader;
+	// empty when unknown.
+	LeaderNodeID, LeaderAddr string
+	// Term is the Raft term of the leader's election (0 on a single node).
+	Term uint64
+}
+
+// Topology returns the shards of queue and where each is led, by shard
+// number. It returns *TopologyError (QUEUE_NOT_FOUND) or *StatusError.
+func (a *Administrator) Topology(ctx context.Context, queue string) ([]Shard, error) {
+	resp, err := a.c.request(ctx, &wire.Topology{Queue: queue}, queue)
+	if err != nil {
+		return nil, err
+	}
+	ss := resp.(*wire.TopologyResult).Shards
+	out := make([]Shard, len(ss))
+	for i, s := range ss {
+		out[i] = Shard{Number: s.Shard, LeaderNodeID: s.LeaderNodeID, LeaderAddr: s.LeaderAddr, Term: s.Term}
+	}
+	return out, nil
+}

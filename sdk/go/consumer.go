@@ -1,0 +1,470 @@
+package fila
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// Consumer subscribes to queues and settles deliveries. Get it from
+// Client.Consumer.
+type Consumer struct {
+	c *Client
+}
+
+// A SubscribeOption configures Subscribe.
+type SubscribeOption func(*Subscription)
+
+// Prefetch grants the broker n delivery credits: at most n deliveries of
+// the subscription are unsettled at a time; a credit returns as a delivery
+// is acked, nacked or retried (in Credit frames of at least n/4, so a busy
+// subscription sends few). 0, the default, sets no limit, which suits a
+// consumer that settles at once. The broker may grant less than asked; see
+// Subscription.Prefetch.
+func Prefetch(n uint32) SubscribeOption { return func(s *Subscription) { s.want = n } }
+
+// RateLimit declares a named limit on the subscription: the broker
+// delivers to it at most limit messages per period, with bursts of up to
+// burst (0 means limit). Subscriptions on the same queue that declare the
+// same name share one token bucket. Periods are rounded down to
+// milliseconds.
+func RateLimit(name string, limit uint32, period time.Duration, burst uint32) SubscribeOption {
+	return func(s *Subscription) {
+		s.limits = append(s.limits, wire.RateLimit{Name: name, Limit: limit, PeriodMS: ms(period), Burst: burst})
+	}
+}
+
+// Subscribe opens a subscription to queue. Deliveries arrive until Close,
+// the queue's deletion, or the client's end; read them with Messages (a
+// range-over-func iterator), Next, or C (a channel), one reader style at a
+// time. Many subscriptions may share one client. After a reconnect the
+// subscription is opened again on the new connection and keeps delivering
+// on the same channel. Subscribe returns *SubscribeError
+// (QUEUE_NOT_FOUND), *StatusError (FORBIDDEN without consume permission),
+// or an error wrapping ErrConnectionLost, ErrClosed or ctx's error.
+func (c *Consumer) Subscribe(ctx context.Context, queue string, opts ...SubscribeOption) (*Subscription, error) {
+	s := &Subscription{
+		c:      c.c,
+		queue:  queue,
+		notify: make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		ch:     make(chan *Delivery),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	r, err := c.c.call(ctx, &op{kind: opSubscribe, sub: s})
+	if err != nil {
+		return nil, wrapErr(wire.OpSubscribe, queue, err)
+	}
+	if r.err != nil {
+		return nil, mapErr(wire.OpSubscribe, queue, r.err)
+	}
+	if ok, isOK := r.resp.(*wire.SubscribeOk); isOK {
+		s.granted.Store(ok.Prefetch)
+	}
+	go s.pump()
+	return s, nil
+}
+
+// AckAll acknowledges deliveries in one request: once it returns nil
+// every one is deleted durably. Deliveries may come from different
+// subscriptions and queues. A delivery the broker could not ack does not
+// stop the others: the error joins (errors.Join) one *AckError per failed
+// delivery, in order, so errors.As finds the first and errors.Is matches
+// any (ErrLeaseExpired, ...). A failure of the whole request is
+// *StatusError or wraps ErrConnectionLost, ErrClosed or ctx's error.
+func (c *Consumer) AckAll(ctx context.Context, ds []*Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	items := make([]wire.LeaseRef, len(ds))
+	var settle []*Delivery
+	for i, d := range ds {
+		items[i] = d.ref()
+		if d.settled.CompareAndSwap(false, true) {
+			settle = append(settle, d)
+		}
+	}
+	resp, err := c.c.request(ctx, &wire.Ack{Items: items}, ds[0].m.Queue, settle...)
+	if err != nil {
+		return err
+	}
+	rs := resp.(*wire.AckResult).Results
+	if len(rs) != len(ds) {
+		return &StatusError{Code: wire.CodeInternal, Op: "ack", Target: ds[0].m.Queue, Message: "wrong number of results"}
+	}
+	var errs []error
+	for i, r := range rs {
+		if r.Code != wire.CodeOK {
+			errs = append(errs, opError(wire.OpAck, r.Code, ds[i].m.Queue, r.Message, ""))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Subscription is an open subscription. Its deliveries are read by one
+// reader at a time, with Messages, Next or C.
+type Subscription struct {
+	c      *Client
+	queue  string
+	limits []wire.RateLimit
+
+	// Owned by the client's owner goroutine.
+	want    uint32        // prefetch asked for
+	id      uint32        // subscription ID on session epoch
+	epoch   uint64        // session the ID belongs to
+	active  bool          // the broker confirmed id
+	gone    bool          // ended
+	closeOp *op           // an Unsubscribe waiting for active
+	granted atomic.Uint32 // prefetch granted at Subscribe
+
+	mu     sync.Mutex
+	queued []*Delivery
+	err    error // why it ended
+	ended  bool
+	notify chan struct{} // a push or an end happened
+	stop   chan struct{} // closed by Close: the pump drops what is left
+
+	ch        chan *Delivery
+	closeOnce sync.Once
+}
+
+// push queues deliveries for the pump. It runs on the owner goroutine and
+// never blocks.
+func (s *Subscription) push(msgs []wire.DeliveredMessage, epoch uint64) {
+	s.mu.Lock()
+	for i := range msgs {
+		d := &Delivery{s: s, epoch: epoch, m: msgs[i]}
+		d.deadline.Store(int64(msgs[i].LeaseDeadlineAtMS))
+		s.queued = append(s.queued, d)
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Subscription) end(err error) {
+	s.mu.Lock()
+	if !s.ended {
+		s.ended = true
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Subscription) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pump moves deliveries from the owner's queue to the channel, so the
+// owner never waits on the application. It exits, closing the channel,
+// once the subscription has ended and everything queued was read, or at
+// once after Close.
+func (s *Subscription) pump() {
+	defer close(s.ch)
+	for {
+		s.mu.Lock()
+		batch := s.queued
+		s.queued = nil
+		ended := s.ended
+		s.mu.Unlock()
+		for _, d := range batch {
+			select {
+			case s.ch <- d:
+			case <-s.stop:
+				return
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if ended {
+			return
+		}
+		select {
+		case <-s.notify:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Queue returns the subscribed queue.
+func (s *Subscription) Queue() string { return s.queue }
+
+// Prefetch returns the delivery credit the broker granted: the prefetch
+// asked for or less; 0 means unlimited.
+func (s *Subscription) Prefetch() uint32 { return s.granted.Load() }
+
+// SetPrefetch changes the subscription's credit limit to n: an increase is
+// granted at once; a decrease is taken back as deliveries are settled.
+// Switching between limited (n > 0) and unlimited (0) credit is not
+// possible on an open subscription: subscribe again. It fails with
+// ErrSubscriptionNotFound after the subscription ended.
+func (s *Subscription) SetPrefetch(ctx context.Context, n uint32) error {
+	if s.Prefetch() == 0 || n == 0 {
+		return &StatusError{Code: wire.CodeInvalidArgument, Op: "set prefetch", Target: s.queue,
+			Message: "only between nonzero values"}
+	}
+	r, err := s.c.call(ctx, &op{kind: opPrefetch, sub: s, n: n})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return wrapErr(wire.OpCredit, s.queue, err)
+	}
+	s.granted.Store(n)
+	return nil
+}
+
+// C returns the channel of deliveries. It is closed when the subscription
+// ends; then Err says why.
+func (s *Subscription) C() <-chan *Delivery { return s.ch }
+
+// Next waits for the next delivery. It returns ctx's error when ctx ends
+// first, and Err (or ErrClosed after Close) once the subscription has
+// ended and every delivery was read.
+func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
+	select {
+	case d, ok := <-s.ch:
+		if !ok {
+			if err := s.Err(); err != nil {
+				return nil, err
+			}
+			return nil, ErrClosed
+		}
+		return d, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Messages returns an iterator over deliveries for range-over-func:
+//
+//	for d, err := range sub.Messages(ctx) {
+//		if err != nil {
+//			return err
+//		}
+//		handle(d.Payload())
+//		d.Ack(ctx)
+//	}
+//
+// It stops when ctx is done (yielding ctx.Err()), or when the subscription
+// ends (yielding why, unless it was closed with Close). Breaking out of the
+// loop leaves the subscription open.
+func (s *Subscription) Messages(ctx context.Context) iter.Seq2[*Delivery, error] {
+	return func(yield func(*Delivery, error) bool) {
+		for {
+			select {
+			case d, ok := <-s.ch:
+				if !ok {
+					if err := s.Err(); err != nil {
+						yield(nil, err)
+					}
+					return
+				}
+				if !yield(d, nil) {
+					return
+				}
+			case <-ctx.Done():
+				yield(nil, ctx.Err())
+				return
+			}
+		}
+	}
+}
+
+// Err returns why the subscription ended: nil while it is open and after
+// Close; a *SubscribeError (QUEUE_NOT_FOUND when the queue was deleted) or
+// *StatusError from the broker; ErrClosed after the client's Close; an
+// error wrapping ErrConnectionLost when the client ended without Close.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		return nil
+	}
+	return mapErr(wire.OpSubscribe, s.queue, s.err)
+}
+
+// Close unsubscribes and closes the channel. Deliveries not yet read are
+// dropped, and like those read but not settled they stay leased until
+// their visibility timeout. Close returns nil also when the subscription
+// had already ended; otherwise *UnsubscribeError, *StatusError, or an
+// error wrapping ctx's.
+func (s *Subscription) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		var r result
+		r, err = s.c.call(ctx, &op{kind: opUnsubscribe, sub: s})
+		if err == nil && r.err != nil {
+			err = mapErr(wire.OpUnsubscribe, s.queue, r.err)
+		}
+		if errors.Is(err, ErrClosed) {
+			err = nil
+		} else if err != nil {
+			err = wrapErr(wire.OpUnsubscribe, s.queue, err)
+		}
+	})
+	return err
+}
+
+// Delivery is a message leased to this consumer until LeaseDeadline.
+// Settle it with exactly one of Ack, Nack or RetryAfter; ExtendLease keeps
+// it longer. Its methods are safe for concurrent use.
+type Delivery struct {
+	s        *Subscription
+	epoch    uint64 // session it arrived on
+	m        wire.DeliveredMessage
+	deadline atomic.Int64 // Unix ms
+	settled  atomic.Bool  // its credit was returned
+}
+
+// ID returns the message ID.
+func (d *Delivery) ID() ID { return ID(d.m.ID) }
+
+// Queue returns the queue it was delivered from.
+func (d *Delivery) Queue() string { return d.m.Queue }
+
+// Payload returns the message body. It stays valid after the delivery is
+// settled.
+func (d *Delivery) Payload() []byte { return d.m.Payload }
+
+// Headers returns the application headers as a new map (a key given twice
+// keeps its last value). Messages read from a dead-letter queue also carry
+// "fila-attempts" and "fila-error".
+func (d *Delivery) Headers() map[string]string {
+	h := make(map[string]string, len(d.m.Headers))
+	for _, kv := range d.m.Headers {
+		h[kv.Key] = kv.Value
+	}
+	return h
+}
+
+// Header returns the value of the header key, or "" if absent.
+func (d *Delivery) Header(key string) string {
+	for _, kv := range d.m.Headers {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return ""
+}
+
+// FairnessKey returns the fairness key the message was scheduled under:
+// the producer's, the on_enqueue hook's, or "default".
+func (d *Delivery) FairnessKey() string { return d.m.FairnessKey }
+
+// Weight returns the resolved DRR weight of the fairness key.
+func (d *Delivery) Weight() uint32 { return d.m.Weight }
+
+// ThrottleKeys returns the resolved throttle keys.
+func (d *Delivery) ThrottleKeys() []string { return d.m.ThrottleKeys }
+
+// OrderingKey returns the ordering key, or "".
+func (d *Delivery) OrderingKey() string { return d.m.OrderingKey }
+
+// Attempt returns which delivery attempt this is, from 1.
+func (d *Delivery) Attempt() uint32 { return d.m.Attempt }
+
+// EnqueuedAt returns when the broker accepted the message (millisecond
+// precision).
+func (d *Delivery) EnqueuedAt() time.Time { return time.UnixMilli(int64(d.m.EnqueuedAtMS)) }
+
+// LeaseDeadline returns when the lease expires unless extended; it moves
+// with ExtendLease.
+func (d *Delivery) LeaseDeadline() time.Time { return time.UnixMilli(d.deadline.Load()) }
+
+func (d *Delivery) ref() wire.LeaseRef {
+	return wire.LeaseRef{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease}
+}
+
+// settle returns the delivery for the op that settles it, the first time
+// only, so its credit goes back to the broker once.
+func (d *Delivery) settle() []*Delivery {
+	if d.settled.CompareAndSwap(false, true) {
+		return []*Delivery{d}
+	}
+	return nil
+}
+
+// Ack acknowledges the delivery: once it returns nil the message is
+// deleted durably and never delivered again. It returns *AckError
+// (LEASE_EXPIRED when the lease expired or was released and the message
+// may be delivered again; MESSAGE_NOT_FOUND; QUEUE_NOT_FOUND),
+// *StatusError, or an error wrapping ErrConnectionLost, ErrClosed or ctx's
+// error.
+func (d *Delivery) Ack(ctx context.Context) error {
+	resp, err := d.s.c.request(ctx, &wire.Ack{Items: []wire.LeaseRef{d.ref()}}, d.m.Queue, d.settle()...)
+	if err != nil {
+		return err
+	}
+	return itemErr(wire.OpAck, d.m.Queue, resp.(*wire.AckResult).Results)
+}
+
+// Nack reports the delivery failed with reason; the queue's failure policy
+// (its on_failure hook, or the default retries with exponential backoff)
+// decides between retry and dead-letter, and reason becomes the
+// "fila-error" header if the message is dead-lettered. Errors as for Ack,
+// as *NackError.
+func (d *Delivery) Nack(ctx context.Context, reason string) error {
+	f := &wire.Nack{Items: []wire.NackItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, Reason: reason}}}
+	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
+	if err != nil {
+		return err
+	}
+	return itemErr(wire.OpNack, d.m.Queue, resp.(*wire.NackResult).Results)
+}
+
+// RetryAfter fails the delivery with an explicit backoff: it is
+// redelivered no sooner than delay from now (millisecond precision), and
+// the attempt counts toward the queue's limit. Errors as for Ack, as
+// *RetryAfterError.
+func (d *Delivery) RetryAfter(ctx context.Context, delay time.Duration) error {
+	f := &wire.RetryAfter{Items: []wire.RetryAfterItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, DelayMS: ms(delay)}}}
+	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
+	if err != nil {
+		return err
+	}
+	return itemErr(wire.OpRetryAfter, d.m.Queue, resp.(*wire.RetryAfterResult).Results)
+}
+
+// ExtendLease moves the lease deadline to now plus dur (millisecond
+// precision), keeping long work alive, and returns the new deadline.
+// Errors as for Ack, as *ExtendLeaseError.
+func (d *Delivery) ExtendLease(ctx context.Context, dur time.Duration) (time.Time, error) {
+	f := &wire.ExtendLease{Items: []wire.ExtendLeaseItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, DurationMS: ms(dur)}}}
+	resp, err := d.s.c.request(ctx, f, d.m.Queue)
+	if err != nil {
+		return time.Time{}, err
+	}
+	rs := resp.(*wire.ExtendLeaseResult).Results
+	if len(rs) != 1 {
+		return time.Time{}, &StatusError{Code: wire.CodeInternal, Op: "extend lease", Target: d.m.Queue, Message: "wrong number of results"}
+	}
+	if rs[0].Code != wire.CodeOK {
+		return time.Time{}, opError(wire.OpExtendLease, rs[0].Code, d.m.Queue, rs[0].Message, "")
+	}
+	d.deadline.Store(int64(rs[0].LeaseDeadlineAtMS))
+	return time.UnixMilli(int64(rs[0].LeaseDeadlineAtMS)), nil
+}
+
+func itemErr(op wire.Opcode, queue string, rs []wire.ItemResult) error {
+	if len(rs) != 1 {
+		return &StatusError{Code: wire.CodeInternal, Op: opVerb(op), Target: queue, Message: "wrong number of results"}
+	}
+	if rs[0].Code != wire.CodeOK {
+		return opError(op, rs[0].Code, queue, rs[0].Message, "")
+	}
+	return nil
+}
