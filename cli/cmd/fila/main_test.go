@@ -1,0 +1,467 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/filatest"
+)
+
+// These tests run the fila binary ($FILA_TEST_CLI_BIN, or one built once
+// per test process) against a real fila-server, and check exit codes,
+// stdout (JSON where scripts read it) and stderr.
+
+var (
+	buildOnce sync.Once
+	cliBin    string
+	buildErr  error
+)
+
+func binary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("FILA_TEST_CLI_BIN"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fila-cli-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cliBin = filepath.Join(dir, "fila")
+		out, err := exec.Command("go", "build", "-o", cliBin, "github.com/fila-mq/fila/cli/cmd/fila").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build fila: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return cliBin
+}
+
+// cli runs the fila binary against one broker.
+type cli struct {
+	t    *testing.T
+	addr string
+	env  []string
+}
+
+func newCLI(t *testing.T, srv *filatest.Server, env ...string) *cli {
+	return &cli{t: t, addr: srv.Addr, env: env}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (c *cli) runIn(stdin string, args ...string) result {
+	c.t.Helper()
+	cmd := exec.Command(binary(c.t), args...)
+	cmd.Env = append(os.Environ(), "FILA_ADDR="+c.addr, "FILA_API_KEY=", "FILA_OUTPUT=")
+	cmd.Env = append(cmd.Env, c.env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		c.t.Fatalf("fila %s: no exit in 2 minutes", strings.Join(args, " "))
+	}
+	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
+}
+
+func (c *cli) run(args ...string) result {
+	c.t.Helper()
+	return c.runIn("", args...)
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != 0 {
+		c.t.Fatalf("fila %s: exit %d; want 0\nstderr: %s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// json runs a command with -o json that must succeed and decodes its
+// stdout into v.
+func (c *cli) json(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(append(args, "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("fila %s -o json: %v\nstdout: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// fails runs a command that must exit with code and an error on stderr
+// containing want.
+func (c *cli) fails(code int, want string, args ...string) result {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != code || !strings.Contains(r.stderr, want) {
+		c.t.Fatalf("fila %s: exit %d, stderr %q; want exit %d and %q", strings.Join(args, " "), r.code, r.stderr, code, want)
+	}
+	return r
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func TestQueueCommands(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "hook.lua")
+	if err := os.WriteFile(hook, []byte(`function on_enqueue(msg) return { fairness_key = msg.headers["tenant"] or "none" } end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var created map[string]string
+	c.json(&created, "queue", "create", "orders", "--visibility-timeout", "45s", "--max-attempts", "5",
+		"--backoff-base", "2s", "--backoff-max", "1m", "--dedup-window", "10m", "--on-enqueue", hook)
+	if created["name"] != "orders" || created["dead_letter_queue"] != "orders.dlq" {
+		t.Errorf("queue create -o json = %v; want orders, orders.dlq", created)
+	}
+	if out := c.ok("queue", "create", "billing"); !strings.Contains(out, "created queue billing") {
+		t.Errorf("queue create billing = %q", out)
+	}
+	r := c.fails(1, "already exists", "queue", "create", "orders", "-o", "json")
+	var e map[string]string
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "QUEUE_EXISTS" {
+		t.Errorf("queue create orders -o json stderr = %q; want JSON with code QUEUE_EXISTS", r.stderr)
+	}
+	bad := filepath.Join(dir, "bad.lua")
+	os.WriteFile(bad, []byte("function on_enqueue(msg) return {"), 0o644)
+	c.fails(1, "script error", "queue", "create", "broken", "--on-enqueue", bad)
+	c.fails(1, "no such file", "queue", "create", "broken", "--on-failure", filepath.Join(dir, "missing.lua"))
+
+	c.ok("enqueue", "orders", "x", "--header", "tenant=acme")
+	var qs []struct {
+		Name   string `json:"name"`
+		Ready  uint64 `json:"ready"`
+		DLQ    string `json:"dead_letter_queue"`
+		Parent string `json:"parent"`
+	}
+	c.json(&qs, "queue", "list")
+	if len(qs) != 4 || qs[2].Name != "orders" || qs[2].Ready != 1 || qs[2].DLQ != "orders.dlq" || qs[3].Parent != "orders" {
+		t.Errorf("queue list -o json = %+v; want billing, billing.dlq, orders (ready 1), orders.dlq", qs)
+	}
+	if out := c.ok("queue", "list"); !strings.HasPrefix(out, "NAME") || !strings.Contains(out, "orders.dlq") {
+		t.Errorf("queue list = %q; want a table", out)
+	}
+
+	var st struct {
+		Name              string `json:"name"`
+		Ready             uint64 `json:"ready"`
+		VisibilityTimeout int64  `json:"visibility_timeout_ms"`
+		MaxAttempts       uint32 `json:"max_attempts"`
+		FairnessKeys      []struct {
+			Key     string `json:"key"`
+			Pending uint64 `json:"pending"`
+		} `json:"fairness_keys"`
+		Hooks struct {
+			OnEnqueueCalls uint64 `json:"on_enqueue_calls"`
+		} `json:"hooks"`
+	}
+	c.json(&st, "queue", "inspect", "orders")
+	if st.Ready != 1 || st.VisibilityTimeout != 45000 || st.MaxAttempts != 5 || len(st.FairnessKeys) != 1 || st.FairnessKeys[0].Key != "acme" || st.Hooks.OnEnqueueCalls != 1 {
+		t.Errorf("queue inspect orders -o json = %+v; want ready 1, 45s, 5 attempts, key acme, 1 hook call", st)
+	}
+	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") {
+		t.Errorf("queue inspect orders = %q; want the fairness key table", out)
+	}
+	c.fails(3, "queue not found", "queue", "inspect", "nope")
+
+	var del map[string]string
+	c.json(&del, "queue", "delete", "billing")
+	if del["deleted"] != "billing" {
+		t.Errorf("queue delete -o json = %v", del)
+	}
+	c.fails(3, "queue not found", "queue", "delete", "billing")
+}
+
+func TestEnqueueAndConsume(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+	c.ok("queue", "create", "jobs", "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-max", "1ms", "--visibility-timeout", "1h")
+
+	var sent struct {
+		ID        string `json:"id"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	c.json(&sent, "enqueue", "jobs", "hello", "--header", "tenant=acme", "--header", "trace=t1",
+		"--fairness-key", "acme", "--weight", "2", "--throttle-key", "provider:a", "--throttle-key", "provider:b",
+		"--idempotency-key", "job-1", "--ordering-key", "cart-1")
+	if !uuidRE.MatchString(sent.ID) || sent.Duplicate {
+		t.Fatalf("enqueue -o json = %+v; want a UUIDv7, not duplicate", sent)
+	}
+	if out := strings.TrimSpace(c.ok("enqueue", "jobs", "again", "--idempotency-key", "job-1")); out != sent.ID+" (duplicate)" {
+		t.Errorf("enqueue duplicate = %q; want %q", out, sent.ID+" (duplicate)")
+	}
+	if out := strings.TrimSpace(c.ok("enqueue", "jobs", "later", "--delay", "1h")); !uuidRE.MatchString(out) {
+		t.Errorf("enqueue --delay = %q; want an ID", out)
+	}
+
+	var d struct {
+		ID           string            `json:"id"`
+		Queue        string            `json:"queue"`
+		Attempt      uint32            `json:"attempt"`
+		FairnessKey  string            `json:"fairness_key"`
+		Weight       uint32            `json:"weight"`
+		ThrottleKeys []string          `json:"throttle_keys"`
+		OrderingKey  string            `json:"ordering_key"`
+		Headers      map[string]string `json:"headers"`
+		Payload      string            `json:"payload"`
+	}
+	// --no-ack leaves the lease: the queue shows it leased afterwards.
+	c.json(&d, "consume", "jobs", "--count", "1", "--no-ack")
+	if d.ID != sent.ID || d.Queue != "jobs" || d.Attempt != 1 || d.FairnessKey != "acme" || d.Weight != 2 || d.OrderingKey != "cart-1" ||
+		d.Payload != "hello" || d.Headers["tenant"] != "acme" || strings.Join(d.ThrottleKeys, ",") != "provider:a,provider:b" {
+		t.Fatalf("consume -o json = %+v; want the enqueued message", d)
+	}
+
+	// Stdin: one message per line, in one batch.
+	r := c.runIn("one\ntwo\nthree\n", "enqueue", "jobs", "-", "--fairness-key", "batch")
+	ids := strings.Fields(r.stdout)
+	if r.code != 0 || len(ids) != 3 {
+		t.Fatalf("enqueue - = exit %d, %q; want 3 IDs", r.code, r.stdout)
+	}
+	r = c.runIn("four\n", "enqueue", "jobs", "-", "-o", "json")
+	var lines []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &lines); r.code != 0 || err != nil || len(lines) != 1 {
+		t.Fatalf("enqueue - -o json = exit %d, %q; want one result", r.code, r.stdout)
+	}
+	c.fails(3, "queue not found", "enqueue", "nope", "x")
+	if r := c.runIn("x\n", "enqueue", "nope", "-"); r.code != 1 || !strings.Contains(r.stderr, "queue not found") {
+		t.Errorf("enqueue nope - = exit %d, %q; want 1 and queue not found", r.code, r.stderr)
+	}
+	c.fails(2, "key=value", "enqueue", "jobs", "x", "--header", "novalue")
+	c.fails(2, "duplicate", "enqueue", "jobs", "-", "--idempotency-key", "k")
+
+	// Table output: ID, attempt, fairness key, payload; each acked.
+	out := c.ok("consume", "jobs", "--count", "4", "--prefetch", "2")
+	for _, p := range []string{"one", "two", "three", "four"} {
+		if !strings.Contains(out, "attempt=1  key=") || !strings.Contains(out, "  "+p+"\n") {
+			t.Errorf("consume --count 4 = %q; want %q with attempt and key", out, p)
+		}
+	}
+	// --nack fails a delivery: with max attempts 2 and a 1ms backoff it
+	// comes back once, then goes to the DLQ.
+	c.ok("enqueue", "jobs", "poison")
+	out = c.ok("consume", "jobs", "--count", "1", "--nack", "bad input", "--wait", "1m")
+	if !strings.Contains(out, "poison") {
+		t.Fatalf("consume --nack = %q; want poison", out)
+	}
+	out = c.ok("consume", "jobs", "--count", "1", "--nack", "bad input again", "--wait", "1m")
+	if !strings.Contains(out, "attempt=2") {
+		t.Fatalf("consume --nack (second) = %q; want attempt=2", out)
+	}
+	c.json(&d, "consume", "jobs.dlq", "--count", "1", "--no-ack")
+	if d.Payload != "poison" || d.Headers["fila-error"] != "bad input again" {
+		t.Errorf("consume jobs.dlq = %+v; want poison with fila-error", d)
+	}
+	// --wait ends an idle consume with success.
+	if r := c.run("consume", "billing-none", "--wait", "10ms"); r.code != 3 {
+		t.Errorf("consume of a missing queue = exit %d (%s); want 3", r.code, r.stderr)
+	}
+	c.fails(2, "exclude", "consume", "jobs", "--no-ack", "--nack", "x")
+}
+
+func TestRedriveAndConfig(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+	c.ok("queue", "create", "jobs", "--max-attempts", "1")
+	for i := range 3 {
+		c.ok("enqueue", "jobs", fmt.Sprint(i))
+	}
+	c.ok("consume", "jobs", "--count", "3", "--nack", "boom")
+	var moved struct {
+		Moved uint64 `json:"moved"`
+	}
+	c.json(&moved, "redrive", "jobs.dlq", "--count", "2")
+	if moved.Moved != 2 {
+		t.Errorf("redrive --count 2 = %d; want 2", moved.Moved)
+	}
+	if out := c.ok("redrive", "jobs.dlq"); !strings.Contains(out, "moved 1 messages from jobs.dlq") {
+		t.Errorf("redrive = %q; want the remaining 1", out)
+	}
+	c.fails(1, "not a dead-letter queue", "redrive", "jobs")
+	c.fails(3, "queue not found", "redrive", "nope.dlq")
+
+	c.ok("config", "set", "throttle.provider:stripe", "100,200")
+	c.ok("config", "set", "routing.region", "eu")
+	if out := strings.TrimSpace(c.ok("config", "get", "routing.region")); out != "eu" {
+		t.Errorf("config get = %q; want eu", out)
+	}
+	var kv map[string]string
+	c.json(&kv, "config", "get", "throttle.provider:stripe")
+	if kv["value"] != "100,200" {
+		t.Errorf("config get -o json = %v", kv)
+	}
+	c.fails(3, "not set", "config", "get", "unset.key")
+	c.fails(1, "invalid config value", "config", "set", "throttle.x", "fast")
+	var es []map[string]string
+	c.json(&es, "config", "list", "--prefix", "throttle.")
+	if len(es) != 1 || es[0]["key"] != "throttle.provider:stripe" {
+		t.Errorf("config list --prefix throttle. = %v", es)
+	}
+	if out := c.ok("config", "list"); !strings.Contains(out, "routing.region") || !strings.Contains(out, "throttle.provider:stripe") {
+		t.Errorf("config list = %q", out)
+	}
+	var gone map[string]any
+	c.json(&gone, "config", "delete", "routing.region")
+	if gone["existed"] != true {
+		t.Errorf("config delete = %v; want existed", gone)
+	}
+	if out := c.ok("config", "delete", "routing.region"); !strings.Contains(out, "was not set") {
+		t.Errorf("config delete again = %q", out)
+	}
+}
+
+func TestAuthCommands(t *testing.T) {
+	const root = "bootstrap-secret-0123456789"
+	srv := filatest.Start(t, filatest.WithEnv("FILA_AUTH_ENABLED=true", "FILA_AUTH_BOOTSTRAP_APIKEY="+root))
+	anon := newCLI(t, srv)
+	anon.fails(1, "unauthorized", "queue", "list")
+	c := newCLI(t, srv, "FILA_API_KEY="+root)
+	c.ok("queue", "create", "orders.eu")
+	c.ok("queue", "create", "billing")
+
+	var key struct {
+		ID     string `json:"key_id"`
+		Name   string `json:"name"`
+		Secret string `json:"secret"`
+	}
+	c.json(&key, "auth", "create", "--name", "ci", "--perm", "produce:orders.*")
+	if key.ID == "" || key.Secret == "" || key.Name != "ci" {
+		t.Fatalf("auth create -o json = %+v", key)
+	}
+	if out := c.ok("auth", "create", "--name", "ops"); !strings.Contains(out, "secret:") {
+		t.Errorf("auth create = %q; want the secret", out)
+	}
+	c.fails(2, "--name is required", "auth", "create")
+	c.fails(2, "want produce, consume or admin", "auth", "create", "--name", "x", "--perm", "publish:*")
+
+	ci := newCLI(t, srv, "FILA_API_KEY="+key.Secret)
+	ci.ok("enqueue", "orders.eu", "x")
+	r := ci.fails(1, "forbidden", "enqueue", "billing", "x", "-o", "json")
+	if !strings.Contains(r.stderr, `"code":"FORBIDDEN"`) {
+		t.Errorf("forbidden enqueue -o json stderr = %q; want code FORBIDDEN", r.stderr)
+	}
+	// The flag overrides the environment.
+	anon.ok("--api-key", key.Secret, "enqueue", "orders.eu", "y")
+
+	var acl struct {
+		ID          string   `json:"key_id"`
+		Permissions []string `json:"permissions"`
+	}
+	c.json(&acl, "auth", "acl", "set", key.ID, "produce:orders.*", "consume:orders.eu")
+	if strings.Join(acl.Permissions, " ") != "produce:orders.* consume:orders.eu" {
+		t.Errorf("auth acl set -o json = %+v", acl)
+	}
+	if out := c.ok("auth", "acl", "get", key.ID); out != "produce:orders.*\nconsume:orders.eu\n" {
+		t.Errorf("auth acl get = %q", out)
+	}
+	c.json(&acl, "auth", "acl", "get", key.ID)
+	if len(acl.Permissions) != 2 {
+		t.Errorf("auth acl get -o json = %+v", acl)
+	}
+	ci.ok("consume", "orders.eu", "--count", "2")
+	c.fails(3, "api key not found", "auth", "acl", "get", "nope")
+	c.fails(3, "api key not found", "auth", "acl", "set", "nope", "produce:*")
+
+	var keys []struct {
+		ID          string   `json:"key_id"`
+		Name        string   `json:"name"`
+		Permissions []string `json:"permissions"`
+	}
+	c.json(&keys, "auth", "list")
+	names := map[string]bool{}
+	for _, k := range keys {
+		names[k.Name] = true
+	}
+	if !names["ci"] || !names["ops"] {
+		t.Errorf("auth list -o json = %+v; want ci and ops", keys)
+	}
+	if out := c.ok("auth", "list"); !strings.Contains(out, "produce:orders.* consume:orders.eu") {
+		t.Errorf("auth list = %q", out)
+	}
+
+	var revoked map[string]string
+	c.json(&revoked, "auth", "revoke", key.ID)
+	if revoked["revoked"] != key.ID {
+		t.Errorf("auth revoke -o json = %v", revoked)
+	}
+	ci.fails(1, "unauthorized", "queue", "list")
+	c.fails(3, "api key not found", "auth", "revoke", key.ID)
+}
+
+func TestGlobalBehaviour(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+
+	var ping map[string]any
+	c.json(&ping, "ping")
+	if ping["node_id"] != "test" || !strings.HasPrefix(fmt.Sprint(ping["server"]), "fila-server/") {
+		t.Errorf("ping -o json = %v", ping)
+	}
+	if out := c.ok("ping"); !strings.Contains(out, "node test") {
+		t.Errorf("ping = %q", out)
+	}
+	if out := c.ok("version"); !strings.HasPrefix(out, "fila ") {
+		t.Errorf("version = %q", out)
+	}
+
+	// Usage errors exit 2.
+	c.fails(2, "want table or json", "queue", "list", "-o", "yaml")
+	c.fails(2, "unknown flag", "queue", "list", "--bogus")
+	c.fails(2, "accepts 1 arg", "queue", "create")
+	if r := c.run("frobnicate"); r.code == 0 {
+		t.Errorf("fila frobnicate: exit 0; want failure")
+	}
+	// --addr overrides FILA_ADDR; an unreachable broker exits 1.
+	stopped := filatest.Start(t)
+	addr := stopped.Addr
+	stopped.Stop(t)
+	c.fails(1, "fila: connect "+addr, "--addr", addr, "--timeout", "5s", "queue", "list")
+	// FILA_OUTPUT selects JSON.
+	out := (&cli{t: t, addr: srv.Addr, env: []string{"FILA_OUTPUT=json"}}).ok("queue", "list")
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("FILA_OUTPUT=json queue list = %q; want []", out)
+	}
+
+	// Shell completion scripts, and dynamic completion of queue names.
+	for _, sh := range []string{"bash", "zsh", "fish", "powershell"} {
+		if out := c.ok("completion", sh); len(out) < 100 {
+			t.Errorf("completion %s = %q", sh, out)
+		}
+	}
+	c.ok("queue", "create", "orders")
+	c.ok("queue", "create", "outbox")
+	out = c.ok("__complete", "queue", "inspect", "or")
+	if !strings.Contains(out, "orders\n") || strings.Contains(out, "outbox") {
+		t.Errorf("completion of queue inspect or = %q; want orders only", out)
+	}
+	out = c.ok("__complete", "redrive", "")
+	if !strings.Contains(out, "orders.dlq") || strings.Contains(out, "orders\n") {
+		t.Errorf("completion of redrive = %q; want DLQs only", out)
+	}
+}

@@ -1,0 +1,137 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	fila "github.com/fila-mq/fila/sdk/go"
+)
+
+func newConsumeCmd(g *globals) *cobra.Command {
+	var (
+		count    int
+		prefetch uint32
+		noAck    bool
+		nack     string
+		wait     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "consume QUEUE",
+		Short: "Print deliveries and settle each one",
+		Long: `Subscribe to QUEUE and print each delivery: its ID, attempt, fairness key
+and payload (with --output json, one JSON object per line, with headers
+and times). Each delivery is acked once printed, or nacked with --nack,
+or left leased with --no-ack so its lease expires and it is redelivered.
+Stops after --count deliveries, after --wait without one, or on interrupt.`,
+		Example: `  fila consume orders --count 10
+  fila consume orders.dlq --no-ack --count 5 -o json   # look at dead letters
+  fila consume jobs --nack "bad input" --count 1        # fail one on purpose`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: g.completeQueues(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if noAck && nack != "" {
+				return usagef("--no-ack and --nack exclude each other")
+			}
+			if count < 0 {
+				return usagef("--count %d: want 0 or more", count)
+			}
+			if noAck && prefetch == 0 && count > 0 {
+				// Unsettled deliveries keep their credit: without a limit
+				// the broker would lease the whole queue to this consumer.
+				prefetch = uint32(min(count, 1<<20))
+			}
+			ctx := cmd.Context()
+			cctx, cancel := context.WithTimeout(ctx, g.timeout)
+			c, err := g.connect(cctx, true)
+			if err != nil {
+				cancel()
+				return err
+			}
+			defer c.Close()
+			sub, err := c.Consumer().Subscribe(cctx, args[0], fila.Prefetch(prefetch))
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer sub.Close(context.Background())
+			enc := json.NewEncoder(g.stdout)
+			for n := 0; count == 0 || n < count; n++ {
+				wctx, wcancel := ctx, context.CancelFunc(func() {})
+				if wait > 0 {
+					wctx, wcancel = context.WithTimeout(ctx, wait)
+				}
+				d, err := sub.Next(wctx)
+				wcancel()
+				switch {
+				case err == nil:
+				case ctx.Err() != nil:
+					return nil // interrupted
+				case errors.Is(err, context.DeadlineExceeded):
+					return nil // --wait without a delivery
+				default:
+					return err
+				}
+				if g.output == "json" {
+					err = enc.Encode(deliveryJSON(d))
+				} else {
+					_, err = fmt.Fprintf(g.stdout, "%s  attempt=%d  key=%s  %s\n", d.ID(), d.Attempt(), d.FairnessKey(), d.Payload())
+				}
+				if err != nil {
+					return err
+				}
+				sctx, scancel := context.WithTimeout(ctx, g.timeout)
+				switch {
+				case noAck:
+				case nack != "":
+					err = d.Nack(sctx, nack)
+				default:
+					err = d.Ack(sctx)
+				}
+				scancel()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&count, "count", 0, "stop after this many deliveries (0: until interrupted)")
+	f.Uint32Var(&prefetch, "prefetch", 0, "most deliveries leased at a time (0: no limit; with --no-ack, 0 means --count)")
+	f.BoolVar(&noAck, "no-ack", false, "do not settle deliveries: leave their leases to expire")
+	f.StringVar(&nack, "nack", "", "nack each delivery with this reason instead of acking it")
+	f.DurationVar(&wait, "wait", 0, "stop when no delivery arrives for this long (0: wait forever)")
+	return cmd
+}
+
+type deliveryOut struct {
+	ID            string            `json:"id"`
+	Queue         string            `json:"queue"`
+	Attempt       uint32            `json:"attempt"`
+	FairnessKey   string            `json:"fairness_key"`
+	Weight        uint32            `json:"weight"`
+	ThrottleKeys  []string          `json:"throttle_keys,omitempty"`
+	OrderingKey   string            `json:"ordering_key,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       string            `json:"payload"`
+	EnqueuedAt    string            `json:"enqueued_at"`
+	LeaseDeadline string            `json:"lease_deadline"`
+}
+
+func deliveryJSON(d *fila.Delivery) deliveryOut {
+	out := deliveryOut{
+		ID: d.ID().String(), Queue: d.Queue(), Attempt: d.Attempt(), FairnessKey: d.FairnessKey(), Weight: d.Weight(),
+		ThrottleKeys: d.ThrottleKeys(), OrderingKey: d.OrderingKey(), Payload: string(d.Payload()),
+		EnqueuedAt:    d.EnqueuedAt().UTC().Format(time.RFC3339Nano),
+		LeaseDeadline: d.LeaseDeadline().UTC().Format(time.RFC3339Nano),
+	}
+	if h := d.Headers(); len(h) > 0 {
+		out.Headers = h
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	fila "github.com/fila-mq/fila/sdk/go"
+)
+
+func newQueueCmd(g *globals) *cobra.Command {
+	q := &cobra.Command{Use: "queue", Short: "Create, inspect, list and delete queues"}
+	q.AddCommand(newQueueCreateCmd(g), newQueueDeleteCmd(g), newQueueListCmd(g), newQueueInspectCmd(g))
+	return q
+}
+
+func newQueueCreateCmd(g *globals) *cobra.Command {
+	var (
+		vt, backoffBase, backoffMax, dedup time.Duration
+		maxAttempts                        uint32
+		onEnqueue, onFailure               string
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue and its dead-letter queue NAME.dlq",
+		Long: `Create a queue and its dead-letter queue NAME.dlq. Flags left unset take
+the broker's defaults ([queue] in fila.toml). --on-enqueue and --on-failure
+name files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
+		Example: `  fila queue create orders
+  fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
+				Backoff(backoffBase, backoffMax).DedupWindow(dedup)
+			for _, h := range []struct {
+				file string
+				set  func(string) *fila.QueueSpec
+			}{{onEnqueue, spec.OnEnqueue}, {onFailure, spec.OnFailure}} {
+				if h.file == "" {
+					continue
+				}
+				src, err := os.ReadFile(h.file)
+				if err != nil {
+					return err
+				}
+				h.set(string(src))
+			}
+			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+				if err := a.CreateQueue(ctx, spec); err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return g.printJSON(map[string]string{"name": args[0], "dead_letter_queue": args[0] + ".dlq"})
+				}
+				fmt.Fprintf(g.stdout, "created queue %s (dead-letter queue %s.dlq)\n", args[0], args[0])
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&vt, "visibility-timeout", 0, "lease length of deliveries, such as 30s (default: the broker's, 30s)")
+	f.Uint32Var(&maxAttempts, "max-attempts", 0, "deliveries before a message is dead-lettered (default: the broker's, 3)")
+	f.DurationVar(&backoffBase, "backoff-base", 0, "retry delay after the first failure, doubling after each further one (default 1s)")
+	f.DurationVar(&backoffMax, "backoff-max", 0, "cap on the retry delay (default 60s)")
+	f.DurationVar(&dedup, "dedup-window", 0, "how long idempotency keys are remembered (default 5m)")
+	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
+	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
+	return cmd
+}
+
+func newQueueDeleteCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete NAME",
+		Short:             "Delete a queue, its messages and its dead-letter queue",
+		Args:              exactArgs(1),
+		ValidArgsFunction: g.completeQueues(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+				if err := a.DeleteQueue(ctx, args[0]); err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return g.printJSON(map[string]string{"deleted": args[0]})
+				}
+				fmt.Fprintf(g.stdout, "deleted queue %s\n", args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func newQueueListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List queues with their depths",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+				qs, err := a.ListQueues(ctx)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					type row struct {
+						Name    string `json:"name"`
+						Ready   uint64 `json:"ready"`
+						Delayed uint64 `json:"delayed"`
+						Leased  uint64 `json:"leased"`
+						DLQ     string `json:"dead_letter_queue,omitempty"`
+						Parent  string `json:"parent,omitempty"`
+					}
+					rows := make([]row, len(qs))
+					for i, q := range qs {
+						rows[i] = row{q.Name, q.Ready, q.Delayed, q.Leased, q.DeadLetterQueue, q.Parent}
+					}
+					return g.printJSON(rows)
+				}
+				rows := make([][]string, len(qs))
+				for i, q := range qs {
+					rows[i] = []string{q.Name, u(q.Ready), u(q.Delayed), u(q.Leased), q.DeadLetterQueue}
+				}
+				return g.table([]string{"NAME", "READY", "DELAYED", "LEASED", "DLQ"}, rows)
+			})
+		},
+	}
+}
+
+func u(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func newQueueInspectCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "inspect NAME",
+		Short:             "Depths, per-key fairness and throttle state, hook counters of a queue",
+		Args:              exactArgs(1),
+		ValidArgsFunction: g.completeQueues(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+				st, err := a.QueueStats(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return g.printJSON(statsJSON(st))
+				}
+				return g.printStats(st)
+			})
+		},
+	}
+}
+
+type fairnessJSON struct {
+	Key       string `json:"key"`
+	Pending   uint64 `json:"pending"`
+	Weight    uint32 `json:"weight"`
+	Deficit   int64  `json:"deficit"`
+	Delivered uint64 `json:"delivered"`
+}
+
+type throttleJSON struct {
+	Key     string  `json:"key"`
+	Rate    float64 `json:"rate"`
+	Burst   float64 `json:"burst"`
+	Tokens  float64 `json:"tokens"`
+	Waiting uint64  `json:"waiting"`
+}
+
+func statsJSON(st *fila.QueueStats) any {
+	fk := make([]fairnessJSON, len(st.FairnessKeys))
+	for i, k := range st.FairnessKeys {
+		fk[i] = fairnessJSON{k.Key, k.Pending, k.Weight, k.Deficit, k.Delivered}
+	}
+	tk := make([]throttleJSON, len(st.ThrottleKeys))
+	for i, k := range st.ThrottleKeys {
+		tk[i] = throttleJSON{k.Key, k.Rate, k.Burst, k.Tokens, k.Waiting}
+	}
+	return map[string]any{
+		"name":                  st.Name,
+		"ready":                 st.Ready,
+		"delayed":               st.Delayed,
+		"leased":                st.Leased,
+		"dead_lettered":         st.DeadLettered,
+		"subscriptions":         st.Subscriptions,
+		"visibility_timeout_ms": st.VisibilityTimeout.Milliseconds(),
+		"max_attempts":          st.MaxAttempts,
+		"fairness_keys":         fk,
+		"throttle_keys":         tk,
+		"hooks": map[string]any{
+			"on_enqueue_calls":    st.OnEnqueueCalls,
+			"on_enqueue_failures": st.OnEnqueueErr,
+			"on_failure_calls":    st.OnFailureCalls,
+			"on_failure_failures": st.OnFailureErr,
+			"circuit_open":        st.CircuitOpen,
+			"circuit_trips":       st.CircuitTrips,
+		},
+	}
+}
+
+func (g *globals) printStats(st *fila.QueueStats) error {
+	w := g.stdout
+	fmt.Fprintf(w, "queue %s\n", st.Name)
+	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
+	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts)
+	fmt.Fprintf(w, "  hooks: on_enqueue %d calls (%d failed), on_failure %d calls (%d failed), circuit %s (%d trips)\n",
+		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)
+	if len(st.FairnessKeys) > 0 {
+		fmt.Fprintln(w)
+		rows := make([][]string, len(st.FairnessKeys))
+		for i, k := range st.FairnessKeys {
+			rows[i] = []string{k.Key, u(k.Pending), strconv.FormatUint(uint64(k.Weight), 10), strconv.FormatInt(k.Deficit, 10), u(k.Delivered)}
+		}
+		if err := g.table([]string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DEFICIT", "DELIVERED"}, rows); err != nil {
+			return err
+		}
+	}
+	if len(st.ThrottleKeys) > 0 {
+		fmt.Fprintln(w)
+		rows := make([][]string, len(st.ThrottleKeys))
+		for i, k := range st.ThrottleKeys {
+			rows[i] = []string{k.Key, fmtF(k.Rate), fmtF(k.Burst), strconv.FormatFloat(k.Tokens, 'f', 2, 64), u(k.Waiting)}
+		}
+		return g.table([]string{"THROTTLE KEY", "RATE/S", "BURST", "TOKENS", "WAITING"}, rows)
+	}
+	return nil
+}
+
+func fmtF(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func newRedriveCmd(g *globals) *cobra.Command {
+	var count uint64
+	cmd := &cobra.Command{
+		Use:               "redrive DLQ",
+		Short:             "Move messages from a dead-letter queue back to its queue",
+		Long:              "Move up to --count messages (0: all) from the dead-letter queue DLQ back to its parent queue, oldest first, with their attempts reset.",
+		Example:           "  fila redrive orders.dlq --count 100",
+		Args:              exactArgs(1),
+		ValidArgsFunction: g.completeQueues(true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+				moved, err := a.Redrive(ctx, args[0], count)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return g.printJSON(map[string]any{"dead_letter_queue": args[0], "moved": moved})
+				}
+				fmt.Fprintf(g.stdout, "moved %d messages from %s\n", moved, args[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().Uint64Var(&count, "count", 0, "most messages to move (0: all)")
+	return cmd
+}

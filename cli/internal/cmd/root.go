@@ -1,0 +1,341 @@
+// Package cmd implements the fila command line with cobra. Every command
+// talks to the broker through the Go SDK only: the CLI has no privileged
+// access and no operation the SDK lacks.
+package cmd
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	fila "github.com/fila-mq/fila/sdk/go"
+)
+
+// Exit codes of Main.
+const (
+	ExitOK       = 0 // success
+	ExitFailure  = 1 // the command failed: broker error, connection, I/O
+	ExitUsage    = 2 // bad flags or arguments
+	ExitNotFound = 3 // the queue, key, message or config key does not exist
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	addr    string
+	apiKey  string
+	output  string
+	timeout time.Duration
+
+	tls           bool
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// Main runs the CLI with args and returns the process exit code (see the
+// Exit constants). Errors go to stderr, as "fila: ..." lines, or as a
+// JSON object {"error": ..., "code": ...} with --output json.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitFailure
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		code = ExitUsage
+	case isNotFound(err):
+		code = ExitNotFound
+	}
+	if g.output == "json" {
+		e := map[string]string{"error": err.Error()}
+		if c := errorCode(err); c != "" {
+			e["code"] = c
+		}
+		b, _ := json.Marshal(e)
+		fmt.Fprintln(stderr, string(b))
+	} else {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "fila: ") {
+			msg = "fila: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
+	}
+	return code
+}
+
+// usageError marks errors in how the command was called.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// errNotFound marks a lookup that found nothing without a protocol error,
+// such as an unset config key.
+var errNotFound = errors.New("not found")
+
+func isNotFound(err error) bool {
+	for _, target := range []error{errNotFound, fila.ErrQueueNotFound, fila.ErrAPIKeyNotFound, fila.ErrMessageNotFound} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorCode is the protocol code name of err, such as QUEUE_NOT_FOUND, or
+// "" when it has none.
+func errorCode(err error) string {
+	var se *fila.StatusError
+	if errors.As(err, &se) {
+		return se.Code.String()
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"QUEUE_NOT_FOUND", fila.ErrQueueNotFound},
+		{"QUEUE_EXISTS", fila.ErrQueueExists},
+		{"MESSAGE_TOO_LARGE", fila.ErrMessageTooLarge},
+		{"MESSAGE_NOT_FOUND", fila.ErrMessageNotFound},
+		{"LEASE_EXPIRED", fila.ErrLeaseExpired},
+		{"NOT_A_DLQ", fila.ErrNotADLQ},
+		{"INVALID_CONFIG_VALUE", fila.ErrInvalidConfigValue},
+		{"SCRIPT_ERROR", fila.ErrScriptError},
+		{"API_KEY_NOT_FOUND", fila.ErrAPIKeyNotFound},
+		{"NOT_FOUND", errNotFound},
+		{"CONNECTION_LOST", fila.ErrConnectionLost},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return ""
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fila",
+		Short: "Command-line client of the Fila message broker",
+		Long: `fila administers a Fila broker and moves messages through it.
+
+It is a thin client over the Go SDK. Output is a table for people, or
+JSON for scripts (--output json). Errors go to stderr; the exit code is
+0 on success, 1 when the command failed, 2 for a usage error, and 3 when
+the queue, API key or config key does not exist.`,
+		Version:       fila.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			switch g.output {
+			case "table", "json":
+				return nil
+			}
+			return usagef("--output %q: want table or json", g.output)
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.addr, "addr", envOr("FILA_ADDR", "localhost:5555"), "broker address host:port (env FILA_ADDR)")
+	pf.StringVar(&g.apiKey, "api-key", os.Getenv("FILA_API_KEY"), "API key secret (env FILA_API_KEY)")
+	pf.StringVarP(&g.output, "output", "o", envOr("FILA_OUTPUT", "table"), "output format: table or json (env FILA_OUTPUT)")
+	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
+	pf.BoolVar(&g.tls, "tls", os.Getenv("FILA_TLS") == "true", "connect over TLS, trusting the system's CAs (env FILA_TLS=true)")
+	pf.StringVar(&g.tlsCA, "tls-ca", os.Getenv("FILA_TLS_CA"), "PEM file of CAs to trust instead of the system's; implies --tls (env FILA_TLS_CA)")
+	pf.StringVar(&g.tlsCert, "tls-cert", os.Getenv("FILA_TLS_CERT"), "PEM client certificate for mTLS; implies --tls (env FILA_TLS_CERT)")
+	pf.StringVar(&g.tlsKey, "tls-key", os.Getenv("FILA_TLS_KEY"), "PEM private key of --tls-cert (env FILA_TLS_KEY)")
+	pf.StringVar(&g.tlsServerName, "tls-server-name", os.Getenv("FILA_TLS_SERVER_NAME"), "name to check the broker's certificate against; implies --tls (env FILA_TLS_SERVER_NAME)")
+
+	root.AddGroup(
+		&cobra.Group{ID: "msg", Title: "Messages:"},
+		&cobra.Group{ID: "admin", Title: "Administration:"},
+	)
+	for _, c := range []*cobra.Command{newEnqueueCmd(g), newConsumeCmd(g)} {
+		c.GroupID = "msg"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newQueueCmd(g), newConfigCmd(g), newRedriveCmd(g), newAuthCmd(g), newPingCmd(g)} {
+		c.GroupID = "admin"
+		root.AddCommand(c)
+	}
+	root.AddCommand(newVersionCmd(g))
+	return root
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// connect opens a client with the global flags. Commands that make one
+// request do not reconnect: a lost connection fails them.
+func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, error) {
+	opts := []fila.Option{fila.WithDialTimeout(g.timeout), fila.WithClientName("fila-cli/" + fila.Version)}
+	if g.apiKey != "" {
+		opts = append(opts, fila.WithAPIKey(g.apiKey))
+	}
+	if g.tls {
+		opts = append(opts, fila.WithTLS(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	if g.tlsCA != "" {
+		opts = append(opts, fila.WithCAFile(g.tlsCA))
+	}
+	if g.tlsCert != "" || g.tlsKey != "" {
+		if g.tlsCert == "" || g.tlsKey == "" {
+			return nil, usagef("--tls-cert and --tls-key go together")
+		}
+		opts = append(opts, fila.WithClientCertFile(g.tlsCert, g.tlsKey))
+	}
+	if g.tlsServerName != "" {
+		opts = append(opts, fila.WithServerName(g.tlsServerName))
+	}
+	if !reconnect {
+		opts = append(opts, fila.WithoutReconnect())
+	}
+	return fila.Connect(ctx, g.addr, opts...)
+}
+
+// admin runs fn with an admin handle, bounded by --timeout.
+func (g *globals) admin(cmd *cobra.Command, fn func(ctx context.Context, a *fila.Administrator) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	c, err := g.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c.Admin())
+}
+
+// printJSON writes v as indented JSON.
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes rows under a header, aligned in columns.
+func (g *globals) table(header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// exactArgs is cobra.ExactArgs reporting a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// minArgs is cobra.MinimumNArgs reporting a usage error.
+func minArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.MinimumNArgs(n)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// completeQueues completes a queue-name argument from the broker's list,
+// for shell completion. It stays silent when the broker is unreachable.
+func (g *globals) completeQueues(dlqOnly bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := g.connect(ctx, false)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer c.Close()
+		qs, err := c.Admin().ListQueues(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []string
+		for _, q := range qs {
+			if strings.HasPrefix(q.Name, toComplete) && (!dlqOnly || q.Parent != "") {
+				names = append(names, q.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the CLI's version",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.output == "json" {
+				return g.printJSON(map[string]string{"version": fila.Version})
+			}
+			fmt.Fprintln(g.stdout, "fila", fila.Version)
+			return nil
+		},
+	}
+}
+
+func newPingCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ping",
+		Short: "Check the broker answers: node, server version, round-trip time",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			c, err := g.connect(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			rtt, err := c.Ping(ctx)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(map[string]any{"addr": g.addr, "node_id": c.NodeID(), "server": c.ServerName(), "rtt_us": rtt.Microseconds()})
+			}
+			fmt.Fprintf(g.stdout, "%s: node %s, %s, round trip %v\n", g.addr, c.NodeID(), c.ServerName(), rtt.Round(time.Microsecond))
+			return nil
+		},
+	}
+}
