@@ -458,6 +458,7 @@ const (
 	opSubscribe                 // open a subscription
 	opUnsubscribe               // close one
 	opPrefetch                  // change a subscription's prefetch
+	opSettle                    // return the credit of deliveries settled through another client
 )
 
 // An op is one call handed to the owner goroutine.

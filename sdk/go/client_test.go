@@ -720,3 +720,31 @@ func TestPermissionParsing(t *testing.T) {
 		})
 	}
 }
+
+// TestAckAllThroughAnotherClient acks deliveries of one client's
+// subscription through another client's Consumer: the credit still
+// returns to the subscription's own connection, so deliveries go on past
+// the prefetch.
+func TestAckAllThroughAnotherClient(t *testing.T) {
+	srv := filatest.Start(t)
+	ctx := testCtx(t)
+	owner, acker := connect(t, srv.Addr), connect(t, srv.Addr)
+	createQueue(t, owner, fila.NewQueueSpec("shared"))
+	var msgs []*fila.Message
+	for i := 0; i < 30; i++ {
+		msgs = append(msgs, fila.NewMessage("shared", []byte("x")))
+	}
+	if _, err := owner.Producer().SendBatch(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sub := subscribe(t, owner, "shared", fila.Prefetch(10))
+	for round := 0; round < 3; round++ {
+		var ds []*fila.Delivery
+		for i := 0; i < 10; i++ {
+			ds = append(ds, next(t, sub))
+		}
+		if err := acker.Consumer().AckAll(ctx, ds); err != nil {
+			t.Fatalf("AckAll() through another client = %v", err)
+		}
+	}
+}

@@ -85,11 +85,24 @@ func (c *Consumer) AckAll(ctx context.Context, ds []*Delivery) error {
 	}
 	items := make([]wire.LeaseRef, len(ds))
 	var settle []*Delivery
+	var foreign map[*Client][]*Delivery // deliveries of subscriptions on other clients
 	for i, d := range ds {
 		items[i] = d.ref()
-		if d.settled.CompareAndSwap(false, true) {
-			settle = append(settle, d)
+		if !d.settled.CompareAndSwap(false, true) {
+			continue
 		}
+		if d.s.c == c.c {
+			settle = append(settle, d)
+			continue
+		}
+		if foreign == nil {
+			foreign = map[*Client][]*Delivery{}
+		}
+		foreign[d.s.c] = append(foreign[d.s.c], d)
+	}
+	// Credit belongs to the connection that received the deliveries.
+	for fc, fds := range foreign {
+		fc.call(ctx, &op{kind: opSettle, settle: fds})
 	}
 	resp, err := c.c.request(ctx, &wire.Ack{Items: items}, ds[0].m.Queue, settle...)
 	if err != nil {

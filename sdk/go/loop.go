@@ -92,6 +92,17 @@ func (l *loop) resubscribe(s *Subscription) {
 
 // submit takes one op: sends it, adds it to the Enqueue batch, or keeps it
 // for the next session.
+// settle returns the credit of deliveries of this client's current
+// session. Deliveries of another session (before a reconnect) or of
+// another client are skipped: their credit is not this connection's.
+func (l *loop) settle(ds []*Delivery) {
+	for _, d := range ds {
+		if d.s.c == l.c && d.epoch == l.s.epoch && d.s.epoch == l.s.epoch {
+			l.s.conn.Settle(d.s.id, 1)
+		}
+	}
+}
+
 func (l *loop) submit(o *op) {
 	if err := o.ctx.Err(); err != nil {
 		o.answer(result{err: err})
@@ -105,11 +116,7 @@ func (l *loop) submit(o *op) {
 	switch o.kind {
 	case opRequest:
 		l.flushBatch() // keep requests in submission order
-		for _, d := range o.settle {
-			if d.epoch == l.s.epoch && d.s.epoch == l.s.epoch {
-				conn.Settle(d.s.id, 1)
-			}
-		}
+		l.settle(o.settle)
 		id, err := conn.Send(o.frame)
 		if err != nil {
 			l.rejected(o, err)
@@ -144,6 +151,9 @@ func (l *loop) submit(o *op) {
 			// once the broker confirms.
 			s.closeOp = o
 		}
+	case opSettle:
+		l.settle(o.settle)
+		o.answer(result{})
 	case opPrefetch:
 		s := o.sub
 		if s.gone {
