@@ -74,10 +74,10 @@ func (c Config) withDefaults() Config {
 // documentation for how a shell drives it. Its methods must be called
 // from one goroutine.
 type Sched struct {
-	cfg    Config
-	now    Time
-	queues map[string]*queue
-	subs   map[SubID]*sub
+	cfg      Config
+	now      Time
+	queues   map[string]*queue
+	subs     map[SubID]*sub
 	buckets  map[string]*tbucket // throttle buckets by key
 	tsets    map[string]*tset    // interned throttle key sets
 	timers   timerHeap[*msg]     // delays, backoffs, lease deadlines
