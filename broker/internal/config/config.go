@@ -68,7 +68,8 @@ type StorageConfig struct {
 	// (data_dir, default "data").
 	DataDir string
 	// SegmentSize is the size in bytes at which the log starts a new segment
-	// file (segment_size, default 64MB, from 1MB to 4GB).
+	// file (segment_size, default 8MB, from 1MB to 4GB). The log keeps the
+	// newest segment in memory, so smaller segments cost less to append to.
 	SegmentSize int64
 	// CacheSize bounds the memory in bytes used to cache payloads read back
 	// from the log; zero disables the cache (cache_size, default 64MB).
@@ -195,7 +196,7 @@ func Default() Config {
 		},
 		Storage: StorageConfig{
 			DataDir:     "data",
-			SegmentSize: 64 * Megabyte,
+			SegmentSize: 8 * Megabyte,
 			CacheSize:   64 * Megabyte,
 		},
 		Scheduler: SchedulerConfig{Quantum: 1000},

@@ -82,7 +82,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.max_connections":        `10000`,
 		"server.shutdown_timeout":       `"10s"`,
 		"storage.data_dir":              `"data"`,
-		"storage.segment_size":          `"64MB"`,
+		"storage.segment_size":          `"8MB"`,
 		"storage.cache_size":            `"64MB"`,
 		"storage.repair":                `false`,
 		"storage.unsafe_no_sync":        `false`,
