@@ -72,7 +72,7 @@ type StorageConfig struct {
 	// newest segment in memory, so smaller segments cost less to append to.
 	SegmentSize int64
 	// CacheSize bounds the memory in bytes used to cache payloads read back
-	// from the log; zero disables the cache (cache_size, default 64MB).
+	// from the log; zero disables the cache (cache_size, default 16MB).
 	CacheSize int64
 	// Repair lets startup cut the log at the first corrupt record, losing
 	// every record after it, instead of refusing to start. A torn final
@@ -197,7 +197,7 @@ func Default() Config {
 		Storage: StorageConfig{
 			DataDir:     "data",
 			SegmentSize: 8 * Megabyte,
-			CacheSize:   64 * Megabyte,
+			CacheSize:   16 * Megabyte,
 		},
 		Scheduler: SchedulerConfig{Quantum: 1000},
 		Queue: QueueConfig{

@@ -83,7 +83,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.shutdown_timeout":       `"10s"`,
 		"storage.data_dir":              `"data"`,
 		"storage.segment_size":          `"8MB"`,
-		"storage.cache_size":            `"64MB"`,
+		"storage.cache_size":            `"16MB"`,
 		"storage.repair":                `false`,
 		"storage.unsafe_no_sync":        `false`,
 		"scheduler.quantum":             `1000`,
