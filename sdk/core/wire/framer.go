@@ -53,8 +53,12 @@ func (fr *FrameReader) SetMaxFrame(n int) {
 // Buffered returns the number of bytes fed and not yet returned as frames.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + len(fr.cont) }
 
-// Feed appends p to the reader's buffer. p is copied.
+// Feed appends p to the reader's buffer. p is copied. After Next has
+// failed, Feed discards p.
 func (fr *FrameReader) Feed(p []byte) {
+	if fr.err != nil {
+		return
+	}
 	if fr.start > 0 && fr.start == len(fr.buf) {
 		fr.buf = fr.buf[:0]
 		fr.start = 0
@@ -128,6 +132,6 @@ func (fr *FrameReader) Next() (h Header, body []byte, ok bool, err error) {
 
 func (fr *FrameReader) fail(err *ConnError) (Header, []byte, bool, error) {
 	fr.err = err
-	fr.buf, fr.cont = nil, nil
+	fr.buf, fr.cont, fr.start = nil, nil, 0
 	return Header{}, nil, false, err
 }
