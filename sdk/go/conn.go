@@ -262,6 +262,10 @@ func (l *loop) serve(s *session) error {
 			return errGoneAway
 		}
 
+		if len(l.acks) > 0 && l.ackInFlight == 0 {
+			l.flushAcks()
+			continue
+		}
 		if took || l.sendsCompleted {
 			took = false
 			if l.sendsCompleted {
@@ -333,6 +337,7 @@ func (l *loop) serve(s *session) error {
 			l.drainQueued()
 			l.takeSends()
 			l.flushBatch()
+			l.flushAcks()
 			lingerC = nil
 			l.closing = true
 			conn.Close()

@@ -41,15 +41,23 @@ type loop struct {
 	// The accumulator's spare buffers, swapped in when it is taken.
 	spareMsgs []wire.EnqueueMessage
 	spareOps  []*op
+
+	// Ack coalescing: items of concurrent Acks not yet sent, and the Ack
+	// frames in flight. As for Enqueue, a frame goes out at once when
+	// none is in flight; otherwise acks gather until it completes.
+	acks        []wire.LeaseRef
+	ackOps      []*op
+	ackInFlight int
 }
 
 // inflight is a request in flight: a single op, the ops whose messages
 // were coalesced into one Enqueue (each owning a run of the results), or
 // the re-subscription of an open subscription after a reconnect.
 type inflight struct {
-	op    *op
-	ops   []*op
-	resub *Subscription
+	op     *op
+	ops    []*op
+	ackOps []*op // ops whose Ack items were coalesced into one frame
+	resub  *Subscription
 }
 
 func newLoop(c *Client) *loop {
@@ -115,7 +123,17 @@ func (l *loop) submit(o *op) {
 	conn := l.s.conn
 	switch o.kind {
 	case opRequest:
+		if a, ok := o.frame.(*wire.Ack); ok {
+			l.settle(o.settle)
+			l.acks = append(l.acks, a.Items...)
+			l.ackOps = append(l.ackOps, o)
+			if len(l.acks) >= l.c.opts.maxBatch {
+				l.flushAcks()
+			}
+			return
+		}
 		l.flushBatch() // keep requests in submission order
+		l.flushAcks()
 		l.settle(o.settle)
 		id, err := conn.Send(o.frame)
 		if err != nil {
@@ -240,6 +258,47 @@ func (l *loop) drainQueued() {
 	}
 }
 
+// flushAcks sends the gathered Ack items as one frame.
+func (l *loop) flushAcks() {
+	if len(l.acks) == 0 {
+		return
+	}
+	items, ops := l.acks, l.ackOps
+	l.acks, l.ackOps = nil, nil
+	id, err := l.s.conn.Send(&wire.Ack{Items: items})
+	if err != nil {
+		for _, o := range ops {
+			l.rejected(o, err)
+		}
+		return
+	}
+	l.inflight[id] = &inflight{ackOps: ops}
+	l.ackInFlight++
+}
+
+// completeAcks splits a coalesced Ack's results among its ops.
+func (l *loop) completeAcks(ops []*op, cp core.Completion) {
+	l.ackInFlight--
+	if cp.Err != nil {
+		for _, o := range ops {
+			o.answer(result{err: cp.Err})
+		}
+		return
+	}
+	results := cp.Response.(*wire.AckResult).Results
+	i := 0
+	for _, o := range ops {
+		n := len(o.frame.(*wire.Ack).Items)
+		if i+n > len(results) {
+			o.answer(result{err: &StatusError{Code: wire.CodeInternal, Op: "ack",
+				Message: fmt.Sprintf("broker returned %d results for %d items", len(results), i+n)}})
+			continue
+		}
+		o.answer(result{resp: &wire.AckResult{Results: results[i : i+n : i+n]}})
+		i += n
+	}
+}
+
 func (l *loop) flushBatch() {
 	if len(l.batch) == 0 {
 		return
@@ -277,6 +336,8 @@ func (l *loop) handle(rd core.Ready) {
 		switch {
 		case inf.ops != nil:
 			l.completeBatch(inf.ops, cp)
+		case inf.ackOps != nil:
+			l.completeAcks(inf.ackOps, cp)
 		case inf.resub != nil:
 			s := inf.resub
 			if cp.Err != nil {
@@ -382,6 +443,10 @@ func (l *loop) detach(err error) {
 			for _, o := range inf.ops {
 				o.answer(result{err: lost})
 			}
+		case inf.ackOps != nil:
+			for _, o := range inf.ackOps {
+				o.answer(result{err: lost})
+			}
 		case inf.op != nil:
 			o := inf.op
 			if o.kind == opUnsubscribe {
@@ -394,6 +459,10 @@ func (l *loop) detach(err error) {
 		}
 	}
 	l.enqInFlight = 0
+	for _, o := range l.ackOps {
+		o.answer(result{err: lost})
+	}
+	l.acks, l.ackOps, l.ackInFlight = nil, nil, 0
 	clear(l.subs)
 	for s := range l.open {
 		s.active = false
@@ -414,14 +483,20 @@ func (l *loop) finish(err error) {
 	lost := lostErr(err)
 	for id, inf := range l.inflight {
 		delete(l.inflight, id)
-		if inf.ops != nil {
-			for _, o := range inf.ops {
-				o.answer(result{err: lost})
-			}
-		} else if inf.op != nil {
+		for _, o := range inf.ops {
+			o.answer(result{err: lost})
+		}
+		for _, o := range inf.ackOps {
+			o.answer(result{err: lost})
+		}
+		if inf.op != nil {
 			inf.op.answer(result{err: lost})
 		}
 	}
+	for _, o := range l.ackOps {
+		o.answer(result{err: closed})
+	}
+	l.acks, l.ackOps = nil, nil
 	l.closing = true // takeSends answers ErrClosed
 	l.takeSends()
 	for _, o := range l.batchOps {

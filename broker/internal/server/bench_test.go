@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/shard"
@@ -142,6 +143,100 @@ func BenchmarkProduce(b *testing.B) {
 			syncs := st.Stats().Syncs - syncs0
 			b.ReportMetric(float64(syncs)/b.Elapsed().Seconds(), "fsyncs/s")
 			b.ReportMetric(float64(batches*tc.batch)/float64(max(syncs, 1)), "msgs/fsync")
+		})
+	}
+}
+
+// BenchmarkConsume measures durable consume+ack throughput through the
+// whole broker, in process: b.N 1 KiB messages are enqueued first, then
+// consumers with the given prefetch take them, acking each delivery from
+// its own goroutine (concurrent Acks) or in batches with AckAll.
+func BenchmarkConsume(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		consumers int
+		prefetch  uint32
+		ackAll    bool
+	}{
+		{"ack-each", 1, 256, false},
+		{"ack-each", 3, 256, false},
+		{"ack-all", 3, 256, true},
+	} {
+		b.Run(fmt.Sprintf("%s/consumers=%d/prefetch=%d", tc.name, tc.consumers, tc.prefetch), func(b *testing.B) {
+			addr, _, stop := inProcess(b, false)
+			defer stop()
+			ctx := context.Background()
+			c, err := fila.Connect(ctx, addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Admin().CreateQueue(ctx, fila.NewQueueSpec("bench")); err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 1024)
+			for n := 0; n < b.N; n += 256 {
+				batch := make([]*fila.Message, 0, 256)
+				for i := n; i < min(n+256, b.N); i++ {
+					batch = append(batch, fila.NewMessage("bench", payload).FairnessKey(fmt.Sprint("k", i%10)))
+				}
+				if _, err := c.Producer().SendBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var done atomic.Int64
+			finished := make(chan struct{})
+			b.ResetTimer()
+			for i := 0; i < tc.consumers; i++ {
+				cc, err := fila.Connect(ctx, addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cc.Close()
+				sub, err := cc.Consumer().Subscribe(ctx, "bench", fila.Prefetch(tc.prefetch))
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					var held []*fila.Delivery
+					flush := func() {
+						if len(held) == 0 {
+							return
+						}
+						if err := cc.Consumer().AckAll(ctx, held); err == nil && done.Add(int64(len(held))) == int64(b.N) {
+							close(finished)
+						}
+						held = held[:0]
+					}
+					idle := time.NewTimer(time.Hour)
+					for {
+						select {
+						case d := <-sub.C():
+							if !tc.ackAll {
+								go func() {
+									if err := d.Ack(ctx); err == nil && done.Add(1) == int64(b.N) {
+										close(finished)
+									}
+								}()
+								continue
+							}
+							held = append(held, d)
+							if len(held) == 64 {
+								flush()
+							} else {
+								idle.Reset(time.Millisecond)
+							}
+						case <-idle.C:
+							flush()
+						case <-finished:
+							return
+						}
+					}
+				}()
+			}
+			<-finished
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
 }
