@@ -96,6 +96,7 @@ func TestEveryRequestOpcodeAnswered(t *testing.T) {
 		&wire.Nack{Items: []wire.NackItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, Reason: "r"}}},
 		&wire.RetryAfter{Items: []wire.RetryAfterItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, DelayMS: 10}}},
 		&wire.ExtendLease{Items: []wire.ExtendLeaseItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, DurationMS: 10}}},
+		&wire.Release{Items: []wire.LeaseRef{{Queue: "q", ID: [16]byte{1}, Lease: 1}}},
 		&wire.Unsubscribe{Subscription: 999},
 		&wire.CreateApiKey{Name: "k"},
 		&wire.ListApiKeys{},

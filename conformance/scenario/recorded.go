@@ -792,6 +792,38 @@ delivered again with attempt 2, then acked.`,
 		},
 	},
 	{
+		Name: "hotpath/release",
+		Doc: `Release gives a delivery back without counting an attempt: it is
+delivered again at once with the same attempt number, then acked.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			q := "hp.release"
+			var st steps
+			st.want("create", c.Admin().CreateQueue(ctx, fila.NewQueueSpec(q)), nil)
+			st.want("send", second(c.Producer().Enqueue(ctx, q, []byte("not now"))), nil)
+			sub, err := c.Consumer().Subscribe(ctx, q, fila.Prefetch(1))
+			if err != nil {
+				return err
+			}
+			d, err := next(ctx, sub)
+			if err != nil {
+				return err
+			}
+			st.want("release", d.Release(ctx), nil)
+			d, err = next(ctx, sub)
+			if err != nil {
+				return err
+			}
+			st.check("redelivery", d.Attempt() == 1, "attempt %d", d.Attempt())
+			st.want("ack", d.Ack(ctx), nil)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
 		Name: "hotpath/extend_lease",
 		Doc: `ExtendLease moves a lease's deadline (the result carries the new one);
 the delivery is then acked under the same lease.`,

@@ -568,6 +568,18 @@ func (c *Client) enqueue(ctx context.Context, msgs []wire.EnqueueMessage) (resul
 
 // request sends a request frame and returns its response, mapping an Error
 // frame to the operation's error type with target in the message.
+// release gives back deliveries of a closed subscription in one Release,
+// best effort: a lease that already expired stays with the broker's
+// redelivery.
+func (c *Client) release(ctx context.Context, ds []*Delivery) {
+	items := make([]wire.LeaseRef, 0, len(ds))
+	for _, d := range ds {
+		d.settled.Store(true)
+		items = append(items, d.ref())
+	}
+	c.request(ctx, &wire.Release{Items: items}, ds[0].m.Queue)
+}
+
 func (c *Client) request(ctx context.Context, f wire.Frame, target string, settle ...*Delivery) (wire.Frame, error) {
 	r, err := c.call(ctx, &op{kind: opRequest, frame: f, settle: settle})
 	if err != nil {

@@ -748,3 +748,61 @@ func TestAckAllThroughAnotherClient(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAndCloseReleasesUnread gives a delivery back with Release
+// (redelivered with the same attempt), and checks that closing a
+// subscription gives back the deliveries it received but never handed to
+// the application, while the one the application holds stays leased.
+func TestReleaseAndCloseReleasesUnread(t *testing.T) {
+	srv := filatest.Start(t)
+	ctx := testCtx(t)
+	c := connect(t, srv.Addr)
+	createQueue(t, c, fila.NewQueueSpec("rel").VisibilityTimeout(time.Hour))
+	var msgs []*fila.Message
+	for i := 0; i < 5; i++ {
+		msgs = append(msgs, fila.NewMessage("rel", []byte{byte('a' + i)}))
+	}
+	if _, err := c.Producer().SendBatch(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Consumer().Subscribe(ctx, "rel", fila.Prefetch(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, sub)
+	if err := d.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	if err := d.Release(ctx); !errors.Is(err, fila.ErrLeaseExpired) {
+		t.Fatalf("second Release() = %v; want LEASE_EXPIRED", err)
+	}
+	held := next(t, sub) // handed to the application: stays leased
+	// Let the other deliveries arrive in the client's buffer, unread.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		st, err := c.Admin().QueueStats(ctx, "rel")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leased == 5 {
+			break
+		}
+	}
+	if err := sub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := subscribe(t, connect(t, srv.Addr), "rel")
+	seen := map[fila.ID]bool{}
+	for i := 0; i < 4; i++ {
+		d := next(t, other)
+		if d.ID() == held.ID() || d.Attempt() != 1 {
+			t.Fatalf("after Close: delivered %v attempt %d; want an unread message, attempt 1", d.ID(), d.Attempt())
+		}
+		seen[d.ID()] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("after Close: %d distinct messages; want the 4 unread", len(seen))
+	}
+	if err := held.Ack(ctx); err != nil {
+		t.Fatalf("Ack() of the held delivery after Close = %v", err)
+	}
+}

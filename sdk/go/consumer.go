@@ -53,6 +53,7 @@ func (c *Consumer) Subscribe(ctx context.Context, queue string, opts ...Subscrib
 		queue:  queue,
 		notify: make(chan struct{}, 1),
 		stop:   make(chan struct{}),
+		pumped: make(chan struct{}),
 		ch:     make(chan *Delivery),
 	}
 	for _, o := range opts {
@@ -142,7 +143,8 @@ type Subscription struct {
 	err    error // why it ended
 	ended  bool
 	notify chan struct{} // a push or an end happened
-	stop   chan struct{} // closed by Close: the pump drops what is left
+	stop   chan struct{} // closed by Close: the pump stops and leaves what is left in queued
+	pumped chan struct{} // closed when the pump has exited
 
 	ch        chan *Delivery
 	closeOnce sync.Once
@@ -183,6 +185,7 @@ func (s *Subscription) wake() {
 // once the subscription has ended and everything queued was read, or at
 // once after Close.
 func (s *Subscription) pump() {
+	defer close(s.pumped)
 	defer close(s.ch)
 	for {
 		s.mu.Lock()
@@ -190,10 +193,15 @@ func (s *Subscription) pump() {
 		s.queued = nil
 		ended := s.ended
 		s.mu.Unlock()
-		for _, d := range batch {
+		for i, d := range batch {
 			select {
 			case s.ch <- d:
 			case <-s.stop:
+				// Keep what the application never received, for Close
+				// to give back.
+				s.mu.Lock()
+				s.queued = append(batch[i:], s.queued...)
+				s.mu.Unlock()
 				return
 			}
 		}
@@ -318,6 +326,7 @@ func (s *Subscription) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.stop)
+		<-s.pumped
 		var r result
 		r, err = s.c.call(ctx, &op{kind: opUnsubscribe, sub: s})
 		if err == nil && r.err != nil {
@@ -327,6 +336,16 @@ func (s *Subscription) Close(ctx context.Context) error {
 			err = nil
 		} else if err != nil {
 			err = wrapErr(wire.OpUnsubscribe, s.queue, err)
+		}
+		// Deliveries that arrived but never reached the application go
+		// back to the queue at once, without counting an attempt, rather
+		// than staying leased until they expire.
+		s.mu.Lock()
+		unread := s.queued
+		s.queued = nil
+		s.mu.Unlock()
+		if len(unread) > 0 && err == nil {
+			s.c.release(ctx, unread)
 		}
 	})
 	return err
@@ -437,6 +456,20 @@ func (d *Delivery) Nack(ctx context.Context, reason string) error {
 		return err
 	}
 	return itemErr(wire.OpNack, d.m.Queue, resp.(*wire.NackResult).Results)
+}
+
+// Release gives the delivery back without processing it: the message
+// returns to the head of its lane at once, and its next delivery has the
+// same attempt number. Use it for work the consumer will not start (it is
+// shutting down, or took more than it can handle). Errors as for Ack, as
+// *ReleaseError.
+func (d *Delivery) Release(ctx context.Context) error {
+	f := &wire.Release{Items: []wire.LeaseRef{d.ref()}}
+	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
+	if err != nil {
+		return err
+	}
+	return itemErr(wire.OpRelease, d.m.Queue, resp.(*wire.ReleaseResult).Results)
 }
 
 // RetryAfter fails the delivery with an explicit backoff: it is

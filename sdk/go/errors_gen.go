@@ -400,6 +400,53 @@ func (e *ExtendLeaseError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
+// ReleaseCode is a domain error code that Release can return.
+type ReleaseCode uint16
+
+const (
+	// ReleaseQueueNotFound no queue has this name.
+	ReleaseQueueNotFound ReleaseCode = 20
+	/*
+	   ReleaseMessageNotFound no message with this ID is in the queue (already
+	   acked, dead-lettered, or never there).
+	*/
+	ReleaseMessageNotFound ReleaseCode = 23
+	/*
+	   ReleaseLeaseExpired the message exists but the lease named in the request is
+	   no longer current: it expired, was released, or the message was delivered
+	   again under a new lease.
+	*/
+	ReleaseLeaseExpired ReleaseCode = 24
+)
+
+// String returns the spec name of the code, such as QUEUE_NOT_FOUND.
+func (c ReleaseCode) String() string {
+	return wire.Code(c).String()
+}
+
+/*
+ReleaseError is a domain failure of Release; Code is one of
+ReleaseQueueNotFound, ReleaseMessageNotFound, ReleaseLeaseExpired. Other
+failures of Release are *StatusError. errors.Is matches the code's sentinel,
+such as ErrQueueNotFound.
+*/
+type ReleaseError struct {
+	Code ReleaseCode
+	// Target is what the failure concerns: a queue name, a key ID; may be empty.
+	Target string
+	// Message is the broker's detail.
+	Message string
+}
+
+func (e *ReleaseError) Error() string {
+	return formatError("release", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *ReleaseError) Is(target error) bool {
+	return target == sentinel(wire.Code(e.Code))
+}
+
 // CreateQueueCode is a domain error code that CreateQueue can return.
 type CreateQueueCode uint16
 
@@ -804,6 +851,15 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 				Target:  target,
 			}
 		}
+	case wire.OpRelease:
+		switch c {
+		case wire.CodeQueueNotFound, wire.CodeMessageNotFound, wire.CodeLeaseExpired:
+			return &ReleaseError{
+				Code:    ReleaseCode(c),
+				Message: msg,
+				Target:  target,
+			}
+		}
 	case wire.OpCreateQueue:
 		switch c {
 		case wire.CodeQueueExists, wire.CodeScriptError:
@@ -918,6 +974,8 @@ func opVerb(op wire.Opcode) string {
 		return "retry after"
 	case wire.OpExtendLease:
 		return "extend lease"
+	case wire.OpRelease:
+		return "release"
 	case wire.OpCreateQueue:
 		return "create queue"
 	case wire.OpDeleteQueue:

@@ -875,6 +875,102 @@ func TestOpErrorEveryPair(t *testing.T) {
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
+			var e *ReleaseError
+			return errors.As(err, &e) && e.Code == ReleaseQueueNotFound
+		},
+		code: wire.CodeQueueNotFound,
+		op:   wire.OpRelease,
+		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *ReleaseError
+			return errors.As(err, &e) && e.Code == ReleaseMessageNotFound
+		},
+		code: wire.CodeMessageNotFound,
+		op:   wire.OpRelease,
+		sent: ErrMessageNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *ReleaseError
+			return errors.As(err, &e) && e.Code == ReleaseLeaseExpired
+		},
+		code: wire.CodeLeaseExpired,
+		op:   wire.OpRelease,
+		sent: ErrLeaseExpired,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpRelease,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpRelease,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpRelease,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpRelease,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpRelease,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpRelease,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpRelease,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpRelease,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpRelease,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
 			var e *CreateQueueError
 			return errors.As(err, &e) && e.Code == CreateQueueQueueExists
 		},

@@ -171,6 +171,7 @@ const (
 	OpSetACL
 	OpGetACL
 	OpTopology
+	OpRelease
 	opEnd
 )
 
@@ -182,6 +183,7 @@ var opNames = [...]string{
 	OpGetConfig: "get config", OpListConfig: "list config", OpDeleteConfig: "delete config",
 	OpRedrive: "redrive", OpCreateAPIKey: "create api key", OpRevokeAPIKey: "revoke api key",
 	OpListAPIKeys: "list api keys", OpSetACL: "set acl", OpGetACL: "get acl", OpTopology: "topology",
+	OpRelease: "release",
 }
 
 // String returns the operation's name in lower case, such as "enqueue".
@@ -213,7 +215,7 @@ const DLQSuffix = ".dlq"
 //
 //	Enqueue                                   produce on the queue
 //	Subscribe, Ack, Nack, RetryAfter,
-//	ExtendLease                               consume on the queue
+//	ExtendLease, Release                      consume on the queue
 //	CreateQueue, DeleteQueue, QueueStats      admin on the queue
 //	Redrive of <q>.dlq                        admin on <q>.dlq and admin on <q>
 //	Topology                                  any permission on the queue
@@ -233,7 +235,7 @@ func Required(op Op, queue string) (needs [2]Need, n int) {
 		return needs, 0
 	case OpEnqueue:
 		needs[0] = Need{Produce, queue}
-	case OpSubscribe, OpAck, OpNack, OpRetryAfter, OpExtendLease:
+	case OpSubscribe, OpAck, OpNack, OpRetryAfter, OpExtendLease, OpRelease:
 		needs[0] = Need{Consume, queue}
 	case OpCreateQueue, OpDeleteQueue, OpQueueStats:
 		needs[0] = Need{Admin, queue}

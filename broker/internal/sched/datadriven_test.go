@@ -243,7 +243,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 	case "credit":
 		h.s.AddCredit(SubID(a.int("sub", 0)), uint32(a.int("n", 0)))
 		return "ok"
-	case "ack", "nack", "retry", "extend":
+	case "ack", "nack", "retry", "extend", "release":
 		var refs []LeaseRef
 		for _, name := range a.list("ids") {
 			id := parseIDName(t, name)
@@ -252,6 +252,8 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		switch d.Cmd {
 		case "ack":
 			h.s.Ack(ref, refs)
+		case "release":
+			h.s.Release(ref, refs)
 		case "nack":
 			items := make([]NackItem, len(refs))
 			for i, r := range refs {

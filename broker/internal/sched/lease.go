@@ -39,6 +39,25 @@ func (s *Sched) itemErrs(n int) []error {
 	return b.errs[start : start+n : start+n]
 }
 
+// Release gives back deliveries the consumer has not started: each
+// message returns to the head of its lane, ready at once, without counting
+// an attempt, so its next delivery has the same attempt number. Items are
+// released last first, so messages of one lane keep their order. The
+// deliveries' DRR charge and tokens are not refunded. The reply is an
+// []error, one per item, as for Ack.
+func (s *Sched) Release(ref Ref, items []LeaseRef) {
+	errs := s.itemErrs(len(items))
+	for i := len(items) - 1; i >= 0; i-- {
+		m, err := s.leased("release", &items[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		s.undeliver(m)
+	}
+	s.reply(ref, errs)
+}
+
 // Ack settles deliveries: each acked message is deleted (its records are
 // in this Ready's Persist). The reply is an []error, one per item: nil,
 // or wrapping fault.ErrQueueNotFound, fault.ErrMessageNotFound or

@@ -180,6 +180,13 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 		}
 		return c.settle(id, wire.OpRetryAfter, func(i int) string { return f.Items[i].Queue }, len(items),
 			func(s *sched.Sched, ref sched.Ref, keep []int) { s.RetryAfter(ref, pick(items, keep)) })
+	case *wire.Release:
+		items := make([]sched.LeaseRef, len(f.Items))
+		for i, it := range f.Items {
+			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
+		}
+		return c.settle(id, wire.OpRelease, func(i int) string { return f.Items[i].Queue }, len(items),
+			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Release(ref, pick(items, keep)) })
 	case *wire.ExtendLease:
 		return c.extend(id, f)
 	case *wire.CreateQueue:
@@ -281,6 +288,8 @@ func authOp(op wire.Opcode) auth.Op {
 		return auth.OpRetryAfter
 	case wire.OpExtendLease:
 		return auth.OpExtendLease
+	case wire.OpRelease:
+		return auth.OpRelease
 	case wire.OpCreateQueue:
 		return auth.OpCreateQueue
 	case wire.OpDeleteQueue:
@@ -524,7 +533,7 @@ func (c *conn) credit(f *wire.Credit) {
 	c.s.sh.AddCredit(c.ctx, sub.id, f.Credits)
 }
 
-// settle runs Ack, Nack or RetryAfter: per-item checks, then the
+// settle runs Ack, Nack, RetryAfter or Release: per-item checks, then the
 // scheduler, then one result per item.
 func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int, cmd func(s *sched.Sched, ref sched.Ref, keep []int)) error {
 	results := make([]wire.ItemResult, n)
@@ -542,6 +551,8 @@ func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int
 			c.respond(id, &wire.AckResult{Results: results})
 		case wire.OpNack:
 			c.respond(id, &wire.NackResult{Results: results})
+		case wire.OpRelease:
+			c.respond(id, &wire.ReleaseResult{Results: results})
 		default:
 			c.respond(id, &wire.RetryAfterResult{Results: results})
 		}

@@ -1465,6 +1465,124 @@ func (m *ExtendLeaseResult) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
+func (m *Release) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(m.Items)))
+	for i := range m.Items {
+		dst = m.Items[i].appendTo(dst)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *Release) decodeFields(r *reader, prev *Release) {
+	if prev == nil {
+		prev = &Release{}
+	}
+	if n := r.count("items", 30); n > 0 {
+		var out []LeaseRef
+		for i := 0; i < n; i++ {
+			s, base := r.sub("items")
+			var x LeaseRef
+			var p *LeaseRef
+			if i < len(prev.Items) {
+				p = &prev.Items[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "items", i)
+				break
+			}
+			if out == nil && len(prev.Items) == n && x == prev.Items[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]LeaseRef, n)
+				copy(out, prev.Items[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Items = prev.Items
+		} else {
+			m.Items = out
+		}
+	} else {
+		m.Items = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *Release) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "Release")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *ReleaseResult) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(m.Results)))
+	for i := range m.Results {
+		dst = m.Results[i].appendTo(dst)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ReleaseResult) decodeFields(r *reader, prev *ReleaseResult) {
+	if prev == nil {
+		prev = &ReleaseResult{}
+	}
+	if n := r.count("results", 8); n > 0 {
+		var out []ItemResult
+		for i := 0; i < n; i++ {
+			s, base := r.sub("results")
+			var x ItemResult
+			var p *ItemResult
+			if i < len(prev.Results) {
+				p = &prev.Results[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "results", i)
+				break
+			}
+			if out == nil && len(prev.Results) == n && x == prev.Results[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]ItemResult, n)
+				copy(out, prev.Results[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Results = prev.Results
+		} else {
+			m.Results = out
+		}
+	} else {
+		m.Results = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *ReleaseResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "ReleaseResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
 func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Name)
 	dst = appendU64(dst, m.VisibilityTimeoutMS)

@@ -338,6 +338,18 @@ func drawExtendLeaseResult(t *rapid.T) *ExtendLeaseResult {
 	})}
 }
 
+func drawRelease(t *rapid.T) *Release {
+	return &Release{Items: drawList(t, "items", 3, func(t *rapid.T, label string) LeaseRef {
+		return *drawLeaseRef(t)
+	})}
+}
+
+func drawReleaseResult(t *rapid.T) *ReleaseResult {
+	return &ReleaseResult{Results: drawList(t, "results", 3, func(t *rapid.T, label string) ItemResult {
+		return *drawItemResult(t)
+	})}
+}
+
 func drawCreateQueue(t *rapid.T) *CreateQueue {
 	return &CreateQueue{
 		BackoffBaseMS:       rapid.Uint64().Draw(t, "backoff_base_ms"),
@@ -635,6 +647,16 @@ var roundTripCases = []struct {
 		return drawExtendLeaseResult(t)
 	},
 	name: "ExtendLeaseResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawRelease(t)
+	},
+	name: "Release",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawReleaseResult(t)
+	},
+	name: "ReleaseResult",
 }, {
 	draw: func(t *rapid.T) Frame {
 		return drawCreateQueue(t)

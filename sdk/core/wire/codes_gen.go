@@ -276,6 +276,8 @@ var (
 	RetryAfterCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound, CodeLeaseExpired}
 	// ExtendLeaseCodes are the domain codes ExtendLease can return.
 	ExtendLeaseCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound, CodeLeaseExpired}
+	// ReleaseCodes are the domain codes Release can return.
+	ReleaseCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound, CodeLeaseExpired}
 	// CreateQueueCodes are the domain codes CreateQueue can return.
 	CreateQueueCodes = CodeSet{CodeQueueExists, CodeScriptError}
 	// DeleteQueueCodes are the domain codes DeleteQueue can return.
@@ -331,6 +333,8 @@ func (o Opcode) Codes() CodeSet {
 		return RetryAfterCodes
 	case OpExtendLease:
 		return ExtendLeaseCodes
+	case OpRelease:
+		return ReleaseCodes
 	case OpCreateQueue:
 		return CreateQueueCodes
 	case OpDeleteQueue:

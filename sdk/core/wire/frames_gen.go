@@ -79,6 +79,10 @@ const (
 	OpExtendLease Opcode = 0x010F
 	// OpExtendLeaseResult is the opcode of ExtendLeaseResult (response).
 	OpExtendLeaseResult Opcode = 0x0110
+	// OpRelease is the opcode of Release (request).
+	OpRelease Opcode = 0x0111
+	// OpReleaseResult is the opcode of ReleaseResult (response).
+	OpReleaseResult Opcode = 0x0112
 	// OpCreateQueue is the opcode of CreateQueue (request).
 	OpCreateQueue Opcode = 0x0201
 	// OpCreateQueueOk is the opcode of CreateQueueOk (response).
@@ -188,6 +192,10 @@ func (o Opcode) String() string {
 		return "ExtendLease"
 	case OpExtendLeaseResult:
 		return "ExtendLeaseResult"
+	case OpRelease:
+		return "Release"
+	case OpReleaseResult:
+		return "ReleaseResult"
 	case OpCreateQueue:
 		return "CreateQueue"
 	case OpCreateQueueOk:
@@ -315,6 +323,10 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpExtendLeaseResult:
 		return KindResponse
+	case OpRelease:
+		return KindRequest
+	case OpReleaseResult:
+		return KindResponse
 	case OpCreateQueue:
 		return KindRequest
 	case OpCreateQueueOk:
@@ -400,6 +412,8 @@ func (o Opcode) Response() Opcode {
 		return OpRetryAfterResult
 	case OpExtendLease:
 		return OpExtendLeaseResult
+	case OpRelease:
+		return OpReleaseResult
 	case OpCreateQueue:
 		return OpCreateQueueOk
 	case OpDeleteQueue:
@@ -481,6 +495,10 @@ func New(op Opcode) Frame {
 		return new(ExtendLease)
 	case OpExtendLeaseResult:
 		return new(ExtendLeaseResult)
+	case OpRelease:
+		return new(Release)
+	case OpReleaseResult:
+		return new(ReleaseResult)
 	case OpCreateQueue:
 		return new(CreateQueue)
 	case OpCreateQueueOk:
@@ -1253,6 +1271,37 @@ type ExtendLeaseResult struct {
 // Opcode returns OpExtendLeaseResult.
 func (*ExtendLeaseResult) Opcode() Opcode {
 	return OpExtendLeaseResult
+}
+
+/*
+Release is the body of a Release frame (opcode 0x0111, request). Give back
+deliveries the consumer has not started: each returns to the head of its
+lane, ready at once, without counting an attempt. A consumer that stops
+(closes a subscription) releases what it received but did not hand to the
+application.
+*/
+type Release struct {
+	// Items ([]LeaseRef) Deliveries to give back.
+	Items []LeaseRef
+}
+
+// Opcode returns OpRelease.
+func (*Release) Opcode() Opcode {
+	return OpRelease
+}
+
+/*
+ReleaseResult is the body of a ReleaseResult frame (opcode 0x0112,
+response). One result per Release item, in order.
+*/
+type ReleaseResult struct {
+	// Results ([]ItemResult) Per-item outcomes.
+	Results []ItemResult
+}
+
+// Opcode returns OpReleaseResult.
+func (*ReleaseResult) Opcode() Opcode {
+	return OpReleaseResult
 }
 
 /*
