@@ -307,6 +307,18 @@ func (l *loop) serve(s *session) error {
 			default:
 			}
 		case err := <-s.readErr:
+			if len(s.in) > 0 {
+				// The reader sent its last bytes before the error, but
+				// select may pick either: handle those bytes first (the
+				// broker's answers, a handshake refusal), then the error.
+				for len(s.in) > 0 {
+					b := <-s.in
+					conn.Tick(s.now())
+					conn.Receive(b)
+				}
+				s.readErr <- err
+				continue
+			}
 			if l.closing && errors.Is(err, io.EOF) {
 				return errDrained
 			}
