@@ -43,7 +43,7 @@ check-gen: ## fail if a generated file is stale
 .PHONY: lint
 lint: check-gen ## vet and gofmt
 	$(GO) vet $(PKGS)
-	@out=$$(gofmt -l broker cli conformance gen sdk); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l bench broker cli conformance gen sdk); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s), one at a time
@@ -63,6 +63,14 @@ conformance: build ## replay the conformance transcripts against the client core
 kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing acknowledged is lost (KILLS=25)
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_KILL_LOOPS=$${KILLS:-25} \
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
+
+.PHONY: bench-compare
+bench-compare: ## Fila beside NATS JetStream (default sync and sync always) on 127.0.0.1, about 4 minutes; results in bench/results
+	cd bench && $(GO) run ./cmd/compare -out results
+
+.PHONY: replay
+replay: ## replay the Google trace (../shared/data) with DRR and FIFO at 600x, about 8 minutes; report in bench/results/replay
+	cd bench && $(GO) run ./cmd/replay -out results/replay -- --speedup 600
 
 .PHONY: bench
 bench: ## run the Go benchmarks

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fila-mq/fila/cli/internal/bench"
 	fila "github.com/fila-mq/fila/sdk/go"
 )
 
@@ -184,6 +185,7 @@ the queue, API key or config key does not exist.`,
 		root.AddCommand(c)
 	}
 	root.AddCommand(newVersionCmd(g))
+	root.AddCommand(bench.NewCommand(g.connect, &g.output))
 	return root
 }
 

@@ -1,0 +1,241 @@
+// Package proc builds and runs the broker processes the comparison
+// harness measures: fila-server and nats-server, each its own process on
+// 127.0.0.1 with its storage in a directory of the caller's, and reads
+// their memory use from /proc.
+package proc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Build runs "go build -o out pkg" in dir (a directory of the module
+// whose requirements resolve pkg) and returns out.
+func Build(dir, pkg, out string) (string, error) {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("proc: go build %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// A Server is a running broker process.
+type Server struct {
+	// Name is what the harness calls it, such as "nats (sync always)".
+	Name string
+	// Addr is the host:port it listens on.
+	Addr string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	log  strings.Builder
+}
+
+// StartFila starts bin (a fila-server) on a free port of 127.0.0.1 with
+// its data in dataDir, and waits until it listens. env adds FILA_*
+// settings.
+func StartFila(bin, dataDir string, env ...string) (*Server, error) {
+	cmd := exec.Command(bin)
+	cmd.Dir = dataDir
+	cmd.Env = append(os.Environ(),
+		"FILA_SERVER_LISTEN_ADDR=127.0.0.1:0",
+		"FILA_STORAGE_DATA_DIR="+filepath.Join(dataDir, "data"),
+		"FILA_SERVER_NODE_ID=bench",
+		"FILA_LOG_LEVEL=info",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	re := regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
+	return start("fila", cmd, func(line string) string {
+		if m := re.FindStringSubmatch(line); m != nil {
+			return m[1]
+		}
+		return ""
+	})
+}
+
+// StartNATS starts bin (a nats-server) with JetStream, its store in
+// storeDir and, if syncAlways, sync_interval: always (an fsync per
+// write); else the default (fsync every two minutes). It listens on a
+// free port of 127.0.0.1 and returns once it accepts connections.
+func StartNATS(name, bin, storeDir string, syncAlways bool) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nmax_payload: 8MB\njetstream {\n  store_dir: %q\n", port, storeDir)
+	if syncAlways {
+		conf += "  sync_interval: always\n"
+	}
+	conf += "}\n"
+	path := filepath.Join(storeDir, "nats.conf")
+	if err := os.MkdirAll(storeDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-c", path)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	return start(name, cmd, func(line string) string {
+		if strings.Contains(line, "Server is ready") {
+			return addr
+		}
+		return ""
+	})
+}
+
+// start runs cmd, scanning its output with ready until it returns the
+// address, for at most a minute.
+func start(name string, cmd *exec.Cmd, ready func(line string) string) (*Server, error) {
+	s := &Server{Name: name, cmd: cmd, done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("proc: start %s: %w", name, err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		found := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			if s.log.Len() < 1<<20 {
+				s.log.WriteString(line + "\n")
+			}
+			s.mu.Unlock()
+			if !found {
+				if a := ready(line); a != "" {
+					found = true
+					addr <- a
+				}
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		cmd.Wait()
+		pw.Close()
+		close(s.done)
+	}()
+	select {
+	case a := <-addr:
+		s.Addr = a
+		return s, nil
+	case <-s.done:
+		return nil, fmt.Errorf("proc: %s exited at start:\n%s", name, s.Log())
+	case <-time.After(time.Minute):
+		s.Stop()
+		return nil, fmt.Errorf("proc: %s did not start in a minute:\n%s", name, s.Log())
+	}
+}
+
+// Log returns what the process has written (up to 1 MiB).
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// Stop sends SIGTERM, waits up to 30s, then kills the process.
+func (s *Server) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Memory is a process's resident set size now and at its peak, bytes.
+type Memory struct {
+	RSS, PeakRSS int64
+}
+
+// Memory reads VmRSS and VmHWM from /proc/<pid>/status (Linux).
+func (s *Server) Memory() (Memory, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return Memory{}, fmt.Errorf("proc: %s memory: %w", s.Name, err)
+	}
+	var m Memory
+	for _, line := range strings.Split(string(b), "\n") {
+		for key, dst := range map[string]*int64{"VmRSS:": &m.RSS, "VmHWM:": &m.PeakRSS} {
+			if rest, ok := strings.CutPrefix(line, key); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					*dst = kb << 10
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+// Run runs a command to completion with ctx, returning its standard
+// output; its standard error is included in the error.
+func Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("proc: %s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FsyncRate measures the disk under dir: 1 KiB written and fsynced, over
+// and over, for d; it returns fsyncs per second.
+func FsyncRate(dir string, d time.Duration) (float64, error) {
+	f, err := os.CreateTemp(dir, "fsync-probe-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 1024)
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		if _, err := f.Write(buf); err != nil {
+			return 0, err
+		}
+		if err := f.Sync(); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}

@@ -1,0 +1,296 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/filatest"
+	fila "github.com/fila-mq/fila/sdk/go"
+)
+
+// These tests run every subcommand at a tiny size against a real
+// fila-server and check the arithmetic of what it reports: counts,
+// shares, sums. They assert nothing about speed.
+
+// runBench runs "bench args..." against srv in process, with --output
+// format, and returns its standard output.
+func runBench(t *testing.T, srv *filatest.Server, format string, args ...string) []byte {
+	t.Helper()
+	connect := func(ctx context.Context, reconnect bool) (*fila.Client, error) {
+		return fila.Connect(ctx, srv.Addr, fila.WithoutReconnect())
+	}
+	cmd := NewCommand(connect, &format)
+	var stdout, stderr bytes.Buffer
+	cmd.SetArgs(append(args, "--no-progress"))
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("bench %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// runJSON runs a subcommand with --output json and decodes its result.
+func runJSON(t *testing.T, srv *filatest.Server, v any, args ...string) {
+	t.Helper()
+	out := runBench(t, srv, "json", args...)
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("bench %s: %v\nstdout: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// throughputJSON is Throughput as JSON.
+type throughputJSON struct {
+	Messages int64   `json:"messages"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+	Rate     float64 `json:"msgs_per_s"`
+}
+
+// check verifies the figures agree with each other.
+func (tp throughputJSON) check(t *testing.T, what string, messages int64, size int) {
+	t.Helper()
+	if tp.Messages != messages || tp.Bytes != messages*int64(size) {
+		t.Errorf("%s = %d messages, %d bytes; want %d, %d", what, tp.Messages, tp.Bytes, messages, messages*int64(size))
+	}
+	if tp.Seconds <= 0 || math.Abs(tp.Rate-float64(tp.Messages)/tp.Seconds) > 0.1+1e-3*tp.Rate {
+		t.Errorf("%s rate = %v over %vs for %d messages; want messages/seconds", what, tp.Rate, tp.Seconds, tp.Messages)
+	}
+}
+
+type latencyJSON struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P95   float64 `json:"p95_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+func (l latencyJSON) check(t *testing.T, what string, count int) {
+	t.Helper()
+	if l.Count != count {
+		t.Errorf("%s count = %d; want %d", what, l.Count, count)
+	}
+	if !(0 <= l.P50 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) {
+		t.Errorf("%s = p50 %v, p95 %v, p99 %v, max %v; want them in order", what, l.P50, l.P95, l.P99, l.Max)
+	}
+}
+
+func TestProduce(t *testing.T) {
+	srv := filatest.Start(t)
+	var r struct {
+		Producers int            `json:"producers"`
+		Produce   throughputJSON `json:"produce"`
+		Request   latencyJSON    `json:"request_latency"`
+	}
+	// 3 producers of 3 batches of 16 in flight: 48 messages per round;
+	// 500 is not a multiple, so the last batches are partial.
+	runJSON(t, srv, &r, "produce", "--producers", "3", "--outstanding", "48", "--batch", "16", "--size", "100", "--count", "500")
+	r.Produce.check(t, "produce", 500, 100)
+	if r.Request.Count < 500/16 || r.Request.Count > 500/16+9 {
+		t.Errorf("produce request_latency count = %d; want one per SendBatch, 32 to 40", r.Request.Count)
+	}
+	out := string(runBench(t, srv, "table", "produce", "--count", "10", "--size", "8"))
+	if !strings.Contains(out, "MSGS/S") || !strings.Contains(out, "      10") {
+		t.Errorf("produce table = %q; want a header and 10 messages", out)
+	}
+}
+
+func TestConsume(t *testing.T) {
+	srv := filatest.Start(t)
+	var r struct {
+		Fill    throughputJSON `json:"fill"`
+		Consume throughputJSON `json:"consume"`
+	}
+	runJSON(t, srv, &r, "consume", "--count", "700", "--size", "50", "--consumers", "2", "--prefetch", "64", "--batch", "10")
+	r.Fill.check(t, "fill", 700, 50)
+	r.Consume.check(t, "consume", 700, 50)
+}
+
+func TestLifecycle(t *testing.T) {
+	srv := filatest.Start(t)
+	var r struct {
+		Produce  throughputJSON `json:"produce"`
+		Consume  throughputJSON `json:"consume"`
+		EndToEnd latencyJSON    `json:"end_to_end"`
+	}
+	runJSON(t, srv, &r, "lifecycle", "--count", "400", "--size", "32", "--producers", "2", "--consumers", "2", "--batch", "8", "--outstanding", "32")
+	r.Produce.check(t, "produce", 400, 32)
+	r.Consume.check(t, "consume", 400, 32)
+	r.EndToEnd.check(t, "end_to_end", 400)
+}
+
+func TestLatency(t *testing.T) {
+	srv := filatest.Start(t)
+	var r struct {
+		Unloaded latencyJSON `json:"unloaded"`
+		Loaded   latencyJSON `json:"loaded"`
+		Rate     float64     `json:"rate"`
+		Achieved float64     `json:"achieved_rate"`
+	}
+	runJSON(t, srv, &r, "latency", "--count", "20", "--rate", "200", "--duration", "500ms", "--size", "16")
+	r.Unloaded.check(t, "unloaded", 20)
+	r.Loaded.check(t, "loaded", 100) // 200/s × 0.5s
+	if r.Rate != 200 || r.Achieved <= 0 {
+		t.Errorf("latency rate, achieved = %v, %v; want 200 and a positive rate", r.Rate, r.Achieved)
+	}
+}
+
+func TestFairness(t *testing.T) {
+	srv := filatest.Start(t)
+	var r FairnessResult
+	// 1,000 rounded down to whole cycles of Σw = 6: 996 = 166 cycles.
+	runJSON(t, srv, &r, "fairness", "--weights", "1,2,3", "--count", "1000", "--size", "64")
+	if r.Messages != 996 || len(r.Keys) != 3 {
+		t.Fatalf("fairness = %d messages, %d keys; want 996, 3", r.Messages, len(r.Keys))
+	}
+	var delivered int64
+	var share float64
+	for i, k := range r.Keys {
+		if want := int64(166 * (i + 1)); k.Enqueued != want || int(k.Weight) != i+1 {
+			t.Errorf("fairness key %d = %d enqueued, weight %d; want %d, %d", i, k.Enqueued, k.Weight, want, i+1)
+		}
+		if want := float64(i+1) / 6; math.Abs(k.Entitled-want) > 1e-9 {
+			t.Errorf("fairness key %d entitled = %v; want %v", i, k.Entitled, want)
+		}
+		if math.Abs(k.Deviation-(k.Share-k.Entitled)) > 1e-9 || math.Abs(k.Deviation) > r.MaxDeviation+1e-12 {
+			t.Errorf("fairness key %d deviation = %v; want share − entitled = %v, at most max %v", i, k.Deviation, k.Share-k.Entitled, r.MaxDeviation)
+		}
+		delivered += k.Delivered
+		share += k.Share
+	}
+	if delivered != r.Window || r.Window < 1 || r.Window > r.Messages || math.Abs(share-1) > 1e-9 {
+		t.Errorf("fairness window = %d, Σ delivered = %d, Σ share = %v; want Σ delivered = window ≤ 996, Σ share = 1", r.Window, delivered, share)
+	}
+	// The key that ran out first was delivered whole.
+	var full bool
+	for _, k := range r.Keys {
+		full = full || k.Delivered == k.Enqueued
+	}
+	if !full {
+		t.Errorf("fairness keys = %+v; want one delivered whole (the window ends when a key runs out)", r.Keys)
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	srv := filatest.Start(t)
+	var r ThrottleResult
+	runJSON(t, srv, &r, "throttle", "--rate", "40", "--burst", "10", "--duration", "1s", "--interval", "250ms")
+	if len(r.Intervals) != 4 {
+		t.Fatalf("throttle intervals = %d; want 4", len(r.Intervals))
+	}
+	var sum int64
+	for i, iv := range r.Intervals {
+		end := 0.25 * float64(i+1)
+		sum += iv.Delivered
+		if math.Abs(iv.End-end) > 1e-9 || math.Abs(iv.Allowed-(10+40*end)) > 1e-9 || iv.Cumulative != sum {
+			t.Errorf("throttle interval %d = %+v; want end %v, allowed %v, cumulative %d", i, iv, end, 10+40*end, sum)
+		}
+	}
+	if r.Delivered != sum || r.Allowed != 50 || r.Enqueued != 155 {
+		t.Errorf("throttle = delivered %d, allowed %v, enqueued %d; want %d, 50, 155", r.Delivered, r.Allowed, r.Enqueued, sum)
+	}
+	// The bucket admits at most burst + rate × t in any span: a property
+	// of the broker, not of its speed.
+	if r.Delivered > 50+1 {
+		t.Errorf("throttle delivered %d in 1s; want at most burst + rate × 1s = 50", r.Delivered)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	srv := filatest.Start(t)
+	var r KeysResult
+	runJSON(t, srv, &r, "keys", "--keys", "1,10,300", "--count", "200", "--size", "16", "--batch", "32", "--rounds", "2")
+	if len(r.Runs) != 3 || r.Base != 1 {
+		t.Fatalf("keys = %d runs, base %d; want 3, 1", len(r.Runs), r.Base)
+	}
+	for i, want := range []struct {
+		keys     int
+		messages int64
+	}{{1, 200}, {10, 200}, {300, 300}} {
+		run := r.Runs[i]
+		if run.Keys != want.keys || run.Messages != want.messages || run.Enqueue.Messages != want.messages || run.Consume.Messages != want.messages || len(run.ConsumeRates) != 2 {
+			t.Errorf("keys run %d = %+v; want %d keys, %d messages enqueued and consumed, 2 rounds", i, run, want.keys, want.messages)
+		}
+		// The JSON rounds seconds to microseconds: compare to 0.1%.
+		if wantRatio := run.Consume.PerSecond() / r.Runs[0].Consume.PerSecond(); math.Abs(run.VsBase/wantRatio-1) > 1e-3 {
+			t.Errorf("keys run %d consume_vs_base = %v; want %v", i, run.VsBase, wantRatio)
+		}
+	}
+}
+
+// UnmarshalJSON reads Throughput back, for the tests.
+func (t *Throughput) UnmarshalJSON(b []byte) error {
+	var v throughputJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*t = Throughput{Messages: v.Messages, Bytes: v.Bytes, Elapsed: time.Duration(v.Seconds * float64(time.Second))}
+	return nil
+}
+
+// TestReplay replays the first 2,000 jobs of the trace at 3,600× (about
+// two seconds) and checks the report and its bookkeeping.
+func TestReplay(t *testing.T) {
+	srv := filatest.Start(t)
+	dir := t.TempDir()
+	var r ReplayResult
+	runJSON(t, srv, &r, "replay", "--trace", filepath.Join("testdata", "google-clusterdata-2011-job-submits-2000.csv"),
+		"--speedup", "3600", "--report-dir", dir)
+	if r.Jobs != 2000 || r.Users != 91 || len(r.Modes) != 2 || r.Modes[0].Mode != "drr" || r.Modes[1].Mode != "fifo" {
+		t.Fatalf("replay = %d jobs, %d users, %d modes; want 2000, 91, drr and fifo", r.Jobs, r.Users, len(r.Modes))
+	}
+	for _, m := range r.Modes {
+		var jobs, pre, flood, binned int
+		var share float64
+		for _, u := range m.Users {
+			jobs += u.Jobs
+			pre += u.PreJobs
+			flood += u.FloodJobs
+			share += u.FloodShare
+		}
+		for _, b := range m.Bins {
+			binned += b.NoisyJobs + b.OthersJobs
+			if b.Undelivered != 0 {
+				t.Errorf("replay %s bin at %vh: %d jobs undelivered", m.Mode, b.FromHours, b.Undelivered)
+			}
+		}
+		if jobs != 2000 || binned != 2000 || len(m.Users) != 91 {
+			t.Errorf("replay %s: Σ jobs = %d, jobs in bins = %d, users = %d; want 2000, 2000, 91", m.Mode, jobs, binned, len(m.Users))
+		}
+		if noisy := m.Users[0]; noisy.User != r.Noisy || pre+flood > 2000 || m.Others.Jobs != 2000-noisy.Jobs {
+			t.Errorf("replay %s: first user %s (%d jobs), others %d jobs; want the noisy user %s first, others the rest", m.Mode, noisy.User, noisy.Jobs, m.Others.Jobs, r.Noisy)
+		}
+		if math.Abs(share-1) > 1e-9 || math.Abs(m.NoisyFloodShare+m.Others.FloodShare-1) > 1e-9 {
+			t.Errorf("replay %s: Σ flood shares = %v, noisy + others = %v; want 1", m.Mode, share, m.NoisyFloodShare+m.Others.FloodShare)
+		}
+	}
+	for _, name := range []string{"replay.md", "replay-wait.svg", "replay.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(b) == 0 {
+			t.Errorf("replay report %s: %v, %d bytes", name, err, len(b))
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "replay.md"))
+	for _, want := range []string{"CC-BY 4.0", "replay-wait.svg", "| " + r.Noisy + " (noisy) |"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("replay.md lacks %q", want)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "replay-wait.svg"))
+	if !bytes.HasPrefix(bytes.TrimSpace(svg), []byte("<?xml")) || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("replay-wait.svg does not start as an SVG document: %.80q", svg)
+	}
+	if !bytes.Contains(svg, []byte("CC-BY 4.0")) || !strings.Contains(r.Attribution, "CC-BY 4.0") {
+		t.Errorf("replay-wait.svg or the result lacks the trace's CC-BY 4.0 attribution")
+	}
+}
