@@ -91,19 +91,57 @@ type Shard struct {
 	failWork chan failureJob
 	wg       sync.WaitGroup
 
-	// inflight bounds the storage groups submitted and not yet durable:
-	// when the disk falls behind, the loop waits here instead of queueing
-	// without limit, and commands back up into the bounded channel, which
-	// slows producers.
-	inflight chan struct{}
+	// inflight bounds the storage groups submitted and not yet durable,
+	// in number and in bytes: when the disk falls behind, the loop waits
+	// here instead of queueing without limit, and commands back up into
+	// the bounded channel, which slows producers.
+	inflight inflight
 
 	restored []sched.QueueSpec
 }
 
-// maxGroupsInFlight is how many storage groups may wait for durability at
-// once. The store puts every waiting group behind its next fsync, so a few
-// are enough to keep the disk busy.
-const maxGroupsInFlight = 64
+// Limits on the storage groups waiting for durability. The store puts
+// every waiting group behind its next fsync, so a few are enough to keep
+// the disk busy; the byte limit keeps large messages from piling up in
+// memory while the disk catches up.
+const (
+	maxGroupsInFlight = 64
+	maxBytesInFlight  = 64 << 20
+)
+
+// inflight counts storage groups waiting for durability. acquire blocks
+// the shard loop while either limit is reached (a group larger than the
+// byte limit still goes alone); release runs on the store's completion
+// goroutine.
+type inflight struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	groups int
+	bytes  int64
+}
+
+func (f *inflight) acquire(size int64) {
+	f.mu.Lock()
+	if f.cond.L == nil {
+		f.cond.L = &f.mu
+	}
+	for f.groups > 0 && (f.groups >= maxGroupsInFlight || f.bytes+size > maxBytesInFlight) {
+		f.cond.Wait()
+	}
+	f.groups++
+	f.bytes += size
+	f.mu.Unlock()
+}
+
+func (f *inflight) release(size int64) {
+	f.mu.Lock()
+	f.groups--
+	f.bytes -= size
+	if f.cond.L != nil {
+		f.cond.Broadcast()
+	}
+	f.mu.Unlock()
+}
 
 type failureJob struct {
 	f sched.Failure
@@ -136,7 +174,6 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		failWork: make(chan failureJob, 1024),
-		inflight: make(chan struct{}, maxGroupsInFlight),
 	}
 	start := time.Now()
 	n := 0
@@ -318,8 +355,9 @@ func (sh *Shard) flush(timer *time.Timer) {
 			timer.Reset(max(wait, 0))
 		}
 		sh.s.Advance(rd)
-		sh.inflight <- struct{}{}
-		sh.st.ApplyAsync(b, rel.run(sh))
+		groupBytes := int64(b.Size())
+		sh.inflight.acquire(groupBytes)
+		sh.st.ApplyAsync(b, rel.run(sh, groupBytes))
 	}
 }
 
@@ -369,9 +407,9 @@ type release struct {
 	failures   []sched.Failure
 }
 
-func (r *release) run(sh *Shard) func(error) {
+func (r *release) run(sh *Shard, size int64) func(error) {
 	return func(err error) {
-		defer func() { <-sh.inflight }()
+		defer sh.inflight.release(size)
 		if err != nil {
 			sh.storageFailed(err)
 			err = fmt.Errorf("shard: storage: %w", fault.ErrUnavailable)
