@@ -12,7 +12,9 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +161,56 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(ca), Certificates: cert(bad, badKey)}); err == nil {
 		t.Errorf("client with a certificate from another CA was served under mTLS")
+	}
+}
+
+// cliBinary returns the fila CLI: $FILA_TEST_CLI_BIN, or one built now.
+func cliBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("FILA_TEST_CLI_BIN"); p != "" {
+		return p
+	}
+	p := filepath.Join(t.TempDir(), "fila")
+	if out, err := exec.Command("go", "build", "-o", p, "github.com/fila-mq/fila/cli/cmd/fila").CombinedOutput(); err != nil {
+		t.Fatalf("build fila: %v\n%s", err, out)
+	}
+	return p
+}
+
+// TestCLIOverMutualTLS runs the fila CLI against a broker that requires
+// mTLS: with the CA, a client certificate and the server name it works;
+// without the client certificate it fails.
+func TestCLIOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "fila test CA")
+	scert, skey := ca.issue(t, "fila-server", true)
+	srv := filatest.Start(t, filatest.WithEnv(
+		"FILA_TLS_CERT_FILE="+writeFile(t, dir, "server.pem", scert),
+		"FILA_TLS_KEY_FILE="+writeFile(t, dir, "server.key", skey),
+		"FILA_TLS_CLIENT_CA_FILE="+writeFile(t, dir, "clients.pem", ca.pem),
+	))
+	ccert, ckey := ca.issue(t, "operator", false)
+	caFile := writeFile(t, dir, "ca.pem", ca.pem)
+	certFile := writeFile(t, dir, "client.pem", ccert)
+	keyFile := writeFile(t, dir, "client.key", ckey)
+	fila := cliBinary(t)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(fila, append([]string{"--addr", srv.Addr}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	tlsArgs := []string{"--tls-ca", caFile, "--tls-cert", certFile, "--tls-key", keyFile, "--tls-server-name", "localhost"}
+	if out, err := run(append(tlsArgs, "queue", "create", "secure")...); err != nil {
+		t.Fatalf("fila queue create over mTLS: %v\n%s", err, out)
+	}
+	if out, err := run(append(tlsArgs, "enqueue", "secure", "hello")...); err != nil {
+		t.Fatalf("fila enqueue over mTLS: %v\n%s", err, out)
+	}
+	out, err := run(append(tlsArgs, "consume", "secure", "--count", "1")...)
+	if err != nil || !strings.Contains(out, "hello") {
+		t.Fatalf("fila consume over mTLS = %q, %v; want hello", out, err)
+	}
+	if out, err := run("--tls-ca", caFile, "--tls-server-name", "localhost", "queue", "list"); err == nil {
+		t.Fatalf("fila without a client certificate succeeded under mTLS:\n%s", out)
 	}
 }

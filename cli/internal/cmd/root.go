@@ -166,11 +166,11 @@ the queue, API key or config key does not exist.`,
 	pf.StringVar(&g.apiKey, "api-key", os.Getenv("FILA_API_KEY"), "API key secret (env FILA_API_KEY)")
 	pf.StringVarP(&g.output, "output", "o", envOr("FILA_OUTPUT", "table"), "output format: table or json (env FILA_OUTPUT)")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
-	pf.BoolVar(&g.tls, "tls", os.Getenv("FILA_TLS") == "true", "connect over TLS, trusting the system's CAs (env FILA_TLS=true)")
-	pf.StringVar(&g.tlsCA, "tls-ca", os.Getenv("FILA_TLS_CA"), "PEM file of CAs to trust instead of the system's; implies --tls (env FILA_TLS_CA)")
-	pf.StringVar(&g.tlsCert, "tls-cert", os.Getenv("FILA_TLS_CERT"), "PEM client certificate for mTLS; implies --tls (env FILA_TLS_CERT)")
-	pf.StringVar(&g.tlsKey, "tls-key", os.Getenv("FILA_TLS_KEY"), "PEM private key of --tls-cert (env FILA_TLS_KEY)")
-	pf.StringVar(&g.tlsServerName, "tls-server-name", os.Getenv("FILA_TLS_SERVER_NAME"), "name to check the broker's certificate against; implies --tls (env FILA_TLS_SERVER_NAME)")
+	pf.BoolVar(&g.tls, "tls", os.Getenv("FILA_CLIENT_TLS") == "true", "connect over TLS, trusting the system's CAs (env FILA_CLIENT_TLS=true)")
+	pf.StringVar(&g.tlsCA, "tls-ca", os.Getenv("FILA_CLIENT_TLS_CA"), "PEM file of CAs to trust instead of the system's; implies --tls (env FILA_CLIENT_TLS_CA)")
+	pf.StringVar(&g.tlsCert, "tls-cert", os.Getenv("FILA_CLIENT_TLS_CERT"), "PEM client certificate for mTLS; implies --tls (env FILA_CLIENT_TLS_CERT)")
+	pf.StringVar(&g.tlsKey, "tls-key", os.Getenv("FILA_CLIENT_TLS_KEY"), "PEM private key of --tls-cert (env FILA_CLIENT_TLS_KEY)")
+	pf.StringVar(&g.tlsServerName, "tls-server-name", os.Getenv("FILA_CLIENT_TLS_SERVER_NAME"), "name to check the broker's certificate against; implies --tls (env FILA_CLIENT_TLS_SERVER_NAME)")
 
 	root.AddGroup(
 		&cobra.Group{ID: "msg", Title: "Messages:"},
