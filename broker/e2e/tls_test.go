@@ -2,15 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,84 +13,6 @@ import (
 	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
 )
-
-// testCA is a certificate authority made inside the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a leaf certificate and key (PEM) for a server (with
-// 127.0.0.1 and localhost) or a client.
-func (ca *testCA) issue(t *testing.T, name string, server bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.DNSNames = []string{"localhost"}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
-func writeFile(t *testing.T, dir, name string, b []byte) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func pool(ca *testCA) *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
 
 func dialTLS(addr string, cfg *tls.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -114,16 +28,13 @@ func dialTLS(addr string, cfg *tls.Config) error {
 
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := newCA(t, "fila test CA"), newCA(t, "another CA")
-	scert, skey := ca.issue(t, "fila-server", true)
-	srv := filatest.Start(t, filatest.WithEnv(
-		"FILA_TLS_CERT_FILE="+writeFile(t, dir, "server.pem", scert),
-		"FILA_TLS_KEY_FILE="+writeFile(t, dir, "server.key", skey),
-	))
-	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(ca)}); err != nil {
+	ca, other := filatest.NewCA(t, "fila test CA"), filatest.NewCA(t, "another CA")
+	scert, skey := ca.Issue(t, dir, "server", "localhost", "127.0.0.1")
+	srv := filatest.Start(t, filatest.WithEnv("FILA_TLS_CERT_FILE="+scert, "FILA_TLS_KEY_FILE="+skey))
+	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: ca.Pool()}); err != nil {
 		t.Errorf("client trusting the server's CA: %v", err)
 	}
-	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(other)}); err == nil {
+	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: other.Pool()}); err == nil {
 		t.Errorf("client trusting another CA connected")
 	}
 	// A plain-TCP client cannot talk to a TLS listener.
@@ -137,29 +48,29 @@ func TestTLS(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := newCA(t, "fila test CA"), newCA(t, "another CA")
-	scert, skey := ca.issue(t, "fila-server", true)
+	ca, other := filatest.NewCA(t, "fila test CA"), filatest.NewCA(t, "another CA")
+	scert, skey := ca.Issue(t, dir, "server", "localhost", "127.0.0.1")
 	srv := filatest.Start(t, filatest.WithEnv(
-		"FILA_TLS_CERT_FILE="+writeFile(t, dir, "server.pem", scert),
-		"FILA_TLS_KEY_FILE="+writeFile(t, dir, "server.key", skey),
-		"FILA_TLS_CLIENT_CA_FILE="+writeFile(t, dir, "clients.pem", ca.pem),
+		"FILA_TLS_CERT_FILE="+scert,
+		"FILA_TLS_KEY_FILE="+skey,
+		"FILA_TLS_CLIENT_CA_FILE="+ca.WriteFile(t, dir, "clients.pem"),
 	))
-	good, goodKey := ca.issue(t, "worker", false)
-	bad, badKey := other.issue(t, "intruder", false)
-	cert := func(c, k []byte) []tls.Certificate {
-		pair, err := tls.X509KeyPair(c, k)
+	good, goodKey := ca.Issue(t, dir, "worker")
+	bad, badKey := other.Issue(t, dir, "intruder")
+	cert := func(c, k string) []tls.Certificate {
+		pair, err := tls.LoadX509KeyPair(c, k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return []tls.Certificate{pair}
 	}
-	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(ca), Certificates: cert(good, goodKey)}); err != nil {
+	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: ca.Pool(), Certificates: cert(good, goodKey)}); err != nil {
 		t.Errorf("client with a certificate from the client CA: %v", err)
 	}
-	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(ca)}); err == nil {
+	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: ca.Pool()}); err == nil {
 		t.Errorf("client without a certificate was served under mTLS")
 	}
-	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: pool(ca), Certificates: cert(bad, badKey)}); err == nil {
+	if err := dialTLS(srv.Addr, &tls.Config{RootCAs: ca.Pool(), Certificates: cert(bad, badKey)}); err == nil {
 		t.Errorf("client with a certificate from another CA was served under mTLS")
 	}
 }
@@ -182,17 +93,15 @@ func cliBinary(t *testing.T) string {
 // without the client certificate it fails.
 func TestCLIOverMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "fila test CA")
-	scert, skey := ca.issue(t, "fila-server", true)
+	ca := filatest.NewCA(t, "fila test CA")
+	scert, skey := ca.Issue(t, dir, "server", "localhost", "127.0.0.1")
+	caFile := ca.WriteFile(t, dir, "ca.pem")
 	srv := filatest.Start(t, filatest.WithEnv(
-		"FILA_TLS_CERT_FILE="+writeFile(t, dir, "server.pem", scert),
-		"FILA_TLS_KEY_FILE="+writeFile(t, dir, "server.key", skey),
-		"FILA_TLS_CLIENT_CA_FILE="+writeFile(t, dir, "clients.pem", ca.pem),
+		"FILA_TLS_CERT_FILE="+scert,
+		"FILA_TLS_KEY_FILE="+skey,
+		"FILA_TLS_CLIENT_CA_FILE="+caFile,
 	))
-	ccert, ckey := ca.issue(t, "operator", false)
-	caFile := writeFile(t, dir, "ca.pem", ca.pem)
-	certFile := writeFile(t, dir, "client.pem", ccert)
-	keyFile := writeFile(t, dir, "client.key", ckey)
+	certFile, keyFile := ca.Issue(t, dir, "operator")
 	fila := cliBinary(t)
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(fila, append([]string{"--addr", srv.Addr}, args...)...)

@@ -2,16 +2,7 @@ package fila_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -284,13 +275,10 @@ func TestAuthKeysACLsAndForbidden(t *testing.T) {
 // TestTLS connects over TLS with a private CA, then with mTLS.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t)
-	serverCert, serverKey := ca.issue(t, dir, "server", []string{"fila.test"})
-	clientCert, clientKey := ca.issue(t, dir, "client", nil)
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca := filatest.NewCA(t, "fila test CA")
+	serverCert, serverKey := ca.Issue(t, dir, "server", "fila.test", "::1")
+	clientCert, clientKey := ca.Issue(t, dir, "client")
+	caFile := ca.WriteFile(t, dir, "ca.pem")
 
 	t.Run("server", func(t *testing.T) {
 		srv := filatest.Start(t, filatest.WithEnv("FILA_TLS_CERT_FILE="+serverCert, "FILA_TLS_KEY_FILE="+serverKey))
@@ -332,73 +320,4 @@ func TestTLS(t *testing.T) {
 			}
 		}
 	})
-}
-
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fila test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a certificate for names (a client certificate when names
-// is nil) and its key under dir, and returns their paths.
-func (ca *testCA) issue(t *testing.T, dir, name string, names []string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if names != nil {
-		tmpl.DNSNames = names
-		tmpl.IPAddresses = []net.IP{net.ParseIP("::1")}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = filepath.Join(dir, name+".pem")
-	keyFile = filepath.Join(dir, name+"-key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
