@@ -198,3 +198,19 @@ func TestProtocolViolationsClose(t *testing.T) {
 		})
 	}
 }
+
+func TestMaxConnections(t *testing.T) {
+	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_MAX_CONNECTIONS=2"))
+	a := dialRaw(t, srv.Addr, true)
+	dialRaw(t, srv.Addr, true)
+	over := dialRaw(t, srv.Addr, false)
+	_, f := over.recv()
+	if ef, ok := f.(*wire.ErrorFrame); !ok || ef.Code != wire.CodeResourceExhausted {
+		t.Fatalf("third connection got %+v; want RESOURCE_EXHAUSTED", f)
+	}
+	// The first two are served.
+	a.send(2, &wire.Ping{Nonce: 9})
+	if h, _ := a.recv(); h.Opcode != wire.OpPong {
+		t.Fatalf("first connection's ping answered with %v", h.Opcode)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/fila-mq/fila/broker/internal/config"
@@ -84,6 +85,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // serve runs the broker until ctx is done.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if cfg.Telemetry.OTLPEndpoint != "" {
+		return fmt.Errorf("telemetry.otlp_endpoint = %q: OTLP export is not available in this version; leave it empty", cfg.Telemetry.OTLPEndpoint)
+	}
+	if limit := cfg.Server.MemoryLimit; limit > 0 {
+		if os.Getenv("GOMEMLIMIT") == "" {
+			debug.SetMemoryLimit(limit)
+			log.Info("memory limit", "bytes", limit)
+		} else {
+			log.Info("GOMEMLIMIT is set; ignoring server.memory_limit", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+		}
+	}
 	if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -155,6 +167,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	scfg := server.Config{
 		NodeID:         cfg.Server.NodeID,
+		MaxConnections: cfg.Server.MaxConnections,
 		MaxFrameSize:   int(cfg.Server.MaxFrameSize),
 		MaxMessageSize: int(cfg.Server.MaxMessageSize),
 		Hooks:          hooks,

@@ -55,6 +55,13 @@ type ServerConfig struct {
 	// is closed right after accept. Zero means no cap
 	// (max_connections, default 10000).
 	MaxConnections int
+	// MemoryLimit is a soft limit on the broker's memory in bytes: the
+	// garbage collector works harder as the heap approaches it, keeping the
+	// resident size near it under bursts of large messages (Go's
+	// runtime/debug.SetMemoryLimit). Zero means no limit; the GOMEMLIMIT
+	// environment variable, when set, takes precedence
+	// (memory_limit, default 0).
+	MemoryLimit int64
 	// ShutdownTimeout is how long a shutdown waits for requests in flight to
 	// finish after sending GoAway, before closing connections
 	// (shutdown_timeout, default 10s).

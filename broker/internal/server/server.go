@@ -43,6 +43,9 @@ type Config struct {
 	// MaxMessageSize bounds a message's payload plus headers, in bytes;
 	// 0 means 16 MiB.
 	MaxMessageSize int
+	// MaxConnections bounds open client connections: one over it is told
+	// RESOURCE_EXHAUSTED and closed. 0 means no limit.
+	MaxConnections int
 	// MaxInFlight bounds requests in flight per connection; 0 means 4096.
 	MaxInFlight int
 	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
@@ -157,6 +160,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
+		if max := s.cfg.MaxConnections; max > 0 && len(s.conns) >= max {
+			s.mu.Unlock()
+			s.log.Warn("refusing a connection over server.max_connections", "remote", nc.RemoteAddr().String(), "max", max)
+			go refuse(nc, fmt.Sprintf("more than %d connections", max))
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -168,6 +177,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// refuse tells a connection over the limit why, and closes it.
+func refuse(nc net.Conn, reason string) {
+	defer nc.Close()
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write(wire.AppendFrame(nil, 0, &wire.ErrorFrame{Code: wire.CodeResourceExhausted, Message: reason}))
 }
 
 // Shutdown stops accepting, sends GoAway to every connection, waits until
