@@ -154,7 +154,7 @@ func BenchmarkEnqueue(b *testing.B) {
 			for i := 0; i < b.N; i += len(items) {
 				if i > 0 && i%500_000 == 0 {
 					b.StopTimer()
-					for _, m := range q.msgs {
+					for m := range q.msgs.all() {
 						s.leave(m)
 						s.remove(m)
 					}

@@ -104,7 +104,7 @@ func (s *Sched) validateMessage(q *queue, m *Message) error {
 		return fmt.Errorf("%s is a dead-letter queue; redrive it instead: %w", q.name, fault.ErrInvalidArgument)
 	case m.ID == [16]byte{}:
 		return fmt.Errorf("id: zero: %w", fault.ErrInvalidArgument)
-	case q.msgs[m.ID] != nil || q.dlq.msgs[m.ID] != nil:
+	case q.msgs.get(m.ID) != nil || q.dlq.msgs.get(m.ID) != nil:
 		return fmt.Errorf("id %s: already in use: %w", formatID(m.ID), fault.ErrInvalidArgument)
 	case len(m.FairnessKey) > math.MaxUint16:
 		return fmt.Errorf("fairness_key: %d bytes, at most %d: %w", len(m.FairnessKey), math.MaxUint16, fault.ErrInvalidArgument)
@@ -219,7 +219,7 @@ func (s *Sched) attach(q *queue, m *msg, l *lane) {
 	m.state = stNone
 	l.refs++
 	l.key.refs++
-	q.msgs[m.id] = m
+	q.msgs.put(m)
 }
 
 // detach takes m, in no state, out of its lane and queue, dropping the
@@ -230,7 +230,7 @@ func (s *Sched) detach(m *msg) {
 	if l.inflight == m {
 		l.inflight = nil
 	}
-	delete(k.q.msgs, m.id)
+	k.q.msgs.del(m)
 	l.refs--
 	k.refs--
 	m.lane = nil

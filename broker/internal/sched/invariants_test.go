@@ -37,8 +37,9 @@ func checkInvariants(s *Sched, pumped bool) error {
 		pending := make(map[*fkey]int32)
 		lrefs := make(map[*lane]int32)
 		krefs := make(map[*fkey]int32)
-		for id, m := range q.msgs {
-			if m.id != id || m.lane == nil || m.lane.key.q != q {
+		for m := range q.msgs.all() {
+			id := m.id
+			if q.msgs.get(id) != m || m.lane == nil || m.lane.key.q != q {
 				return fmt.Errorf("queue %s: message %s misfiled", name, formatID(id))
 			}
 			if (m.flags&fDead != 0) != (q.parent != nil) {
@@ -252,7 +253,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 	}
 	reasons := 0
 	for _, q := range s.queues {
-		for _, m := range q.msgs {
+		for m := range q.msgs.all() {
 			if m.flags&fReason != 0 {
 				reasons++
 				if s.reasons[m] == "" {

@@ -22,7 +22,7 @@ func (s *Sched) leased(op string, r *LeaseRef) (*msg, error) {
 	if q == nil {
 		return nil, fmt.Errorf("%s %s: %w", op, r.Queue, fault.ErrQueueNotFound)
 	}
-	m := q.msgs[r.ID]
+	m := q.msgs.get(r.ID)
 	if m == nil {
 		return nil, fmt.Errorf("%s %s %s: %w", op, r.Queue, formatID(r.ID), fault.ErrMessageNotFound)
 	}
@@ -196,7 +196,7 @@ func (s *Sched) Decide(queue string, id [16]byte, d Decision) {
 	if q == nil {
 		return
 	}
-	m := q.msgs[id]
+	m := q.msgs.get(id)
 	if m == nil || m.state != stDeciding {
 		return
 	}
@@ -329,7 +329,7 @@ func (s *Sched) Redrive(ref Ref, dlq string, n uint64) {
 		return
 	}
 	var ready []*msg
-	for _, m := range d.msgs {
+	for m := range d.msgs.all() {
 		if m.state == stReady {
 			ready = append(ready, m)
 		}

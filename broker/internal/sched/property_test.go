@@ -294,7 +294,8 @@ func TestPropertyOrdering(t *testing.T) {
 				if d.OrderingKey == "" {
 					continue
 				}
-				for id, m := range q.msgs {
+				for m := range q.msgs.all() {
+					id := m.id
 					if order[id] == d.OrderingKey && m.lane.key.name == d.FairnessKey && string(id[:]) < string(d.ID[:]) {
 						t.Fatalf("%s of %s delivered while earlier %s is in state %v", idName(d.ID), d.OrderingKey, idName(id), m.state)
 					}
@@ -306,7 +307,7 @@ func TestPropertyOrdering(t *testing.T) {
 						continue
 					}
 					inflight := 0
-					for _, m := range q.msgs {
+					for m := range q.msgs.all() {
 						if m.lane == l && (m.state == stLeased || m.state == stDeciding || m.state == stDelayed && m.flags&fListed == 0) {
 							inflight++
 						}

@@ -89,7 +89,6 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 	q := &queue{
 		name:   name,
 		spec:   spec,
-		msgs:   make(map[[16]byte]*msg),
 		keys:   make(map[string]*fkey),
 		subs:   make(map[SubID]*sub),
 		dhidx:  -1,
@@ -137,8 +136,8 @@ func (s *Sched) dropQueue(q *queue) {
 		s.closeSub(sb)
 		s.cur.ended = append(s.cur.ended, SubEnded{Sub: id, Err: ended})
 	}
-	for _, id := range sortedKeys(q.msgs, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) }) {
-		m := q.msgs[id]
+	ms := slices.SortedFunc(q.msgs.all(), func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
+	for _, m := range ms {
 		s.leave(m)
 		s.remove(m)
 	}
@@ -212,7 +211,7 @@ func (s *Sched) QueueStats(ref Ref, name string) {
 		MaxAttempts:       q.policy.MaxAttempts,
 	}
 	if q.dlq != nil {
-		st.DeadLettered = uint64(len(q.dlq.msgs))
+		st.DeadLettered = uint64(q.dlq.msgs.len())
 	}
 	waiting := make(map[*tbucket]uint64)
 	for _, k := range q.keys {

@@ -190,7 +190,7 @@ func (r *randomRun) step(i int) {
 		r.failures = nil
 		for id := range r.acked {
 			for _, q := range h.s.queues {
-				if q.msgs[id] != nil {
+				if q.msgs.get(id) != nil {
 					r.t.Fatalf("step %d: acked message %s restored", i, idName(id))
 				}
 			}

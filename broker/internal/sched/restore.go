@@ -91,7 +91,7 @@ func (s *Sched) restoreMsg(key, value []byte) error {
 		s.orphan(key)
 		return nil
 	}
-	if q.msgs[id] != nil || id == [16]byte{} {
+	if q.msgs.get(id) != nil || id == [16]byte{} {
 		return fmt.Errorf("bad message id %s", formatID(id))
 	}
 	ts := s.internTset(meta.ThrottleKeys)
@@ -124,7 +124,7 @@ func (s *Sched) restoreState(key, value []byte) error {
 	q := s.queues[name]
 	var m *msg
 	if q != nil && q.parent == nil {
-		m = q.msgs[id]
+		m = q.msgs.get(id)
 	}
 	if m == nil {
 		s.orphan(key)

@@ -249,7 +249,7 @@ func TestUnsubscribeUndoesUntakenDeliveries(t *testing.T) {
 		t.Fatalf("Deliveries = %v; want none after unsubscribe", rd.Deliveries)
 	}
 	q := s.queues["q"]
-	for _, m := range q.msgs {
+	for m := range q.msgs.all() {
 		if m.state != stReady || m.attempts != 0 {
 			t.Errorf("message %s: state %v attempts %d; want ready, 0", idName(m.id), m.state, m.attempts)
 		}

@@ -295,7 +295,7 @@ type queue struct {
 	spec   QueueSpec
 	parent *queue // set for a DLQ
 	dlq    *queue // set for a queue
-	msgs   map[[16]byte]*msg
+	msgs   msgIndex
 	keys   map[string]*fkey
 	drr    drr.Scheduler[*fkey]
 	subs   map[SubID]*sub

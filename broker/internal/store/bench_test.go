@@ -17,6 +17,7 @@ import (
 var (
 	benchRecords = flag.Int("store.records", 100_000, "records for BenchmarkRecovery, BenchmarkIndexMemory and BenchmarkPendingRSS")
 	benchChurn   = flag.Int64("store.churn", 512<<20, "bytes enqueued then deleted by BenchmarkChurn")
+	benchSegment = flag.Int64("store.segment", 0, "segment size of the append benchmarks (0: the default)")
 )
 
 // brokerKey writes a key shaped like the scheduler's message keys,
@@ -57,7 +58,7 @@ func BenchmarkApply(b *testing.B) {
 	v := value(1024)
 	for _, size := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			d := openT(b, b.TempDir(), Options{}, true)
+			d := openT(b, b.TempDir(), Options{SegmentSize: *benchSegment}, true)
 			var batch Batch
 			var key []byte
 			before := d.Stats()
@@ -81,28 +82,32 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyConcurrent: many goroutines each applying one-put groups
-// of 1 KiB, waiting for each; b.N counts records.
+// BenchmarkApplyConcurrent: 64 goroutines each applying groups of 1 and
+// of 16 puts of 1 KiB, waiting for each; b.N counts records.
 func BenchmarkApplyConcurrent(b *testing.B) {
 	v := value(1024)
-	for _, writers := range []int{64} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			d := openT(b, b.TempDir(), Options{}, true)
+	for _, tc := range []struct{ writers, batch int }{{64, 1}, {64, 16}} {
+		writers := tc.writers
+		b.Run(fmt.Sprintf("writers=%d/batch=%d", writers, tc.batch), func(b *testing.B) {
+			d := openT(b, b.TempDir(), Options{SegmentSize: *benchSegment}, true)
 			before := d.Stats()
 			b.SetBytes(int64(len(v)))
 			b.ResetTimer()
 			var wg sync.WaitGroup
-			per := (b.N + writers - 1) / writers
+			// b.N counts records: each writer applies per/batch groups.
+			per := (b.N + writers*tc.batch - 1) / (writers * tc.batch) * tc.batch
 			for w := range writers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					var batch Batch
 					var key []byte
-					for i := range per {
+					for i := 0; i < per; i += tc.batch {
 						batch.Reset()
-						key = brokerKey(key, "q"+strconv.Itoa(w), uint64(i))
-						batch.Put(key, v)
+						for j := range tc.batch {
+							key = brokerKey(key, "q"+strconv.Itoa(w), uint64(i+j))
+							batch.Put(key, v)
+						}
 						if err := d.Apply(&batch); err != nil {
 							b.Error(err)
 							return
@@ -122,7 +127,7 @@ func BenchmarkApplyConcurrent(b *testing.B) {
 // 4096 groups in flight; b.N counts records.
 func BenchmarkApplyAsync(b *testing.B) {
 	v := value(1024)
-	d := openT(b, b.TempDir(), Options{}, true)
+	d := openT(b, b.TempDir(), Options{SegmentSize: *benchSegment}, true)
 	const inflight = 4096
 	free := make(chan *Batch, inflight)
 	for range inflight {
@@ -276,7 +281,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 // reports the process's resident set and Go heap afterwards.
 func BenchmarkPendingRSS(b *testing.B) {
 	for range b.N {
-		d := openT(b, b.TempDir(), Options{}, true)
+		d := openT(b, b.TempDir(), Options{SegmentSize: *benchSegment}, true)
 		fillStore(b, d, *benchRecords, 10)
 		runtime.GC()
 		var ms runtime.MemStats
