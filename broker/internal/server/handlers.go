@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
@@ -370,7 +371,10 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	results := make([]wire.EnqueueItemResult, n)
 	items := make([]sched.EnqueueItem, 0, n)
 	keep := make([]int, 0, n)
-	var bodyBuf []byte
+	var (
+		bodyBuf []byte
+		pooled  *[]byte
+	)
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		if err := c.checkMessage(m); err != nil {
@@ -390,13 +394,14 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			}
 			fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys
 		}
-		// One allocation holds every body of the batch.
-		if bodyBuf == nil {
+		// One buffer holds every body of the batch.
+		if pooled == nil {
 			total := 0
 			for j := i; j < n; j++ {
 				total += bodySize(f.Messages[j].Headers, f.Messages[j].Payload)
 			}
-			bodyBuf = make([]byte, 0, total)
+			pooled = getBodyBuf(total)
+			bodyBuf = *pooled
 		}
 		start := len(bodyBuf)
 		bodyBuf = encodeBody(bodyBuf, m.Headers, m.Payload)
@@ -417,6 +422,10 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		return nil
 	}
 	return c.s.sh.Enqueue(c.ctx, items, func(v any) {
+		// The scheduler copied the bodies into its storage group before
+		// this reply: the buffer is free.
+		*pooled = bodyBuf[:0]
+		putBodyBuf(pooled)
 		if err := asErr(v); err != nil {
 			c.respondErr(id, err)
 			return
@@ -733,4 +742,28 @@ func (c *conn) keys(id uint32, f wire.Frame) error {
 		c.respond(id, &wire.GetAclResult{Permissions: fromAuth(ps)})
 	}
 	return nil
+}
+
+// bodyPool recycles the buffers that hold an Enqueue batch's encoded
+// bodies (*[]byte). Each buffer lives from the frame's decoding until the
+// scheduler has written the bodies into a storage group, then returns here.
+var bodyPool sync.Pool
+
+// maxPooledBody bounds the buffers bodyPool keeps, in bytes.
+const maxPooledBody = 4 << 20
+
+// getBodyBuf returns an empty buffer of capacity at least n.
+func getBodyBuf(n int) *[]byte {
+	if p, _ := bodyPool.Get().(*[]byte); p != nil && cap(*p) >= n {
+		return p
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+// putBodyBuf gives p back to bodyPool unless it is too large to keep.
+func putBodyBuf(p *[]byte) {
+	if cap(*p) <= maxPooledBody {
+		bodyPool.Put(p)
+	}
 }

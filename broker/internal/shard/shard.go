@@ -303,7 +303,8 @@ func (sh *Shard) run() {
 func (sh *Shard) flush(timer *time.Timer) {
 	for sh.s.HasReady() {
 		rd := sh.s.Ready()
-		b := new(store.Batch)
+		b := batchPool.Get().(*store.Batch)
+		b.Reset()
 		size := 0
 		for _, m := range rd.Persist {
 			size += len(m.Key) + len(m.Value) + 21
@@ -316,7 +317,7 @@ func (sh *Shard) flush(timer *time.Timer) {
 				b.Put(m.Key, m.Value)
 			}
 		}
-		rel := &release{}
+		rel := &release{batch: b}
 		for _, r := range rd.Replies {
 			cb := sh.refs[r.Ref]
 			delete(sh.refs, r.Ref)
@@ -401,6 +402,7 @@ type ended struct {
 
 // release is what a Ready lets out once its group is durable.
 type release struct {
+	batch      *store.Batch // the group, returned to batchPool once durable
 	replies    []reply
 	deliveries []delivery
 	ended      []ended
@@ -410,6 +412,11 @@ type release struct {
 func (r *release) run(sh *Shard, size int64) func(error) {
 	return func(err error) {
 		defer sh.inflight.release(size)
+		// The store is done with the batch once it calls back.
+		if r.batch.Cap() <= maxPooledBatch {
+			batchPool.Put(r.batch)
+		}
+		r.batch = nil
 		if err != nil {
 			sh.storageFailed(err)
 			err = fmt.Errorf("shard: storage: %w", fault.ErrUnavailable)
@@ -500,3 +507,11 @@ func NewID() ([16]byte, error) {
 	}
 	return u, nil
 }
+
+// batchPool recycles storage groups: under load the shard writes one of a
+// few hundred KiB to several MiB per scheduler step, and reallocating it
+// each time was a tenth of the broker's allocation volume.
+var batchPool = sync.Pool{New: func() any { return new(store.Batch) }}
+
+// maxPooledBatch bounds the buffers batchPool keeps, in bytes.
+const maxPooledBatch = 8 << 20

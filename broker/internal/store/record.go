@@ -224,6 +224,10 @@ func (b *Batch) Size() int {
 	return len(b.data) - headerRoom
 }
 
+// Cap returns the capacity of the batch's buffer in bytes, for callers
+// that pool batches and bound what they keep.
+func (b *Batch) Cap() int { return cap(b.data) }
+
 // Reset empties the batch, keeping its buffer for reuse.
 func (b *Batch) Reset() {
 	if b.data != nil {
