@@ -434,6 +434,8 @@ func TestGlobalBehaviour(t *testing.T) {
 	c.fails(2, "want table or json", "queue", "list", "-o", "yaml")
 	c.fails(2, "unknown flag", "queue", "list", "--bogus")
 	c.fails(2, "accepts 1 arg", "queue", "create")
+	c.fails(2, "--producers 0: want 1 or more", "bench", "produce", "--producers", "0", "--count", "1")
+	c.fails(2, "want a comma-separated list", "bench", "fairness", "--weights", "1,x")
 	if r := c.run("frobnicate"); r.code == 0 {
 		t.Errorf("fila frobnicate: exit 0; want failure")
 	}

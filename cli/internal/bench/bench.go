@@ -303,9 +303,20 @@ func parseList(flag, s string) ([]int, error) {
 		f = strings.ReplaceAll(strings.TrimSpace(f), "_", "")
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bench: --%s %q: want a comma-separated list of positive integers", flag, s)
+			return nil, usagef("bench: --%s %q: want a comma-separated list of positive integers", flag, s)
 		}
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// UsageError is an error in how a bench command was called, such as a
+// flag value out of range; the CLI exits with status 2 for it.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error {
+	return UsageError{fmt.Errorf(format, args...)}
 }

@@ -123,7 +123,7 @@ Each key's share of them is compared with weight / Σ weights.`,
 				sumW += int64(w)
 			}
 			if count < sumW {
-				return fmt.Errorf("bench: --count %d: want at least Σ weights (%d)", count, sumW)
+				return usagef("bench: --count %d: want at least Σ weights (%d)", count, sumW)
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

@@ -3,7 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"io"
 	"math"
 	"slices"
@@ -78,7 +77,7 @@ machine shared with other work, single runs differ by 10–20%.`,
 				return err
 			}
 			if count < 1 || rounds < 1 {
-				return fmt.Errorf("bench: want --count ≥ 1 and --rounds ≥ 1")
+				return usagef("bench: want --count ≥ 1 and --rounds ≥ 1")
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

@@ -65,10 +65,10 @@ send time. --rate 0 skips the loaded phase.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if size < 8 {
-				return fmt.Errorf("bench: --size %d: want at least 8 (the payload carries the send time)", size)
+				return usagef("bench: --size %d: want at least 8 (the payload carries the send time)", size)
 			}
 			if count < 1 || offered < 0 || (offered > 0 && duration <= 0) {
-				return fmt.Errorf("bench: want --count ≥ 1, --rate ≥ 0 and, with a rate, --duration > 0")
+				return usagef("bench: want --count ≥ 1, --rate ≥ 0 and, with a rate, --duration > 0")
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

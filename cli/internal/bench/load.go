@@ -26,19 +26,19 @@ type loadFlags struct {
 func (f *loadFlags) check(producers, consumers bool) error {
 	switch {
 	case producers && f.producers < 1:
-		return fmt.Errorf("bench: --producers %d: want 1 or more", f.producers)
+		return usagef("bench: --producers %d: want 1 or more", f.producers)
 	case consumers && f.consumers < 1:
-		return fmt.Errorf("bench: --consumers %d: want 1 or more", f.consumers)
+		return usagef("bench: --consumers %d: want 1 or more", f.consumers)
 	case f.size < 0:
-		return fmt.Errorf("bench: --size %d: want 0 or more", f.size)
+		return usagef("bench: --size %d: want 0 or more", f.size)
 	case f.batch < 1:
-		return fmt.Errorf("bench: --batch %d: want 1 or more", f.batch)
+		return usagef("bench: --batch %d: want 1 or more", f.batch)
 	case f.outstanding < 1:
-		return fmt.Errorf("bench: --outstanding %d: want 1 or more", f.outstanding)
+		return usagef("bench: --outstanding %d: want 1 or more", f.outstanding)
 	case f.count < 0:
-		return fmt.Errorf("bench: --count %d: want 0 or more", f.count)
+		return usagef("bench: --count %d: want 0 or more", f.count)
 	case f.duration < 0:
-		return fmt.Errorf("bench: --duration %v: want 0 or more", f.duration)
+		return usagef("bench: --duration %v: want 0 or more", f.duration)
 	case f.count == 0 && f.duration == 0:
 		return fmt.Errorf("bench: give --duration or --count")
 	}

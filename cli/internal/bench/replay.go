@@ -231,19 +231,19 @@ or figures derived from it appear.`,
 func (c *replayConfig) check() error {
 	switch {
 	case c.speedup <= 0 || math.IsInf(c.speedup, 0):
-		return fmt.Errorf("bench: replay: --speedup %g: want a positive number", c.speedup)
+		return usagef("bench: replay: --speedup %g: want a positive number", c.speedup)
 	case c.capacity <= 0:
-		return fmt.Errorf("bench: replay: --capacity %g: want a positive number", c.capacity)
+		return usagef("bench: replay: --capacity %g: want a positive number", c.capacity)
 	case c.consumers < 1:
-		return fmt.Errorf("bench: replay: --consumers %d: want 1 or more", c.consumers)
+		return usagef("bench: replay: --consumers %d: want 1 or more", c.consumers)
 	case c.providers < 0:
-		return fmt.Errorf("bench: replay: --providers %d: want 0 or more", c.providers)
+		return usagef("bench: replay: --providers %d: want 0 or more", c.providers)
 	case c.providers > 0 && (c.providerRate <= 0 || c.providerBurst < 1):
-		return fmt.Errorf("bench: replay: want --provider-rate > 0 and --provider-burst ≥ 1")
+		return usagef("bench: replay: want --provider-rate > 0 and --provider-burst ≥ 1")
 	case c.size < 8:
-		return fmt.Errorf("bench: replay: --size %d: want at least 8 (the payload carries the job's number)", c.size)
+		return usagef("bench: replay: --size %d: want at least 8 (the payload carries the job's number)", c.size)
 	case c.limit < 0 || c.minJobs < 1 || c.bin <= 0:
-		return fmt.Errorf("bench: replay: want --limit ≥ 0, --min-jobs ≥ 1 and --bin > 0")
+		return usagef("bench: replay: want --limit ≥ 0, --min-jobs ≥ 1 and --bin > 0")
 	}
 	return nil
 }
@@ -266,7 +266,7 @@ func replay(ctx context.Context, e *env, cfg *replayConfig, tr *trace) (*ReplayR
 	if cfg.noisy != "" {
 		i := slices.Index(tr.users, cfg.noisy)
 		if i < 0 {
-			return nil, fmt.Errorf("bench: replay: --noisy %q: no such user in the trace", cfg.noisy)
+			return nil, usagef("bench: replay: --noisy %q: no such user in the trace", cfg.noisy)
 		}
 		noisy = int32(i)
 	}

@@ -115,7 +115,7 @@ afterwards unless --keep is given.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tokens <= 0 || burst < 1 || duration <= 0 || step <= 0 {
-				return fmt.Errorf("bench: want --rate > 0, --burst ≥ 1, --duration > 0 and --interval > 0")
+				return usagef("bench: want --rate > 0, --burst ≥ 1, --duration > 0 and --interval > 0")
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

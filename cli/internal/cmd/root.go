@@ -65,9 +65,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	code := ExitFailure
-	var ue usageError
+	var (
+		ue  usageError
+		bue bench.UsageError
+	)
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &bue):
 		code = ExitUsage
 	case isNotFound(err):
 		code = ExitNotFound
