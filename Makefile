@@ -65,7 +65,7 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
 
 .PHONY: bench-compare
-bench-compare: ## Fila beside NATS JetStream (default sync and sync always) on 127.0.0.1, about 4 minutes; results in bench/results
+bench-compare: ## Fila beside NATS JetStream (default sync, sync always) and RabbitMQ quorum queues (if installed), about 5 minutes; results in bench/results
 	cd bench && $(GO) run ./cmd/compare -out results
 
 .PHONY: replay

@@ -9,6 +9,7 @@ tool github.com/nats-io/nats-server/v2
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
 require (

@@ -1,35 +1,40 @@
-// Command compare sets Fila beside NATS JetStream on this machine: it
-// builds fila-server, the fila CLI and nats-server, starts each broker in
-// turn as its own process on 127.0.0.1 with storage in a temporary
-// directory, runs the same workloads against each (same payloads, client
-// counts, windows and durations), and prints a Markdown table of the
-// figures and the ratios Fila ÷ NATS.
+// Command compare sets Fila beside NATS JetStream and RabbitMQ on this
+// machine: it builds fila-server, the fila CLI and nats-server, starts
+// each broker in turn as its own process on 127.0.0.1 with storage in a
+// temporary directory, runs the same workloads against each (same
+// payloads, client counts, windows and durations), and prints a Markdown
+// table of the figures and the ratios of Fila's to each other broker's.
 //
 // NATS runs twice: with JetStream's default sync (fsync every two
 // minutes: an acknowledged message may be lost on power failure) and with
 // sync_interval: always (an fsync per write, the durability Fila gives
 // every acknowledged enqueue and ack).
 //
+// RabbitMQ runs with a durable quorum queue, which fsyncs each message
+// before it confirms the publish. It is not built here: the harness runs
+// the installed rabbitmq-server (apt-get install rabbitmq-server) as a
+// node of its own (see proc.StartRabbitMQ), and where it is not installed
+// its column reads "skipped" and the run goes on.
+//
 // Fila's figures come from "fila bench" itself, run as a process; the
-// NATS workloads (package natsbench) mirror it. Run from the bench
-// module's directory:
+// NATS workloads (package natsbench) and the RabbitMQ ones (package
+// rabbitbench) mirror it. Run from the bench module's directory:
 //
 //	go run ./cmd/compare -out results
-//
-// RabbitMQ is reported as skipped: this harness has no AMQP driver.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -37,6 +42,7 @@ import (
 
 	"github.com/fila-mq/fila/bench/internal/natsbench"
 	"github.com/fila-mq/fila/bench/internal/proc"
+	"github.com/fila-mq/fila/bench/internal/rabbitbench"
 )
 
 // A workload is one row group of the comparison.
@@ -58,6 +64,35 @@ var workloads = []workload{
 
 // figures are one broker's results, by row name.
 type figures map[string]float64
+
+// The brokers, in the order they run and the table's columns.
+const (
+	fila = iota
+	natsDefault
+	natsAlways
+	rabbit
+)
+
+var brokers = []struct {
+	name  string // column heading
+	short string // in the ratio's heading: "Fila ÷ <short>"
+}{
+	fila:        {"Fila", "Fila"},
+	natsDefault: {"NATS JetStream, default sync", "default sync"},
+	natsAlways:  {"NATS JetStream, sync always", "sync always"},
+	rabbit:      {"RabbitMQ quorum queue", "RabbitMQ"},
+}
+
+// A run is what one broker yielded: figures, or why it has none.
+type run struct {
+	figures figures
+	// skipped, if set, says why the broker was not measured.
+	skipped string
+	// alarms are RabbitMQ's resource alarm log lines, if any was set.
+	alarms []string
+	// version is the broker's own account of its version, if known.
+	version string
+}
 
 type config struct {
 	duration    time.Duration
@@ -81,8 +116,8 @@ func main() {
 	flag.IntVar(&cfg.outstanding, "outstanding", 256, "messages in flight per producer")
 	flag.IntVar(&cfg.batch, "batch", 64, "Fila: messages per SendBatch (the outstanding window is kept in batches)")
 	flag.Int64Var(&cfg.backlog, "backlog", 300000, "messages in the backlog of the consume workload (fewer if the fill's time runs out)")
-	flag.IntVar(&cfg.prefetch, "prefetch", 1024, "consume: delivery credit (Fila) / PullMaxMessages (NATS)")
-	flag.IntVar(&cfg.ackBatch, "ack-batch", 256, "Fila: deliveries per AckAll")
+	flag.IntVar(&cfg.prefetch, "prefetch", 1024, "consume: delivery credit (Fila) / PullMaxMessages (NATS) / basic.qos prefetch count (RabbitMQ)")
+	flag.IntVar(&cfg.ackBatch, "ack-batch", 256, "deliveries per AckAll (Fila) / per basic.ack with multiple set (RabbitMQ)")
 	flag.IntVar(&cfg.latCount, "latency-count", 2000, "messages of the unloaded latency phase")
 	flag.Float64Var(&cfg.latRate, "latency-rate", 1000, "offered rate of the loaded latency phase, msgs/s")
 	flag.DurationVar(&cfg.latDuration, "latency-duration", 5*time.Second, "length of the loaded latency phase")
@@ -95,12 +130,12 @@ func main() {
 	log.SetPrefix("compare: ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, &cfg); err != nil {
+	if err := compare(ctx, &cfg); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, cfg *config) error {
+func compare(ctx context.Context, cfg *config) error {
 	began := time.Now()
 	tmp, err := os.MkdirTemp("", "fila-compare-")
 	if err != nil {
@@ -133,10 +168,9 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	log.Printf("disk: %.0f fsyncs/s (1 KiB write + fsync)", fsyncs)
 
-	brokers := []string{"Fila", "NATS JetStream, default sync", "NATS JetStream, sync always"}
-	results := make([]figures, len(brokers))
-	memory := make([]proc.Memory, len(brokers))
-	for i, name := range brokers {
+	runs := make([]run, len(brokers))
+	for i, br := range brokers {
+		name := br.name
 		dir := filepath.Join(tmp, strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -145,32 +179,53 @@ func run(ctx context.Context, cfg *config) error {
 			srv *proc.Server
 			err error
 		)
-		if i == 0 {
+		switch i {
+		case fila:
 			srv, err = proc.StartFila(cfg.filaServer, dir)
-		} else {
-			srv, err = proc.StartNATS(name, cfg.natsServer, dir, i == 2)
+		case natsDefault, natsAlways:
+			srv, err = proc.StartNATS(name, cfg.natsServer, dir, i == natsAlways)
+		case rabbit:
+			srv, err = proc.StartRabbitMQ(dir)
+			if errors.Is(err, proc.ErrNoRabbitMQ) {
+				runs[i].skipped = err.Error()
+				log.Printf("RabbitMQ: skipped, %s", runs[i].skipped)
+				continue
+			}
 		}
 		if err != nil {
 			return err
 		}
 		log.Printf("%s: listening on %s", name, srv.Addr)
-		if i == 0 {
-			results[i], err = runFila(ctx, cfg, srv.Addr)
-		} else {
-			results[i], err = runNATS(ctx, cfg, srv.Addr)
+		var f figures
+		switch i {
+		case fila:
+			f, err = runFila(ctx, cfg, srv.Addr)
+		case natsDefault, natsAlways:
+			f, err = runNATS(ctx, cfg, srv.Addr)
+		case rabbit:
+			f, err = runRabbitMQ(ctx, cfg, srv.Addr)
 		}
+		var mem proc.Memory
 		if err == nil {
-			memory[i], err = srv.Memory()
+			mem, err = srv.Memory()
 		}
 		srv.Stop()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		results[i]["peak rss"] = float64(memory[i].PeakRSS) / (1 << 20)
+		f["peak rss"] = float64(mem.PeakRSS) / (1 << 20)
+		runs[i].figures = f
+		if i == rabbit {
+			runs[i].alarms = rabbitAlarms(srv.Log())
+			runs[i].version = rabbitVersion(srv.Log())
+			for _, a := range runs[i].alarms {
+				log.Printf("RabbitMQ alarm: %s", a)
+			}
+		}
 	}
 
 	var b strings.Builder
-	report(&b, cfg, brokers, results, fsyncs, time.Since(began))
+	report(&b, cfg, runs, fsyncs, time.Since(began))
 	fmt.Print(b.String())
 	if cfg.out != "" {
 		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
@@ -179,10 +234,19 @@ func run(ctx context.Context, cfg *config) error {
 		if err := os.WriteFile(filepath.Join(cfg.out, "compare.md"), []byte(b.String()), 0o644); err != nil {
 			return err
 		}
+		names := make([]string, len(brokers))
+		results := make([]figures, len(brokers))
+		skipped := map[string]string{}
+		for i, r := range runs {
+			names[i], results[i] = brokers[i].name, r.figures
+			if r.skipped != "" {
+				skipped[brokers[i].name] = r.skipped
+			}
+		}
 		js, _ := json.MarshalIndent(map[string]any{
-			"brokers": brokers, "figures": results, "fsyncs_per_s": fsyncs,
-			"duration_s": cfg.duration.Seconds(), "outstanding": cfg.outstanding, "fila_batch": cfg.batch,
-			"backlog": cfg.backlog, "prefetch": cfg.prefetch, "fila_ack_batch": cfg.ackBatch,
+			"brokers": names, "figures": results, "skipped": skipped, "rabbitmq_alarms": runs[rabbit].alarms,
+			"fsyncs_per_s": fsyncs, "duration_s": cfg.duration.Seconds(), "outstanding": cfg.outstanding, "fila_batch": cfg.batch,
+			"backlog": cfg.backlog, "prefetch": cfg.prefetch, "ack_batch": cfg.ackBatch,
 			"latency_count": cfg.latCount, "latency_rate": cfg.latRate, "latency_duration_s": cfg.latDuration.Seconds(),
 		}, "", "  ")
 		if err := os.WriteFile(filepath.Join(cfg.out, "compare.json"), append(js, '\n'), 0o644); err != nil {
@@ -302,38 +366,117 @@ func runNATS(ctx context.Context, cfg *config, addr string) (figures, error) {
 	return f, nil
 }
 
+// runRabbitMQ runs every workload with rabbitbench against addr, each on
+// a new quorum queue.
+func runRabbitMQ(ctx context.Context, cfg *config, addr string) (figures, error) {
+	f := figures{}
+	for i, w := range workloads {
+		q, err := rabbitbench.NewQueue(ctx, addr, rabbitbench.Name(i))
+		if err != nil {
+			return nil, err
+		}
+		log.Printf("  rabbitmq %s", w.name)
+		switch w.kind {
+		case "produce":
+			r, err := rabbitbench.Produce(ctx, q, rabbitbench.ProduceSpec{
+				Producers: w.producers, Outstanding: cfg.outstanding, Size: w.size, Duration: cfg.duration,
+			})
+			if err != nil {
+				return nil, err
+			}
+			f[w.name] = r.PerSecond()
+		case "consume":
+			fill, err := rabbitbench.Produce(ctx, q, rabbitbench.ProduceSpec{
+				Producers: 4, Outstanding: 256, Size: w.size, Count: cfg.backlog, Duration: cfg.duration,
+			})
+			if err != nil {
+				return nil, err
+			}
+			r, err := rabbitbench.Consume(ctx, q, cfg.prefetch, cfg.ackBatch, fill.Messages)
+			if err != nil {
+				return nil, err
+			}
+			f[w.name] = r.PerSecond()
+			f[w.name+" backlog"] = float64(fill.Messages)
+		case "latency":
+			r, err := rabbitbench.MeasureLatency(ctx, q, w.size, cfg.latCount, cfg.latRate, cfg.latDuration)
+			if err != nil {
+				return nil, err
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+			f[w.name+" unloaded p50"], f[w.name+" unloaded p99"] = ms(r.Unloaded.P50), ms(r.Unloaded.P99)
+			f[w.name+" loaded p50"], f[w.name+" loaded p99"] = ms(r.Loaded.P50), ms(r.Loaded.P99)
+		}
+		if err := q.Delete(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// rabbitAlarms returns the lines of a RabbitMQ node's log that set a
+// resource alarm (memory or disk), which block every publisher while
+// they last.
+func rabbitAlarms(log string) []string {
+	var a []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "resource limit alarm set") {
+			a = append(a, strings.TrimSpace(line))
+		}
+	}
+	return a
+}
+
+// rabbitVersion returns "<version> on Erlang <version>" from a RabbitMQ
+// node's log ("?" if it is not there).
+func rabbitVersion(log string) string {
+	m := regexp.MustCompile(`Starting RabbitMQ (\S+) on Erlang (\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		return "?"
+	}
+	return m[1] + " on Erlang " + m[2]
+}
+
 // report writes the Markdown tables.
-func report(w io.Writer, cfg *config, brokers []string, rs []figures, fsyncs float64, took time.Duration) {
-	fmt.Fprintf(w, "## Fila and NATS JetStream on this machine\n\n")
+func report(w io.Writer, cfg *config, runs []run, fsyncs float64, took time.Duration) {
+	fmt.Fprintf(w, "## Fila, NATS JetStream and RabbitMQ on this machine\n\n")
 	fmt.Fprintf(w, "%s; disk %s fsyncs/s (1 KiB write + fsync); %s; %s. Each broker alone, on 127.0.0.1, storage in a temporary directory.\n\n",
 		machine(), group(fsyncs), runtime.Version(), goos())
-	fmt.Fprintf(w, "Produce runs last %v each with %d messages outstanding per producer (Fila: in SendBatch calls of %d; NATS: PublishAsync with PublishAsyncMaxPending %d). ",
-		cfg.duration, cfg.outstanding, cfg.batch, cfg.outstanding)
-	fmt.Fprintf(w, "The consume backlog is up to %s messages filled in at most %v; one consumer with prefetch %d (Fila: AckAll of up to %d, durable; NATS: Msg.Ack per message, unconfirmed). ",
-		group(float64(cfg.backlog)), cfg.duration, cfg.prefetch, cfg.ackBatch)
-	fmt.Fprintf(w, "Latency: %s messages one at a time, then %s msgs/s offered for %v.\n\n", group(float64(cfg.latCount)), group(cfg.latRate), cfg.latDuration)
+	fmt.Fprintf(w, "Produce runs last %v each with %d messages outstanding per producer (Fila: in SendBatch calls of %d; NATS: PublishAsync with PublishAsyncMaxPending %d; RabbitMQ: publisher confirms, %d unconfirmed). ",
+		cfg.duration, cfg.outstanding, cfg.batch, cfg.outstanding, cfg.outstanding)
+	fmt.Fprintf(w, "The consume backlog is up to %s messages filled in at most %v; one consumer with prefetch %d (Fila: AckAll of up to %d, durable; NATS: Msg.Ack per message, unconfirmed; RabbitMQ: basic.ack with multiple set every %d, unconfirmed). ",
+		group(float64(cfg.backlog)), cfg.duration, cfg.prefetch, cfg.ackBatch, cfg.ackBatch)
+	fmt.Fprintf(w, "Latency: %s messages one at a time, then %s msgs/s offered for %v.", group(float64(cfg.latCount)), group(cfg.latRate), cfg.latDuration)
+	if r := runs[rabbit]; r.skipped == "" {
+		fmt.Fprintf(w, " RabbitMQ %s: a durable quorum queue, which fsyncs each message before confirming it.", r.version)
+	}
+	fmt.Fprintf(w, "\n\n")
 
 	header := "| workload | unit |"
 	sep := "|---|---|"
 	for _, b := range brokers {
-		header += " " + b + " |"
+		header += " " + b.name + " |"
 		sep += "---:|"
 	}
 	for _, b := range brokers[1:] {
-		header += " Fila ÷ " + strings.TrimPrefix(b, "NATS JetStream, ") + " |"
+		header += " Fila ÷ " + b.short + " |"
 		sep += "---:|"
 	}
 	fmt.Fprintln(w, header)
 	fmt.Fprintln(w, sep)
 	row := func(name, key, unit string, prec int) {
 		line := "| " + name + " | " + unit + " |"
-		for _, r := range rs {
-			line += " " + num(r[key], prec) + " |"
+		for _, r := range runs {
+			if r.skipped != "" {
+				line += " skipped |"
+				continue
+			}
+			line += " " + num(r.figures[key], prec) + " |"
 		}
-		for _, r := range rs[1:] {
+		for _, r := range runs[1:] {
 			ratio := "—"
-			if r[key] > 0 {
-				ratio = strconv.FormatFloat(rs[0][key]/r[key], 'f', 2, 64)
+			if v := r.figures[key]; v > 0 {
+				ratio = strconv.FormatFloat(runs[fila].figures[key]/v, 'f', 2, 64)
 			}
 			line += " " + ratio + " |"
 		}
@@ -355,7 +498,7 @@ func report(w io.Writer, cfg *config, brokers []string, rs []figures, fsyncs flo
 	}
 	row("broker peak RSS over these runs", "peak rss", "MiB", 0)
 
-	fmt.Fprintf(w, "\nTargets (Fila against NATS in this run):\n\n")
+	fmt.Fprintf(w, "\nTargets (Fila against the others in this run):\n\n")
 	check := func(what string, ok bool, detail string) {
 		mark := "met"
 		if !ok {
@@ -363,19 +506,31 @@ func report(w io.Writer, cfg *config, brokers []string, rs []figures, fsyncs flo
 		}
 		fmt.Fprintf(w, "- %s: %s (%s)\n", what, mark, detail)
 	}
+	fl, nd, na, rq := runs[fila].figures, runs[natsDefault].figures, runs[natsAlways].figures, runs[rabbit].figures
 	p3 := workloads[1].name
-	check("durable produce, 1 KiB, 3 producers ≥ NATS default sync", rs[0][p3] >= rs[1][p3],
-		fmt.Sprintf("%s vs %s msgs/s", group(rs[0][p3]), group(rs[1][p3])))
-	c := workloads[4].name
-	check("consume+ack ≥ NATS default sync", rs[0][c] >= rs[1][c],
-		fmt.Sprintf("%s vs %s msgs/s", group(rs[0][c]), group(rs[1][c])))
-	l := workloads[5].name + " unloaded p99"
-	check("e2e latency p99, unloaded ≤ NATS sync always", rs[0][l] <= rs[2][l],
-		fmt.Sprintf("%.3f vs %.3f ms", rs[0][l], rs[2][l]))
-	if _, err := exec.LookPath("rabbitmq-server"); err != nil {
-		fmt.Fprintf(w, "- RabbitMQ quorum queues: skipped, rabbitmq-server is not installed\n")
+	check("durable produce, 1 KiB, 3 producers ≥ NATS default sync", fl[p3] >= nd[p3],
+		fmt.Sprintf("%s vs %s msgs/s", group(fl[p3]), group(nd[p3])))
+	if r := runs[rabbit]; r.skipped != "" {
+		fmt.Fprintf(w, "- durable produce, 1 KiB, 3 producers ≥ 3 × RabbitMQ quorum queues: skipped, %s\n", r.skipped)
 	} else {
-		fmt.Fprintf(w, "- RabbitMQ quorum queues: skipped, this harness has no AMQP driver\n")
+		check("durable produce, 1 KiB, 3 producers ≥ 3 × RabbitMQ quorum queues", fl[p3] >= 3*rq[p3],
+			fmt.Sprintf("%s vs %s msgs/s, %.2f ×", group(fl[p3]), group(rq[p3]), fl[p3]/rq[p3]))
+	}
+	c := workloads[4].name
+	check("consume+ack ≥ NATS default sync", fl[c] >= nd[c],
+		fmt.Sprintf("%s vs %s msgs/s", group(fl[c]), group(nd[c])))
+	l := workloads[5].name + " unloaded p99"
+	check("e2e latency p99, unloaded ≤ NATS sync always", fl[l] <= na[l],
+		fmt.Sprintf("%.3f vs %.3f ms", fl[l], na[l]))
+	if r := runs[rabbit]; r.skipped == "" {
+		if len(r.alarms) == 0 {
+			fmt.Fprintf(w, "\nRabbitMQ set no resource alarm (memory or disk) during its runs.\n")
+		} else {
+			fmt.Fprintf(w, "\nRabbitMQ set resource alarms during its runs, blocking its publishers while they lasted:\n\n")
+			for _, a := range r.alarms {
+				fmt.Fprintf(w, "- `%s`\n", a)
+			}
+		}
 	}
 	fmt.Fprintf(w, "\nThe whole comparison took %s.\n", took.Round(time.Second))
 }

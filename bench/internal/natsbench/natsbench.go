@@ -19,61 +19,22 @@ package natsbench
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fila-mq/fila/bench/internal/measure"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Result is a count of messages over an elapsed time.
-type Result struct {
-	Messages int64
-	Elapsed  time.Duration
-}
-
-// PerSecond returns messages per second (0 when nothing elapsed).
-func (r Result) PerSecond() float64 {
-	if r.Elapsed <= 0 {
-		return 0
-	}
-	return float64(r.Messages) / r.Elapsed.Seconds()
-}
+type Result = measure.Result
 
 // Latency summarises samples by the nearest-rank method.
-type Latency struct {
-	Count              int
-	P50, P95, P99, Max time.Duration
-	Mean               time.Duration
-}
-
-func summarize(s []time.Duration) Latency {
-	if len(s) == 0 {
-		return Latency{}
-	}
-	slices.Sort(s)
-	pct := func(p float64) time.Duration {
-		r := int(math.Ceil(p / 100 * float64(len(s))))
-		return s[min(max(r, 1), len(s))-1]
-	}
-	var sum float64
-	for _, d := range s {
-		sum += float64(d)
-	}
-	return Latency{Count: len(s), P50: pct(50), P95: pct(95), P99: pct(99), Max: s[len(s)-1],
-		Mean: time.Duration(sum / float64(len(s)))}
-}
-
-var epoch = time.Now()
-
-func now() time.Duration { return time.Since(epoch) }
+type Latency = measure.Latency
 
 // Stream is a work-queue stream on file storage, created by NewStream,
 // whose subject is its name in lower case.
@@ -148,78 +109,62 @@ func connect(addr string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream
 // ProduceSpec describes producers: Producers connections, each keeping
 // Outstanding messages of Size bytes unacknowledged, until Count messages
 // in all or Duration, whichever comes first (0: no bound; not both).
-type ProduceSpec struct {
-	Producers   int
-	Outstanding int
-	Size        int
-	Count       int64
-	Duration    time.Duration
-}
+type ProduceSpec = measure.ProduceSpec
 
-// Produce publishes into s by spec and returns the acknowledged messages.
+// Produce publishes into s by spec (PublishAsync, with
+// PublishAsyncMaxPending as the window) and returns the acknowledged
+// messages.
 func Produce(ctx context.Context, s *Stream, spec ProduceSpec) (Result, error) {
-	var (
-		claimed  atomic.Int64
-		acked    atomic.Int64
-		failures atomic.Int64
-		firstErr atomic.Pointer[error]
-		wg       sync.WaitGroup
-	)
-	type producer struct {
-		nc *nats.Conn
-		js jetstream.JetStream
-	}
-	ps := make([]producer, spec.Producers)
-	for i := range ps {
+	pubs := make([]measure.Publisher, spec.Producers)
+	for i := range pubs {
+		p := &publisher{subject: s.Subject}
 		nc, js, err := connect(s.addr,
 			jetstream.WithPublishAsyncMaxPending(spec.Outstanding),
 			jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-				failures.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
+				p.failures.Add(1)
+				p.firstErr.CompareAndSwap(nil, &err)
 			}))
 		if err != nil {
 			return Result{}, err
 		}
 		defer nc.Close()
-		ps[i] = producer{nc, js}
+		p.js = js
+		pubs[i] = p
 	}
-	payload := make([]byte, spec.Size)
-	for i := range payload {
-		payload[i] = byte('a' + i%26)
+	r, err := measure.Produce(ctx, spec, pubs)
+	if err != nil {
+		return r, fmt.Errorf("natsbench: %w", err)
 	}
-	start := time.Now()
-	deadline := start.Add(spec.Duration)
-	for _, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var sent int64
-			for ctx.Err() == nil && (spec.Duration == 0 || time.Now().Before(deadline)) {
-				if spec.Count > 0 && claimed.Add(1) > spec.Count {
-					break
-				}
-				if _, err := p.js.PublishAsync(s.Subject, payload, jetstream.WithStallWait(time.Minute)); err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-					failures.Add(1)
-					break
-				}
-				sent++
-			}
-			select {
-			case <-p.js.PublishAsyncComplete():
-			case <-time.After(time.Minute):
-				err := errors.New("acks still pending a minute after the last publish")
-				firstErr.CompareAndSwap(nil, &err)
-			}
-			acked.Add(sent)
-		}()
+	return r, nil
+}
+
+// publisher is one producer of Produce.
+type publisher struct {
+	js       jetstream.JetStream
+	subject  string
+	sent     int64
+	failures atomic.Int64
+	firstErr atomic.Pointer[error]
+}
+
+func (p *publisher) Publish(_ context.Context, payload []byte) error {
+	if _, err := p.js.PublishAsync(p.subject, payload, jetstream.WithStallWait(time.Minute)); err != nil {
+		return err
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if p := firstErr.Load(); p != nil {
-		return Result{}, fmt.Errorf("natsbench: produce: %d failed: %w", failures.Load(), *p)
+	p.sent++
+	return nil
+}
+
+func (p *publisher) Flush(timeout time.Duration) (int64, error) {
+	select {
+	case <-p.js.PublishAsyncComplete():
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("acks still pending %v after the last publish", timeout)
 	}
-	return Result{Messages: acked.Load(), Elapsed: elapsed}, nil
+	if e := p.firstErr.Load(); e != nil {
+		return p.sent - p.failures.Load(), fmt.Errorf("%d failed: %w", p.failures.Load(), *e)
+	}
+	return p.sent, nil
 }
 
 // Consume drains count messages from s with consumers connections bound
@@ -283,12 +228,7 @@ func Consume(ctx context.Context, s *Stream, consumers, prefetch int, count int6
 }
 
 // LatencyResult is the outcome of MeasureLatency.
-type LatencyResult struct {
-	Unloaded Latency
-	Loaded   Latency
-	// Achieved is the loaded phase's delivered rate, msgs/s.
-	Achieved float64
-}
+type LatencyResult = measure.LatencyResult
 
 // MeasureLatency times publish-to-delivery on s: count messages one at a
 // time (each published with a synchronous Publish, the next once the
@@ -321,77 +261,29 @@ func MeasureLatency(ctx context.Context, s *Stream, size, count int, rate float6
 	if err != nil {
 		return res, err
 	}
-	var (
-		mu      sync.Mutex
-		samples []time.Duration
-		got     atomic.Int64
-		arrived = make(chan struct{}, 1)
-	)
+	rec := measure.NewRecorder()
 	cc, err := ccons.Consume(func(m jetstream.Msg) {
-		at := now()
-		if b := m.Data(); len(b) >= 8 {
-			mu.Lock()
-			samples = append(samples, at-time.Duration(binary.LittleEndian.Uint64(b)))
-			mu.Unlock()
-		}
+		rec.Delivered(m.Data())
 		m.Ack()
-		got.Add(1)
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
 	}, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return res, err
 	}
 	defer cc.Stop()
-
-	payload := make([]byte, size)
-	for i := 0; i < count; i++ {
-		binary.LittleEndian.PutUint64(payload, uint64(now()))
-		if _, err := js.Publish(ctx, s.Subject, payload); err != nil {
-			return res, fmt.Errorf("natsbench: latency: publish: %w", err)
-		}
-		select {
-		case <-arrived:
-		case <-time.After(time.Minute):
-			return res, fmt.Errorf("natsbench: latency: message %d not delivered in a minute", i)
-		}
+	run := measure.LatencyRun{Size: size, Count: count, Rate: rate, Duration: d,
+		Send: func(ctx context.Context, b []byte) error {
+			_, err := js.Publish(ctx, s.Subject, b)
+			return err
+		},
+		Offer: func(_ context.Context, b []byte) error {
+			_, err := js.PublishAsync(s.Subject, b, jetstream.WithStallWait(time.Minute))
+			return err
+		},
 	}
-	mu.Lock()
-	res.Unloaded = summarize(samples)
-	samples = nil
-	mu.Unlock()
-	if rate <= 0 {
-		return res, nil
+	res, err = run.Measure(ctx, rec)
+	if err != nil {
+		return res, fmt.Errorf("natsbench: %w", err)
 	}
-	base := got.Load()
-	total := int(rate * d.Seconds())
-	interval := time.Duration(float64(time.Second) / rate)
-	start := now()
-	for i := 0; i < total; i++ {
-		due := start + time.Duration(i)*interval
-		if w := due - now(); w > 0 {
-			time.Sleep(w)
-		}
-		b := make([]byte, size)
-		binary.LittleEndian.PutUint64(b, uint64(due))
-		if _, err := js.PublishAsync(s.Subject, b, jetstream.WithStallWait(time.Minute)); err != nil {
-			return res, fmt.Errorf("natsbench: latency: publish: %w", err)
-		}
-	}
-	deadline := time.Now().Add(time.Minute)
-	for got.Load() < base+int64(total) {
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("natsbench: latency: %d of %d delivered after a minute", got.Load()-base, total)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	elapsed := now() - start
-	mu.Lock()
-	res.Loaded = summarize(samples)
-	mu.Unlock()
-	res.Achieved = float64(total) / elapsed.Seconds()
 	return res, nil
 }
 

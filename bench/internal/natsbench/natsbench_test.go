@@ -86,12 +86,3 @@ func TestWorkloads(t *testing.T) {
 		}
 	}
 }
-
-func TestSummarize(t *testing.T) {
-	in := []time.Duration{5, 1, 4, 2, 3}
-	got := summarize(in)
-	want := Latency{Count: 5, P50: 3, P95: 5, P99: 5, Max: 5, Mean: 3}
-	if got != want {
-		t.Errorf("summarize(5,1,4,2,3) = %+v; want %+v", got, want)
-	}
-}

@@ -1,7 +1,7 @@
 // Package proc builds and runs the broker processes the comparison
-// harness measures: fila-server and nats-server, each its own process on
-// 127.0.0.1 with its storage in a directory of the caller's, and reads
-// their memory use from /proc.
+// harness measures: fila-server, nats-server and, where it is installed,
+// rabbitmq-server, each its own process on 127.0.0.1 with its storage in
+// a directory of the caller's, and reads their memory use from /proc.
 package proc
 
 import (
@@ -43,6 +43,14 @@ type Server struct {
 	done chan struct{}
 	mu   sync.Mutex
 	log  strings.Builder
+
+	// group is set when cmd leads a process group of its own, which Stop
+	// ends as a whole (rabbitmq-server: a shell script, epmd and the
+	// Erlang VM).
+	group bool
+	// vm, if set, is the command name (comm) of the process in the group
+	// whose memory Memory reports, such as "beam.smp"; else cmd's own.
+	vm string
 }
 
 // StartFila starts bin (a fila-server) on a free port of 127.0.0.1 with
@@ -101,30 +109,43 @@ func StartNATS(name, bin, storeDir string, syncAlways bool) (*Server, error) {
 // start runs cmd, scanning its output with ready until it returns the
 // address, for at most a minute.
 func start(name string, cmd *exec.Cmd, ready func(line string) string) (*Server, error) {
-	s := &Server{Name: name, cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	found := false
+	s, err := spawn(&Server{Name: name, cmd: cmd}, func(line string) {
+		if !found {
+			if a := ready(line); a != "" {
+				found = true
+				addr <- a
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.await(addr)
+}
+
+// spawn starts s.cmd with its standard output and error collected into
+// s's log, each line also passed to line (on one goroutine, in order).
+func spawn(s *Server, line func(string)) (*Server, error) {
+	s.done = make(chan struct{})
+	cmd := s.cmd
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("proc: start %s: %w", name, err)
+		return nil, fmt.Errorf("proc: start %s: %w", s.Name, err)
 	}
-	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		found := false
 		for sc.Scan() {
-			line := sc.Text()
+			l := sc.Text()
 			s.mu.Lock()
 			if s.log.Len() < 1<<20 {
-				s.log.WriteString(line + "\n")
+				s.log.WriteString(l + "\n")
 			}
 			s.mu.Unlock()
-			if !found {
-				if a := ready(line); a != "" {
-					found = true
-					addr <- a
-				}
-			}
+			line(l)
 		}
 		io.Copy(io.Discard, pr)
 	}()
@@ -133,15 +154,22 @@ func start(name string, cmd *exec.Cmd, ready func(line string) string) (*Server,
 		pw.Close()
 		close(s.done)
 	}()
+	return s, nil
+}
+
+// await returns s once addr yields its address; it stops s and fails if
+// the process exits first or a minute passes.
+func (s *Server) await(addr <-chan string) (*Server, error) {
 	select {
 	case a := <-addr:
 		s.Addr = a
 		return s, nil
 	case <-s.done:
-		return nil, fmt.Errorf("proc: %s exited at start:\n%s", name, s.Log())
+		s.Stop() // the rest of a process group
+		return nil, fmt.Errorf("proc: %s exited at start:\n%s", s.Name, s.Log())
 	case <-time.After(time.Minute):
 		s.Stop()
-		return nil, fmt.Errorf("proc: %s did not start in a minute:\n%s", name, s.Log())
+		return nil, fmt.Errorf("proc: %s did not start in a minute:\n%s", s.Name, s.Log())
 	}
 }
 
@@ -152,8 +180,14 @@ func (s *Server) Log() string {
 	return s.log.String()
 }
 
-// Stop sends SIGTERM, waits up to 30s, then kills the process.
+// Stop sends SIGTERM, waits up to 30s, then kills the process. A
+// process group started as one (StartRabbitMQ) is signalled as a whole,
+// and Stop returns once none of its processes is left.
 func (s *Server) Stop() {
+	if s.group {
+		s.stopGroup()
+		return
+	}
 	select {
 	case <-s.done:
 		return
@@ -168,14 +202,85 @@ func (s *Server) Stop() {
 	}
 }
 
+func (s *Server) stopGroup() {
+	pgid := s.cmd.Process.Pid
+	gone := func(d time.Duration) bool {
+		for end := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+			select {
+			case <-s.done:
+				if len(groupMembers(pgid)) == 0 {
+					return true
+				}
+			default:
+			}
+			if time.Now().After(end) {
+				return false
+			}
+		}
+	}
+	if gone(0) {
+		return // already stopped: pgid may name another group by now
+	}
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	if !gone(30 * time.Second) {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		gone(10 * time.Second)
+	}
+}
+
+// groupMembers returns the live (not zombie) processes of process group
+// pgid, by pid, with their command names, from /proc/<pid>/stat.
+func groupMembers(pgid int) map[int]string {
+	m := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) < 3 || f[0] == "Z" {
+			continue
+		}
+		if g, _ := strconv.Atoi(f[2]); g == pgid {
+			m[pid] = string(b[open+1 : end])
+		}
+	}
+	return m
+}
+
 // Memory is a process's resident set size now and at its peak, bytes.
 type Memory struct {
 	RSS, PeakRSS int64
 }
 
-// Memory reads VmRSS and VmHWM from /proc/<pid>/status (Linux).
+// Memory reads VmRSS and VmHWM from /proc/<pid>/status (Linux) of the
+// broker's process: the one started, or for RabbitMQ the Erlang VM
+// (beam.smp) in its process group. It fails once that process has
+// exited.
 func (s *Server) Memory() (Memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	pid := s.cmd.Process.Pid
+	if s.vm != "" {
+		pid = 0
+		for p, comm := range groupMembers(s.cmd.Process.Pid) {
+			if comm == s.vm {
+				pid = p
+			}
+		}
+		if pid == 0 {
+			return Memory{}, fmt.Errorf("proc: %s memory: no %s process", s.Name, s.vm)
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return Memory{}, fmt.Errorf("proc: %s memory: %w", s.Name, err)
 	}
@@ -208,12 +313,26 @@ func Run(ctx context.Context, name string, args ...string) ([]byte, error) {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
+}
+
+// freePorts returns n distinct ports of 127.0.0.1 that were free a
+// moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
 }
 
 // FsyncRate measures the disk under dir: 1 KiB written and fsynced, over
