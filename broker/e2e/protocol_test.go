@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fila-mq/fila/broker/filatest"
 	"github.com/fila-mq/fila/sdk/core/wire"
+	fila "github.com/fila-mq/fila/sdk/go"
 )
 
 // rawConn speaks frames to the server without the client core, to test
@@ -212,5 +214,81 @@ func TestMaxConnections(t *testing.T) {
 	a.send(2, &wire.Ping{Nonce: 9})
 	if h, _ := a.recv(); h.Opcode != wire.OpPong {
 		t.Fatalf("first connection's ping answered with %v", h.Opcode)
+	}
+}
+
+// TestReassemblyBudget: two connections each start a 2 MiB request in
+// 64 KiB continuation frames against a 3 MiB budget shared by all
+// connections. Exactly one is closed with RESOURCE_EXHAUSTED, the other's
+// request is enqueued, and once both are done the budget serves a third.
+func TestReassemblyBudget(t *testing.T) {
+	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_REASSEMBLY_BUDGET=3MB", "FILA_SERVER_MAX_FRAME_SIZE=64KB"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := fila.Connect(ctx, srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Admin().CreateQueue(ctx, fila.NewQueueSpec("big")); err != nil {
+		t.Fatal(err)
+	}
+	request := wire.AppendFrames(nil, 7, &wire.Enqueue{Messages: []wire.EnqueueMessage{
+		{Queue: "big", Payload: make([]byte, 2<<20)},
+	}}, 64<<10)
+	// The last frame starts after every full 64 KiB frame.
+	last := 0
+	for last+wire.HeaderSize+64<<10 < len(request) {
+		h, err := wire.ParseHeader(request[last:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		last += wire.HeaderSize + int(h.Length)
+	}
+
+	conns := []*rawConn{dialRaw(t, srv.Addr, true), dialRaw(t, srv.Addr, true)}
+	type answer struct {
+		i   int
+		h   wire.Header
+		f   wire.Frame
+		err error
+	}
+	answers := make(chan answer, 2)
+	for i, rc := range conns {
+		if _, err := rc.nc.Write(request[:last]); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			h, f, err := rc.next()
+			answers <- answer{i, h, f, err}
+		}()
+	}
+	// Together the two partial requests exceed the budget, whatever the
+	// order the server reads them in: the one that crosses it is closed.
+	a := <-answers
+	if ef, ok := a.f.(*wire.ErrorFrame); a.err != nil || !ok || ef.Code != wire.CodeResourceExhausted || a.h.RequestID != 0 {
+		t.Fatalf("first answer %v %+v (%v); want RESOURCE_EXHAUSTED for the connection", a.h.Opcode, a.f, a.err)
+	}
+	other := conns[1-a.i]
+	if _, err := other.nc.Write(request[last:]); err != nil {
+		t.Fatal(err)
+	}
+	a = <-answers
+	if r, ok := a.f.(*wire.EnqueueResult); a.err != nil || !ok || len(r.Results) != 1 || r.Results[0].Code != wire.CodeOK {
+		t.Fatalf("the other connection's request answered %v %+v (%v); want it enqueued", a.h.Opcode, a.f, a.err)
+	}
+	// Clients of single frames were never charged; the budget is free
+	// again for a third continued request.
+	if _, err := c.Admin().ListQueues(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := dialRaw(t, srv.Addr, true)
+	if _, err := third.nc.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	if _, f := third.recv(); f == nil {
+		t.Fatal("no answer")
+	} else if r, ok := f.(*wire.EnqueueResult); !ok || r.Results[0].Code != wire.CodeOK {
+		t.Fatalf("third request answered %+v", f)
 	}
 }

@@ -55,6 +55,12 @@ type ServerConfig struct {
 	// is closed right after accept. Zero means no cap
 	// (max_connections, default 10000).
 	MaxConnections int
+	// ReassemblyBudget bounds the bytes all connections together may hold
+	// for requests arriving in continuation frames (requests larger than
+	// max_frame_size); a connection that would take the total over it is
+	// closed with RESOURCE_EXHAUSTED (reassembly_budget, default 256MB,
+	// from 1MB to 1TB).
+	ReassemblyBudget int64
 	// MemoryLimit is a soft limit on the broker's memory in bytes: the
 	// garbage collector works harder as the heap approaches it, keeping the
 	// resident size near it under bursts of large messages (Go's
@@ -195,11 +201,12 @@ const (
 func Default() Config {
 	return Config{
 		Server: ServerConfig{
-			ListenAddr:      "0.0.0.0:5555",
-			MaxMessageSize:  16 * Megabyte,
-			MaxFrameSize:    16 * Megabyte,
-			MaxConnections:  10000,
-			ShutdownTimeout: 10 * time.Second,
+			ListenAddr:       "0.0.0.0:5555",
+			MaxMessageSize:   16 * Megabyte,
+			MaxFrameSize:     16 * Megabyte,
+			MaxConnections:   10000,
+			ReassemblyBudget: 256 * Megabyte,
+			ShutdownTimeout:  10 * time.Second,
 		},
 		Storage: StorageConfig{
 			DataDir:     "data",

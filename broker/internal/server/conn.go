@@ -30,6 +30,7 @@ type conn struct {
 
 	// Reader goroutine only.
 	fr         *wire.FrameReader
+	charged    int64 // bytes of fr's reassembly charged to Server.reassembling
 	handshaken bool
 	principal  auth.Principal
 
@@ -209,6 +210,7 @@ func (c *conn) maybeFinishGoAway() {
 }
 
 func (c *conn) readLoop() {
+	defer func() { c.s.reassembling.Add(-c.charged) }()
 	buf := make([]byte, 64<<10)
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	for {
@@ -233,6 +235,9 @@ func (c *conn) readLoop() {
 					return
 				}
 			}
+			if !c.chargeReassembly() {
+				return
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -252,6 +257,28 @@ func (c *conn) readLoop() {
 			return
 		}
 	}
+}
+
+// chargeReassembly charges the growth of the frame reader's reassembly
+// buffer to the server's budget, or closes the connection with
+// RESOURCE_EXHAUSTED and returns false if the budget has no room: a
+// client that starts a huge continued request, or many clients that do,
+// cannot take the broker's memory from the others.
+func (c *conn) chargeReassembly() bool {
+	held := int64(c.fr.Reassembling())
+	d := held - c.charged
+	if d == 0 {
+		return true
+	}
+	total := c.s.reassembling.Add(d)
+	c.charged = held
+	if d > 0 && total > c.s.cfg.ReassemblyBudget {
+		c.fail(0, wire.CodeResourceExhausted, fmt.Sprintf(
+			"continued request of %d bytes so far: the server's reassembly budget of %d bytes, shared by all connections, is exhausted",
+			held, c.s.cfg.ReassemblyBudget))
+		return false
+	}
+	return true
 }
 
 // writeLoop writes queued items until the connection closes.

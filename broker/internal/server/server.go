@@ -46,6 +46,12 @@ type Config struct {
 	// MaxConnections bounds open client connections: one over it is told
 	// RESOURCE_EXHAUSTED and closed. 0 means no limit.
 	MaxConnections int
+	// ReassemblyBudget bounds the bytes all connections together may hold
+	// for requests being reassembled from continuation frames; a
+	// connection whose continuation would take the total over it is told
+	// RESOURCE_EXHAUSTED and closed. Requests that fit in one frame are
+	// not charged. 0 means wire.MaxReassembledSize (256 MiB).
+	ReassemblyBudget int64
 	// MaxInFlight bounds requests in flight per connection; 0 means 4096.
 	MaxInFlight int
 	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
@@ -84,6 +90,9 @@ func (c *Config) defaults() {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
 	}
+	if c.ReassemblyBudget <= 0 {
+		c.ReassemblyBudget = wire.MaxReassembledSize
+	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = 1024
 	}
@@ -107,6 +116,8 @@ type Server struct {
 	sh    *shard.Shard
 	log   *slog.Logger
 	subID atomic.Uint64
+	// reassembling is the bytes charged to Config.ReassemblyBudget.
+	reassembling atomic.Int64
 
 	mu       sync.Mutex
 	lns      []net.Listener

@@ -68,8 +68,10 @@ const (
 	*/
 	CodeInvalidArgument Code = 12
 	/*
-	   CodeResourceExhausted (13, status) A limit was reached (subscriptions per
-	   connection, requests in flight); the message names it.
+	   CodeResourceExhausted (13, status) A limit was reached (connections,
+	   subscriptions per connection, requests in flight, the reassembly budget);
+	   the message names it. For connections and the reassembly budget it comes on
+	   request ID 0 and the connection is closed.
 	*/
 	CodeResourceExhausted Code = 13
 	// CodeQueueNotFound (20, domain) No queue has this name.

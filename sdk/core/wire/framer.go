@@ -50,6 +50,11 @@ func (fr *FrameReader) SetMaxFrame(n int) {
 	}
 }
 
+// Reassembling returns the bytes the reader holds for a body being
+// reassembled from continuation frames (the capacity of its buffer), 0
+// when none is; a receiver bounding memory across connections charges it.
+func (fr *FrameReader) Reassembling() int { return cap(fr.cont) }
+
 // Buffered returns the number of bytes fed and not yet returned as frames.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + len(fr.cont) }
 
