@@ -267,18 +267,30 @@ func (c *conn) readLoop() {
 func (c *conn) chargeReassembly() bool {
 	held := int64(c.fr.Reassembling())
 	d := held - c.charged
-	if d == 0 {
+	if d <= 0 {
+		if d < 0 {
+			c.s.reassembling.Add(d)
+			c.charged = held
+		}
 		return true
 	}
-	total := c.s.reassembling.Add(d)
-	c.charged = held
-	if d > 0 && total > c.s.cfg.ReassemblyBudget {
-		c.fail(0, wire.CodeResourceExhausted, fmt.Sprintf(
-			"continued request of %d bytes so far: the server's reassembly budget of %d bytes, shared by all connections, is exhausted",
-			held, c.s.cfg.ReassemblyBudget))
-		return false
+	for {
+		cur := c.s.reassembling.Load()
+		if cur+d > c.s.cfg.ReassemblyBudget {
+			// Give back what this connection holds at once, so that the
+			// others see the room before it has closed.
+			c.s.reassembling.Add(-c.charged)
+			c.charged = 0
+			c.fail(0, wire.CodeResourceExhausted, fmt.Sprintf(
+				"continued request of %d bytes so far: the server's reassembly budget of %d bytes, shared by all connections, is exhausted",
+				held, c.s.cfg.ReassemblyBudget))
+			return false
+		}
+		if c.s.reassembling.CompareAndSwap(cur, cur+d) {
+			c.charged = held
+			return true
+		}
 	}
-	return true
 }
 
 // writeLoop writes queued items until the connection closes.

@@ -21,7 +21,12 @@ type FrameReader struct {
 	buf   []byte // buf[start:] holds unread bytes
 	start int
 
-	cont    []byte // continuation body being reassembled
+	// cont holds copies of the bodies of a continuation so far, contLen
+	// their total: they are joined once, at the last frame, so a long
+	// continuation costs its length twice at most, not the garbage of a
+	// buffer grown by doubling.
+	cont    [][]byte
+	contLen int
 	contHdr Header
 	inCont  bool
 
@@ -53,10 +58,10 @@ func (fr *FrameReader) SetMaxFrame(n int) {
 // Reassembling returns the bytes the reader holds for a body being
 // reassembled from continuation frames (the capacity of its buffer), 0
 // when none is; a receiver bounding memory across connections charges it.
-func (fr *FrameReader) Reassembling() int { return cap(fr.cont) }
+func (fr *FrameReader) Reassembling() int { return fr.contLen }
 
 // Buffered returns the number of bytes fed and not yet returned as frames.
-func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + len(fr.cont) }
+func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + fr.contLen }
 
 // Feed appends p to the reader's buffer. p is copied. After Next has
 // failed, Feed discards p.
@@ -109,26 +114,32 @@ func (fr *FrameReader) Next() (h Header, body []byte, ok bool, err error) {
 					Reason: fmt.Sprintf("frame %s for request %d interleaved with the continuation of %s for request %d",
 						h.Opcode, h.RequestID, fr.contHdr.Opcode, fr.contHdr.RequestID)})
 			}
-			if len(fr.cont)+len(body) > fr.maxReassembled {
+			if fr.contLen+len(body) > fr.maxReassembled {
 				return fr.fail(&ConnError{Code: CodeFrameTooLarge,
 					Reason: fmt.Sprintf("continued frame exceeds %d bytes", fr.maxReassembled)})
 			}
-			fr.cont = append(fr.cont, body...)
 			if h.Flags.Has(FlagContinued) {
+				fr.cont = append(fr.cont, append([]byte(nil), body...))
+				fr.contLen += len(body)
 				continue
 			}
+			joined := make([]byte, 0, fr.contLen+len(body))
+			for _, c := range fr.cont {
+				joined = append(joined, c...)
+			}
+			joined = append(joined, body...)
 			fr.inCont = false
 			h = fr.contHdr
-			h.Length = uint32(len(fr.cont))
-			body = fr.cont
-			fr.cont = nil
-			return h, body, true, nil
+			h.Length = uint32(len(joined))
+			fr.cont, fr.contLen = nil, 0
+			return h, joined, true, nil
 		}
 		if h.Flags.Has(FlagContinued) {
 			fr.inCont = true
 			fr.contHdr = h
 			fr.contHdr.Flags &^= FlagContinued
-			fr.cont = append(make([]byte, 0, len(body)*2), body...)
+			fr.cont = append(fr.cont[:0], append([]byte(nil), body...))
+			fr.contLen = len(body)
 			continue
 		}
 		return h, body, true, nil
@@ -137,6 +148,6 @@ func (fr *FrameReader) Next() (h Header, body []byte, ok bool, err error) {
 
 func (fr *FrameReader) fail(err *ConnError) (Header, []byte, bool, error) {
 	fr.err = err
-	fr.buf, fr.cont, fr.start = nil, nil, 0
+	fr.buf, fr.cont, fr.contLen, fr.start = nil, nil, 0, 0
 	return Header{}, nil, false, err
 }
