@@ -211,7 +211,10 @@ func BenchmarkConsume(b *testing.B) {
 					idle := time.NewTimer(time.Hour)
 					for {
 						select {
-						case d := <-sub.C():
+						case d, ok := <-sub.C():
+							if !ok {
+								return // the run is over and the client closed
+							}
 							if !tc.ackAll {
 								go func() {
 									if err := d.Ack(ctx); err == nil && done.Add(1) == int64(b.N) {
