@@ -188,14 +188,16 @@ func TestQueueCommands(t *testing.T) {
 	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") {
 		t.Errorf("queue inspect orders = %q; want the fairness key table", out)
 	}
-	c.fails(3, "queue not found", "queue", "inspect", "nope")
+	// Errors name the command run, not the protocol operation.
+	c.fails(3, "fila: queue inspect nope: queue not found", "queue", "inspect", "nope")
+	c.fails(1, "fila: queue create orders: queue already exists", "queue", "create", "orders")
 
 	var del map[string]string
 	c.json(&del, "queue", "delete", "billing")
 	if del["deleted"] != "billing" {
 		t.Errorf("queue delete -o json = %v", del)
 	}
-	c.fails(3, "queue not found", "queue", "delete", "billing")
+	c.fails(3, "fila: queue delete billing: queue not found", "queue", "delete", "billing")
 }
 
 func TestEnqueueAndConsume(t *testing.T) {
@@ -274,15 +276,33 @@ func TestEnqueueAndConsume(t *testing.T) {
 	if !strings.Contains(out, "attempt=2") {
 		t.Fatalf("consume --nack (second) = %q; want attempt=2", out)
 	}
+	// --release peeks: the dead letter is ready again at once, its
+	// attempt and headers unchanged, and redrive can move it.
+	for range 2 {
+		c.json(&d, "consume", "jobs.dlq", "--count", "1", "--release", "--wait", "1m")
+		if d.Payload != "poison" || d.Attempt != 3 || d.Headers["fila-error"] != "bad input again" || d.Headers["fila-attempts"] != "2" {
+			t.Errorf("consume jobs.dlq --release = %+v; want poison, attempt 3, with fila-error and fila-attempts 2", d)
+		}
+	}
+	var moved struct {
+		Moved uint64 `json:"moved"`
+	}
+	if c.json(&moved, "redrive", "jobs.dlq"); moved.Moved != 1 {
+		t.Errorf("redrive after consume --release moved %d; want 1", moved.Moved)
+	}
+	c.ok("consume", "jobs", "--count", "1", "--nack", "bad input", "--wait", "1m")
+	c.ok("consume", "jobs", "--count", "1", "--nack", "bad input again", "--wait", "1m")
 	c.json(&d, "consume", "jobs.dlq", "--count", "1", "--no-ack")
 	if d.Payload != "poison" || d.Headers["fila-error"] != "bad input again" {
 		t.Errorf("consume jobs.dlq = %+v; want poison with fila-error", d)
 	}
+	c.fails(3, "fila: consume nope: queue not found", "consume", "nope", "--wait", "1s")
 	// --wait ends an idle consume with success.
 	if r := c.run("consume", "billing-none", "--wait", "10ms"); r.code != 3 {
 		t.Errorf("consume of a missing queue = exit %d (%s); want 3", r.code, r.stderr)
 	}
 	c.fails(2, "exclude", "consume", "jobs", "--no-ack", "--nack", "x")
+	c.fails(2, "exclude", "consume", "jobs", "--release", "--no-ack")
 }
 
 func TestRedriveAndConfig(t *testing.T) {
@@ -436,9 +456,7 @@ func TestGlobalBehaviour(t *testing.T) {
 	c.fails(2, "accepts 1 arg", "queue", "create")
 	c.fails(2, "--producers 0: want 1 or more", "bench", "produce", "--producers", "0", "--count", "1")
 	c.fails(2, "want a comma-separated list", "bench", "fairness", "--weights", "1,x")
-	if r := c.run("frobnicate"); r.code == 0 {
-		t.Errorf("fila frobnicate: exit 0; want failure")
-	}
+	c.fails(2, `unknown command "frobnicate" for "fila"`, "frobnicate")
 	// --addr overrides FILA_ADDR; an unreachable broker exits 1.
 	stopped := filatest.Start(t)
 	addr := stopped.Addr
@@ -466,4 +484,82 @@ func TestGlobalBehaviour(t *testing.T) {
 	if !strings.Contains(out, "orders.dlq") || strings.Contains(out, "orders\n") {
 		t.Errorf("completion of redrive = %q; want DLQs only", out)
 	}
+}
+
+// TestUsageErrors checks that every mistake in how a command is called
+// exits 2 before anything is done to the broker.
+func TestUsageErrors(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+
+	// Unknown commands, at the top or under a group, and extra arguments.
+	c.fails(2, `unknown command "bogus" for "fila"`, "bogus")
+	c.fails(2, `unknown command "extra-arg" for "fila bench produce"`, "bench", "produce", "extra-arg", "--count", "1")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"queue", "stats", "orders"}, `unknown command "stats" for "fila queue"`},
+		{[]string{"auth", "nope"}, `unknown command "nope" for "fila auth"`},
+		{[]string{"auth", "acl", "nope"}, `unknown command "nope" for "fila auth acl"`},
+		{[]string{"bench", "nope"}, `unknown command "nope" for "fila bench"`},
+		{[]string{"completion", "nope"}, `unknown command "nope" for "fila completion"`},
+		{[]string{"help", "bogus"}, `unknown command "bogus" for "fila"`},
+		{[]string{"help", "queue", "stats"}, `unknown command "stats" for "fila queue"`},
+	} {
+		r := c.fails(2, tc.want, tc.args...)
+		if path := strings.TrimSuffix(strings.SplitN(tc.want, `for "`, 2)[1], `"`); !strings.Contains(r.stderr, "Run '"+path+" --help' for usage.") {
+			t.Errorf("fila %s: stderr %q; want the hint to run %s --help", strings.Join(tc.args, " "), r.stderr, path)
+		}
+	}
+	c.fails(2, "Did you mean this?\n\tqueue", "queu", "list")
+	// A group alone, or help of one, prints its help.
+	for _, args := range [][]string{{"queue"}, {"help", "queue"}, {"queue", "--help"}} {
+		if out := c.ok(args...); !strings.Contains(out, "Available Commands") || !strings.Contains(out, "fila queue [command]") {
+			t.Errorf("fila %s = %q; want the help of queue", strings.Join(args, " "), out)
+		}
+	}
+	// A required flag.
+	c.fails(2, "--trace is required", "bench", "replay")
+
+	// Durations out of range.
+	c.fails(2, "--timeout 0s: want a positive duration", "--timeout", "0", "queue", "list")
+	c.fails(2, "--timeout -1s: want a positive duration", "--timeout", "-1s", "queue", "list")
+	c.fails(2, "--backoff-base -1s", "queue", "create", "y", "--backoff-base", "-1s")
+	c.fails(2, "--backoff-max -1s", "queue", "create", "y", "--backoff-max", "-1s")
+	c.fails(2, "--backoff-base 10s: want at most --backoff-max 1s", "queue", "create", "y", "--backoff-base", "10s", "--backoff-max", "1s")
+	c.fails(2, "--visibility-timeout -1s", "queue", "create", "y", "--visibility-timeout", "-1s")
+	c.fails(2, "--visibility-timeout 500µs: want 0 (the broker's default) or at least 1ms", "queue", "create", "y", "--visibility-timeout", "500us")
+	c.fails(2, "--dedup-window -1s", "queue", "create", "y", "--dedup-window", "-1s")
+	c.fails(2, "--wait -1s", "consume", "y", "--wait", "-1s", "--count", "1")
+	c.fails(2, "--delay -5s", "enqueue", "y", "x", "--delay", "-5s")
+
+	// Bench flags, NaN among them, are checked before a queue is made.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "fairness", "--size", "-1", "--count", "100"}, "--size -1"},
+		{[]string{"bench", "throttle", "--size", "-1"}, "--size -1"},
+		{[]string{"bench", "keys", "--size", "-1"}, "--size -1"},
+		{[]string{"bench", "produce", "--size", "-1", "--count", "1"}, "--size -1"},
+		{[]string{"bench", "produce", "--size", "268435457", "--count", "1"}, "--size 268435457"},
+		{[]string{"bench", "produce", "--size", "16777216", "--duration", "1s"}, "payload bytes in flight"},
+		{[]string{"bench", "keys", "--batch", "0"}, "--batch ≥ 1"},
+		{[]string{"bench", "throttle", "--rate", "NaN"}, "--rate > 0"},
+		{[]string{"bench", "latency", "--rate", "NaN"}, "finite --rate"},
+		{[]string{"bench", "replay", "--trace", "jobs.csv", "--speedup", "NaN"}, "--speedup NaN"},
+	} {
+		c.fails(2, tc.want, tc.args...)
+	}
+	var qs []any
+	if c.json(&qs, "queue", "list"); len(qs) != 0 {
+		t.Errorf("queue list after usage errors = %v; want no queue", qs)
+	}
+	var es []any
+	if c.json(&es, "config", "list"); len(es) != 0 {
+		t.Errorf("config list after usage errors = %v; want no entry", es)
+	}
+	// A message over the broker's limit is the broker's refusal, exit 1.
+	c.fails(1, "message too large", "bench", "produce", "--size", "20000000", "--count", "1")
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +39,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/fila-mq/fila/sdk/core/wire"
 	fila "github.com/fila-mq/fila/sdk/go"
 )
 
@@ -63,7 +65,12 @@ its own queue, named bench-<workload>-<random> (or --queue), and deletes
 it afterwards unless --keep is given. Results are a table, or one JSON
 object with --output json. Figures are what this client observed on
 this machine, client work included: run the client where your
-applications would run.`,
+applications would run.
+
+Flags are checked before anything is created: a usage error (exit 2)
+leaves the broker as it was. When produce, consume or lifecycle fails
+after messages were acknowledged (the broker went away, say), it prints
+its result so far, marked partial, before the error (exit 1).`,
 		Example: `  fila bench produce --producers 3 --size 1024 --duration 10s
   fila bench consume --count 100000 --prefetch 1024
   fila bench latency --rate 1000 --duration 10s
@@ -117,6 +124,25 @@ func (e *env) emit(r result) error {
 		return enc.Encode(r)
 	}
 	return r.writeTable(e.stdout)
+}
+
+// emitFailed prints r, the result so far of a run that failed with err,
+// if acked messages were acknowledged before the failure (the broker
+// went away, say), and returns err: what was measured is still worth
+// having, and the exit code still says the run failed. The caller marks
+// r as partial.
+func (e *env) emitFailed(r result, acked int64, err error) error {
+	if acked > 0 {
+		e.emit(r) // the run's error matters more than this one's
+	}
+	return err
+}
+
+// partialNote ends the table of a partial result with a line saying so.
+func partialNote(w io.Writer, partial bool) {
+	if partial {
+		fmt.Fprintln(w, "\npartial result: the run failed; the figures count what was acknowledged before the failure")
+	}
 }
 
 // dial opens a client that does not reconnect: a lost connection fails
@@ -296,19 +322,49 @@ func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f'
 // pct formats a fraction as a percentage with two decimals.
 func pct(f float64) string { return strconv.FormatFloat(f*100, 'f', 2, 64) + "%" }
 
-// parseList parses a comma-separated list of positive integers.
+// parseList parses a comma-separated list of positive integers, each at
+// most math.MaxUint32 (a fairness key's weight is a uint32).
 func parseList(flag, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.ReplaceAll(strings.TrimSpace(f), "_", "")
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, usagef("bench: --%s %q: want a comma-separated list of positive integers", flag, s)
+		if err != nil || n < 1 || n > math.MaxUint32 {
+			return nil, usagef("bench: --%s %q: want a comma-separated list of integers from 1 to %d", flag, s, uint32(math.MaxUint32))
 		}
 		out = append(out, n)
 	}
 	return out, nil
 }
+
+// Bounds on the flags that size what a run holds in memory. Every
+// subcommand checks its flags against them, and all its other ranges,
+// before it connects or creates anything.
+const (
+	// maxSize is the largest --size: the protocol's largest frame body,
+	// so no message can be larger. A broker refuses messages over its
+	// max_message_size (16 MiB by default) sooner.
+	maxSize = wire.MaxReassembledSize
+	// maxPayloadMemory bounds the payload bytes a run holds at once:
+	// those its producers keep in flight (which the SDK holds, encoded,
+	// until they are written), or the replay's messages, built ahead.
+	maxPayloadMemory = 1 << 30
+	// maxTracked bounds the messages a run keeps a record of each of:
+	// the throttle workload's delivery times, the latency workload's
+	// loaded samples, the fairness workload's order of deliveries.
+	maxTracked = 100_000_000
+)
+
+// checkSize checks a --size flag: at least least bytes, at most maxSize.
+func checkSize(size, least int) error {
+	if size < least || size > maxSize {
+		return usagef("bench: --size %d: want %d to %d bytes (the protocol's largest message)", size, least, maxSize)
+	}
+	return nil
+}
+
+// positive reports whether x is a finite number above 0; NaN is not.
+func positive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 
 // UsageError is an error in how a bench command was called, such as a
 // flag value out of range; the CLI exits with status 2 for it.

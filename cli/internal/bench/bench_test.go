@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,20 +25,30 @@ import (
 // format, and returns its standard output.
 func runBench(t *testing.T, srv *filatest.Server, format string, args ...string) []byte {
 	t.Helper()
+	out, stderr, err := execBench(srv, format, args...)
+	if err != nil {
+		t.Fatalf("bench %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+// execBench runs "bench args..." against srv in process, with --output
+// format, and returns its standard output, its standard error and its
+// error.
+func execBench(srv *filatest.Server, format string, args ...string) (stdout []byte, stderr string, err error) {
 	connect := func(ctx context.Context, reconnect bool) (*fila.Client, error) {
 		return fila.Connect(ctx, srv.Addr, fila.WithoutReconnect())
 	}
 	cmd := NewCommand(connect, &format)
-	var stdout, stderr bytes.Buffer
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as the CLI's root does
+	var out, errb bytes.Buffer
 	cmd.SetArgs(append(args, "--no-progress"))
-	cmd.SetOut(&stdout)
-	cmd.SetErr(&stderr)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		t.Fatalf("bench %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes()
+	err = cmd.ExecuteContext(ctx)
+	return out.Bytes(), errb.String(), err
 }
 
 // runJSON runs a subcommand with --output json and decodes its result.
@@ -293,4 +305,177 @@ func TestReplay(t *testing.T) {
 	if !bytes.Contains(svg, []byte("CC-BY 4.0")) || !strings.Contains(r.Attribution, "CC-BY 4.0") {
 		t.Errorf("replay-wait.svg or the result lacks the trace's CC-BY 4.0 attribution")
 	}
+}
+
+// TestFlagsCheckedFirst runs subcommands with a flag out of range, NaN
+// among them, and checks each fails with a UsageError before it
+// connects: a run that fails later has created its queue by then.
+func TestFlagsCheckedFirst(t *testing.T) {
+	trace := filepath.Join("testdata", "google-clusterdata-2011-job-submits-2000.csv")
+	for _, args := range [][]string{
+		{"produce", "--size", "-1", "--count", "1"},
+		{"produce", "--size", "268435457", "--count", "1"},
+		{"produce", "--size", "16777216", "--duration", "1s"}, // 256 × 16 MiB in flight
+		{"produce", "--batch", "0", "--count", "1"},
+		{"produce", "--duration", "-1s"},
+		{"consume", "--size", "-1", "--count", "1"},
+		{"consume", "--consumers", "0", "--count", "1"},
+		{"lifecycle", "--size", "-1", "--count", "1"},
+		{"lifecycle", "--outstanding", "0", "--count", "1"},
+		{"lifecycle", "--producers", "8", "--size", "1048576", "--duration", "1s"},
+		{"latency", "--size", "4"},
+		{"latency", "--size", "268435457"},
+		{"latency", "--count", "0"},
+		{"latency", "--rate", "NaN"},
+		{"latency", "--rate", "+Inf"},
+		{"latency", "--rate", "1e12"},
+		{"fairness", "--size", "-1"},
+		{"fairness", "--weights", "1,4294967296"},
+		{"fairness", "--count", "2"},
+		{"throttle", "--size", "-1"},
+		{"throttle", "--rate", "NaN"},
+		{"throttle", "--rate", "+Inf"},
+		{"throttle", "--burst", "NaN"},
+		{"throttle", "--rate", "1e12"},
+		{"throttle", "--interval", "1ns"},
+		{"keys", "--size", "-1"},
+		{"keys", "--batch", "0"},
+		{"keys", "--keys", "0"},
+		{"replay"}, // no --trace
+		{"replay", "--trace", trace, "--speedup", "NaN"},
+		{"replay", "--trace", trace, "--speedup", "-Inf"},
+		{"replay", "--trace", trace, "--capacity", "NaN"},
+		{"replay", "--trace", trace, "--provider-rate", "NaN"},
+		{"replay", "--trace", trace, "--provider-burst", "+Inf"},
+		{"replay", "--trace", trace, "--size", "268435457"},
+		{"replay", "--trace", trace, "--size", "300000"}, // 2 × 2,000 jobs × 300 kB
+		{"replay", "--trace", trace, "--bin", "1ms"},     // 6.9 million bins
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			connect := func(context.Context, bool) (*fila.Client, error) {
+				t.Errorf("bench %s connected; want a usage error first", strings.Join(args, " "))
+				return nil, errors.New("no broker here")
+			}
+			format := "table"
+			cmd := NewCommand(connect, &format)
+			cmd.SetArgs(append(args, "--no-progress"))
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			var ue UsageError
+			if err := cmd.Execute(); !errors.As(err, &ue) {
+				t.Errorf("bench %s = %v; want a UsageError", strings.Join(args, " "), err)
+			}
+		})
+	}
+}
+
+func TestProduceSpecFit(t *testing.T) {
+	for _, tc := range []struct {
+		in, want produceSpec
+	}{
+		{produceSpec{producers: 4, outstanding: 256, batch: 256, size: 1024}, produceSpec{producers: 4, outstanding: 256, batch: 256, size: 1024}},
+		{produceSpec{producers: 1, outstanding: 256, batch: 512, size: 1024}, produceSpec{producers: 1, outstanding: 256, batch: 256, size: 1024}},
+		// 1 GiB in flight at most: 4 × 16 × 16 MiB.
+		{produceSpec{producers: 4, outstanding: 256, batch: 256, size: 16 << 20}, produceSpec{producers: 4, outstanding: 16, batch: 16, size: 16 << 20}},
+		{produceSpec{producers: 4, outstanding: 256, batch: 256, size: maxSize}, produceSpec{producers: 4, outstanding: 1, batch: 1, size: maxSize}},
+		// No more in flight than the run's messages.
+		{produceSpec{producers: 2, outstanding: 256, batch: 64, size: 1024, count: 10}, produceSpec{producers: 2, outstanding: 10, batch: 10, size: 1024, count: 10}},
+		{produceSpec{producers: 1, outstanding: 512, batch: 256, size: 0}, produceSpec{producers: 1, outstanding: 512, batch: 256, size: 0}},
+	} {
+		got := tc.in
+		got.fit()
+		if got.outstanding != tc.want.outstanding || got.batch != tc.want.batch {
+			t.Errorf("%+v.fit() = outstanding %d, batch %d; want %d, %d", tc.in, got.outstanding, got.batch, tc.want.outstanding, tc.want.batch)
+		}
+	}
+}
+
+// TestProduceLargeMessage sends one message larger than the broker
+// accepts: it fails with the broker's refusal, having set up buffers for
+// one message rather than for every slot in flight.
+func TestProduceLargeMessage(t *testing.T) {
+	srv := filatest.Start(t)
+	_, _, err := execBench(srv, "json", "produce", "--size", "20000000", "--count", "1")
+	if !errors.Is(err, fila.ErrMessageTooLarge) {
+		t.Errorf("produce --size 20000000 --count 1 = %v; want message too large", err)
+	}
+}
+
+// TestPartialResult kills the broker in the middle of a run: the run
+// fails, and prints what was acknowledged before, marked partial.
+func TestPartialResult(t *testing.T) {
+	for _, args := range [][]string{
+		{"produce", "--duration", "1m"},
+		{"consume", "--duration", "1m"},
+		{"lifecycle", "--duration", "1m"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			srv := filatest.Start(t)
+			type outcome struct {
+				stdout []byte
+				err    error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				out, _, err := execBench(srv, "json", args...)
+				done <- outcome{out, err}
+			}()
+			waitForEnqueued(t, srv)
+			srv.Kill()
+			o := <-done
+			if o.err == nil {
+				t.Fatalf("bench %s with the broker killed: no error", strings.Join(args, " "))
+			}
+			var r struct {
+				Produce throughputJSON `json:"produce"`
+				Fill    throughputJSON `json:"fill"`
+				Partial bool           `json:"partial"`
+			}
+			if err := json.Unmarshal(o.stdout, &r); err != nil {
+				t.Fatalf("bench %s failed with %v; stdout %q: %v; want the partial result", strings.Join(args, " "), o.err, o.stdout, err)
+			}
+			enqueued := r.Produce
+			if args[0] == "consume" {
+				enqueued = r.Fill
+			}
+			if !r.Partial || enqueued.Messages <= 0 || enqueued.Bytes != enqueued.Messages*1024 {
+				t.Errorf("bench %s partial result = %s; want partial, messages > 0, 1024 bytes each", strings.Join(args, " "), o.stdout)
+			}
+		})
+	}
+}
+
+// waitForEnqueued waits until a queue of srv holds, has had leased or
+// has had delivered a message.
+func waitForEnqueued(t *testing.T, srv *filatest.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := fila.Connect(ctx, srv.Addr, fila.WithoutReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for ctx.Err() == nil {
+		qs, err := c.Admin().ListQueues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Parent != "" {
+				continue
+			}
+			st, err := c.Admin().QueueStats(ctx, q.Name)
+			if err != nil {
+				continue
+			}
+			for _, k := range st.FairnessKeys {
+				if k.Pending+k.Delivered > 0 {
+					return
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no message enqueued in a minute")
 }

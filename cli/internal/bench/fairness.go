@@ -122,8 +122,11 @@ Each key's share of them is compared with weight / Σ weights.`,
 			for _, w := range ws {
 				sumW += int64(w)
 			}
-			if count < sumW {
-				return usagef("bench: --count %d: want at least Σ weights (%d)", count, sumW)
+			if count < sumW || count > maxTracked {
+				return usagef("bench: --count %d: want at least Σ weights (%d), at most %d", count, sumW, maxTracked)
+			}
+			if err := checkSize(size, 0); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

@@ -76,8 +76,11 @@ machine shared with other work, single runs differ by 10–20%.`,
 			if err != nil {
 				return err
 			}
-			if count < 1 || rounds < 1 {
-				return usagef("bench: want --count ≥ 1 and --rounds ≥ 1")
+			if count < 1 || rounds < 1 || batch < 1 {
+				return usagef("bench: want --count ≥ 1, --rounds ≥ 1 and --batch ≥ 1")
+			}
+			if err := checkSize(size, 0); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

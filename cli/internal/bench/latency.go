@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +68,14 @@ send time. --rate 0 skips the loaded phase.`,
 			if size < 8 {
 				return usagef("bench: --size %d: want at least 8 (the payload carries the send time)", size)
 			}
-			if count < 1 || offered < 0 || (offered > 0 && duration <= 0) {
-				return usagef("bench: want --count ≥ 1, --rate ≥ 0 and, with a rate, --duration > 0")
+			if err := checkSize(size, 8); err != nil {
+				return err
+			}
+			if count < 1 || !(offered >= 0) || math.IsInf(offered, 1) || duration < 0 || (offered > 0 && duration == 0) {
+				return usagef("bench: want --count ≥ 1, a finite --rate ≥ 0, and --duration ≥ 0 (> 0 with a rate)")
+			}
+			if total := offered * duration.Seconds(); total > maxTracked {
+				return usagef("bench: --rate × --duration is %.0f messages: want at most %d", total, maxTracked)
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)
@@ -182,12 +189,14 @@ func measureLatency(ctx context.Context, e *env, q string, size, count int, offe
 	}
 
 	// Loaded: open loop at the offered rate. Sends run concurrently (the
-	// client coalesces them); at most 4,096 are in flight, beyond which
-	// the producer falls behind its schedule and the lag is measured.
+	// client coalesces them); at most 4,096 are in flight (fewer of large
+	// messages: each has its own payload, stamped with its time), beyond
+	// which the producer falls behind its schedule and the lag is
+	// measured.
 	base := got.Load()
 	total := int(offered * duration.Seconds())
 	interval := time.Duration(float64(time.Second) / offered)
-	sem := make(chan struct{}, 4096)
+	sem := make(chan struct{}, min(4096, max(1, maxPayloadMemory/size)))
 	var (
 		wg      sync.WaitGroup
 		failure atomic.Pointer[error] // the first Send that failed

@@ -23,14 +23,13 @@ type loadFlags struct {
 	count       int64
 }
 
+// check checks the flags of a workload with producers, consumers or both.
 func (f *loadFlags) check(producers, consumers bool) error {
 	switch {
 	case producers && f.producers < 1:
 		return usagef("bench: --producers %d: want 1 or more", f.producers)
 	case consumers && f.consumers < 1:
 		return usagef("bench: --consumers %d: want 1 or more", f.consumers)
-	case f.size < 0:
-		return usagef("bench: --size %d: want 0 or more", f.size)
 	case f.batch < 1:
 		return usagef("bench: --batch %d: want 1 or more", f.batch)
 	case f.outstanding < 1:
@@ -40,7 +39,21 @@ func (f *loadFlags) check(producers, consumers bool) error {
 	case f.duration < 0:
 		return usagef("bench: --duration %v: want 0 or more", f.duration)
 	case f.count == 0 && f.duration == 0:
-		return fmt.Errorf("bench: give --duration or --count")
+		return usagef("bench: give --duration or --count")
+	}
+	if err := checkSize(f.size, 0); err != nil {
+		return err
+	}
+	if !producers {
+		return nil
+	}
+	inFlight := float64(f.producers) * float64(f.outstanding) // messages
+	if f.count > 0 {
+		inFlight = min(inFlight, float64(f.count))
+	}
+	if inFlight*float64(f.size) > maxPayloadMemory {
+		return usagef("bench: --producers %d × --outstanding %d × --size %d: want at most %d payload bytes in flight (1 GiB)",
+			f.producers, f.outstanding, f.size, maxPayloadMemory)
 	}
 	return nil
 }
@@ -67,6 +80,22 @@ type produceSpec struct {
 	throttleKeys []string
 }
 
+// fit lowers the messages each producer keeps in flight, and the batch
+// with them: to count, when that is fewer, which changes nothing but the
+// buffers set up; and until the producers keep at most maxPayloadMemory
+// payload bytes in flight. The flags of produce and lifecycle are checked
+// against that bound, so it changes only the fixed settings of the other
+// workloads' fills, and only for large messages.
+func (s *produceSpec) fit() {
+	if s.count > 0 && s.count < int64(s.outstanding) {
+		s.outstanding = int(s.count)
+	}
+	if s.size > 0 {
+		s.outstanding = min(s.outstanding, max(1, maxPayloadMemory/(max(s.producers, 1)*s.size)))
+	}
+	s.batch = min(s.batch, s.outstanding)
+}
+
 // produced is what producers achieved.
 type produced struct {
 	Throughput
@@ -77,11 +106,18 @@ type produced struct {
 
 // produce runs the producers of spec until count messages are enqueued
 // or duration has passed, and returns the throughput. sent, if not nil,
-// counts the messages enqueued so far.
+// counts the messages enqueued so far. On a failure it returns the
+// error with what was enqueued before it: messages of batches that
+// succeeded, over the time until the producers stopped.
+//
+// Messages share one payload, which the SDK only reads, across every
+// batch in flight. A stamped message carries its send time in its
+// payload, so each message of a batch in flight has a buffer of its own.
 func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) (produced, error) {
 	if sent == nil {
 		sent = new(atomic.Int64)
 	}
+	spec.fit()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clients := make([]*fila.Client, spec.producers)
@@ -100,7 +136,13 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 		clients[i] = c
 	}
 	senders := max(1, (spec.outstanding+spec.batch-1)/spec.batch)
-	batch := min(spec.batch, spec.outstanding)
+	batch := spec.batch
+	stamp := spec.stamp && spec.size >= 8
+	var shared []byte
+	if !stamp {
+		shared = make([]byte, spec.size)
+		fill(shared)
+	}
 	var (
 		next     atomic.Int64 // next message number to claim
 		wg       sync.WaitGroup
@@ -127,15 +169,22 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				payloads := make([]byte, batch*max(spec.size, 1))
+				var own []byte // stamped payloads, one per message of the batch
+				if stamp {
+					own = make([]byte, batch*spec.size)
+					fill(own)
+				}
 				msgs := make([]*fila.Message, batch)
 				for i := range msgs {
-					msgs[i] = fila.NewMessage(spec.queue, payloads[i*max(spec.size, 1):][:spec.size])
+					payload := shared
+					if stamp {
+						payload = own[i*spec.size:][:spec.size:spec.size]
+					}
+					msgs[i] = fila.NewMessage(spec.queue, payload)
 					for _, k := range spec.throttleKeys {
 						msgs[i].ThrottleKey(k)
 					}
 				}
-				fill(payloads)
 				for ctx.Err() == nil && (spec.duration == 0 || time.Now().Before(deadline)) {
 					n := int64(batch)
 					first := next.Add(n) - n
@@ -156,9 +205,9 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 						}
 					}
 					t0 := now()
-					if spec.stamp && spec.size >= 8 {
+					if stamp {
 						for i := range out {
-							binary.LittleEndian.PutUint64(payloads[i*spec.size:], uint64(t0))
+							binary.LittleEndian.PutUint64(own[i*spec.size:], uint64(t0))
 						}
 					}
 					res, err := p.SendBatch(ctx, out)
@@ -179,15 +228,15 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if failure != nil {
-		return produced{}, fmt.Errorf("bench: produce: %w", failure)
-	}
 	n := sent.Load()
-	return produced{
-		Throughput: Throughput{Messages: n, Bytes: n * int64(spec.size), Elapsed: elapsed},
+	p := produced{
+		Throughput: Throughput{Messages: n, Bytes: n * int64(spec.size), Elapsed: time.Since(start)},
 		Request:    summarize(merge(samplers)),
-	}, nil
+	}
+	if failure != nil {
+		return p, fmt.Errorf("bench: produce: %w", failure)
+	}
+	return p, nil
 }
 
 // fill writes a recognisable pattern into b, so payloads do not compress
@@ -229,8 +278,10 @@ const (
 )
 
 // consume runs the consumers of spec, acknowledging every delivery, and
-// returns the throughput of deliveries. got, if not nil, counts the
-// deliveries taken so far.
+// returns the throughput of acknowledged deliveries (every delivery
+// taken, unless it fails). got, if not nil, counts the deliveries taken
+// so far. On a failure it returns the error with the throughput of the
+// deliveries acknowledged before it.
 func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (Throughput, error) {
 	if got == nil {
 		got = new(atomic.Int64)
@@ -275,7 +326,8 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 		wg       sync.WaitGroup
 		failOnce sync.Once
 		failure  error
-		bytes    atomic.Int64
+		acked    atomic.Int64 // deliveries acknowledged
+		bytes    atomic.Int64 // their payload bytes
 	)
 	fail := func(err error) {
 		failOnce.Do(func() { failure = err; cancel() })
@@ -285,8 +337,6 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var nb int64
-			defer func() { bytes.Add(nb) }()
 			acks := make(chan []*fila.Delivery, ackersPerConsumer)
 			var ackers sync.WaitGroup
 			for range ackersPerConsumer {
@@ -299,7 +349,14 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 						acancel()
 						if err != nil {
 							fail(fmt.Errorf("bench: ack: %w", err))
+							continue
 						}
+						var nb int64
+						for _, d := range batch {
+							nb += int64(len(d.Payload()))
+						}
+						acked.Add(int64(len(batch)))
+						bytes.Add(nb)
 					}
 				}()
 			}
@@ -339,7 +396,6 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 				if spec.onDelivery != nil {
 					spec.onDelivery(d, at)
 				}
-				nb += int64(len(d.Payload()))
 				pending = append(pending, d)
 				switch {
 				case len(pending) >= spec.ackBatch:
@@ -366,10 +422,11 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 	for _, s := range subs {
 		s.Close(context.Background())
 	}
+	t := Throughput{Messages: acked.Load(), Bytes: bytes.Load(), Elapsed: elapsed}
 	if failure != nil {
-		return Throughput{}, failure
+		return t, failure
 	}
-	return Throughput{Messages: got.Load(), Bytes: bytes.Load(), Elapsed: elapsed}, nil
+	return t, nil
 }
 
 // stamped returns the send time written into a payload by a stamping

@@ -197,6 +197,9 @@ or figures derived from it appear.`,
 			if err != nil {
 				return fmt.Errorf("bench: replay: %s: %w", cfg.tracePath, err)
 			}
+			if err := cfg.checkTrace(tr); err != nil {
+				return err
+			}
 			res, err := replay(cmd.Context(), e, &cfg, tr)
 			if err != nil {
 				return err
@@ -210,7 +213,7 @@ or figures derived from it appear.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.tracePath, "trace", "", "trace file (CSV with timestamp, user and logical_job_name columns)")
+	fl.StringVar(&cfg.tracePath, "trace", "", "trace file (CSV with timestamp, user and logical_job_name columns; required)")
 	fl.IntVar(&cfg.limit, "limit", 0, "replay only the first N jobs (0: all)")
 	fl.Float64Var(&cfg.speedup, "speedup", 600, "trace seconds per wall-clock second")
 	fl.Float64Var(&cfg.capacity, "capacity", 2000, "jobs per trace hour all consumers of a queue process together")
@@ -224,26 +227,43 @@ or figures derived from it appear.`,
 	fl.DurationVar(&cfg.bin, "bin", 30*time.Minute, "width of the plot's bins, trace time")
 	fl.StringVar(&cfg.reportDir, "report-dir", "replay-report", "directory for replay.md, replay-wait.svg and replay.json (empty: no report)")
 	fl.StringVar(&cfg.attribution, "attribution", googleAttribution, "credit line the trace's licence requires on the report and the plot (empty: none)")
-	cmd.MarkFlagRequired("trace")
 	return cmd
 }
 
+// check checks the flags before the trace is read.
 func (c *replayConfig) check() error {
 	switch {
-	case c.speedup <= 0 || math.IsInf(c.speedup, 0):
+	case c.tracePath == "":
+		return usagef("bench: replay: --trace is required")
+	case !positive(c.speedup):
 		return usagef("bench: replay: --speedup %g: want a positive number", c.speedup)
-	case c.capacity <= 0:
+	case !positive(c.capacity):
 		return usagef("bench: replay: --capacity %g: want a positive number", c.capacity)
 	case c.consumers < 1:
 		return usagef("bench: replay: --consumers %d: want 1 or more", c.consumers)
 	case c.providers < 0:
 		return usagef("bench: replay: --providers %d: want 0 or more", c.providers)
-	case c.providers > 0 && (c.providerRate <= 0 || c.providerBurst < 1):
-		return usagef("bench: replay: want --provider-rate > 0 and --provider-burst ≥ 1")
+	case c.providers > 0 && (!positive(c.providerRate) || !(c.providerBurst >= 1) || math.IsInf(c.providerBurst, 1)):
+		return usagef("bench: replay: want a finite --provider-rate > 0 and --provider-burst ≥ 1")
 	case c.size < 8:
 		return usagef("bench: replay: --size %d: want at least 8 (the payload carries the job's number)", c.size)
 	case c.limit < 0 || c.minJobs < 1 || c.bin <= 0:
 		return usagef("bench: replay: want --limit ≥ 0, --min-jobs ≥ 1 and --bin > 0")
+	}
+	return checkSize(c.size, 8)
+}
+
+// maxReplayBins bounds the bins of the replay's plot.
+const maxReplayBins = 100_000
+
+// checkTrace checks the flags whose bounds depend on the trace: the
+// payloads of both modes, built ahead, and the plot's bins.
+func (c *replayConfig) checkTrace(tr *trace) error {
+	if held := 2 * float64(len(tr.jobs)) * float64(c.size); held > maxPayloadMemory {
+		return usagef("bench: replay: --size %d × %d jobs × 2 modes: want at most %d payload bytes (1 GiB)", c.size, len(tr.jobs), maxPayloadMemory)
+	}
+	if bins := tr.span/c.bin + 1; bins > maxReplayBins {
+		return usagef("bench: replay: --bin %v: %d bins over the trace's %v; want at most %d", c.bin, bins, tr.span, maxReplayBins)
 	}
 	return nil
 }

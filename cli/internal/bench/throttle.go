@@ -95,6 +95,9 @@ func timeline(times []time.Duration, step, span time.Duration, rate, burst float
 	return ivs, steady
 }
 
+// maxThrottleRows bounds the rows of the throttle workload's timeline.
+const maxThrottleRows = 100_000
+
 func newThrottleCmd(e *env) *cobra.Command {
 	var (
 		tokens   float64
@@ -114,8 +117,17 @@ afterwards unless --keep is given.`,
 		Example: `  fila bench throttle --rate 1000 --burst 100 --duration 10s`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tokens <= 0 || burst < 1 || duration <= 0 || step <= 0 {
-				return usagef("bench: want --rate > 0, --burst ≥ 1, --duration > 0 and --interval > 0")
+			if !positive(tokens) || !(burst >= 1) || math.IsInf(burst, 1) || duration <= 0 || step <= 0 {
+				return usagef("bench: want --rate > 0, --burst ≥ 1, --duration > 0 and --interval > 0, all finite")
+			}
+			if allowed := burst + tokens*duration.Seconds(); allowed > maxTracked/2 {
+				return usagef("bench: --burst + --rate × --duration is %.0f messages: want at most %d (the run enqueues a tenth more)", allowed, maxTracked/2)
+			}
+			if rows := math.Ceil(float64(duration) / float64(step)); rows > maxThrottleRows {
+				return usagef("bench: --duration %v / --interval %v is %.0f rows: want at most %d", duration, step, rows, maxThrottleRows)
+			}
+			if err := checkSize(size, 0); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c, err := e.dial(ctx)

@@ -47,9 +47,13 @@ type ProduceResult struct {
 	Produce     Throughput `json:"produce"`
 	// Request is the round trip of each SendBatch call.
 	Request Latency `json:"request_latency"`
+	// Partial is set when the run failed: the figures count what was
+	// acknowledged before the failure.
+	Partial bool `json:"partial,omitempty"`
 }
 
 func (r *ProduceResult) writeTable(w io.Writer) error {
+	defer partialNote(w, r.Partial)
 	return table(w,
 		[]string{"PRODUCERS", "OUTSTANDING", "BATCH", "SIZE", "MESSAGES", "SECONDS", "MSGS/S", "MIB/S", "REQ P50 MS", "REQ P99 MS"},
 		[][]string{{
@@ -93,13 +97,15 @@ counts once it is durable (the broker fsyncs before it replies).`,
 				size: f.size, count: f.count, duration: f.duration,
 			}, &sent)
 			stop()
-			if err != nil {
-				return err
-			}
-			return e.emit(&ProduceResult{
+			res := &ProduceResult{
 				Workload: "produce", Queue: q, Producers: f.producers, Outstanding: f.outstanding,
 				Batch: f.batch, Size: f.size, Produce: p.Throughput, Request: p.Request,
-			})
+			}
+			if err != nil {
+				res.Partial = true
+				return e.emitFailed(res, p.Messages, err)
+			}
+			return e.emit(res)
 		},
 	}
 	f.register(cmd, true, false)
@@ -117,9 +123,13 @@ type ConsumeResult struct {
 	Size      int        `json:"size"`
 	Fill      Throughput `json:"fill"`
 	Consume   Throughput `json:"consume"`
+	// Partial is set when the run failed: the figures count what was
+	// acknowledged before the failure.
+	Partial bool `json:"partial,omitempty"`
 }
 
 func (r *ConsumeResult) writeTable(w io.Writer) error {
+	defer partialNote(w, r.Partial)
 	return table(w,
 		[]string{"PHASE", "CLIENTS", "PREFETCH", "BATCH", "SIZE", "MESSAGES", "SECONDS", "MSGS/S", "MIB/S"},
 		[][]string{
@@ -168,22 +178,25 @@ the backlog is gone. An ack counts once it is durable.`,
 				size: f.size, count: f.count, duration: f.duration,
 			}, &n)
 			stop()
+			res := &ConsumeResult{
+				Workload: "consume", Queue: q, Consumers: f.consumers, Prefetch: f.prefetch, AckBatch: f.batch,
+				Size: f.size, Fill: fillRes.Throughput,
+			}
 			if err != nil {
-				return err
+				res.Partial = true
+				return e.emitFailed(res, fillRes.Messages, err)
 			}
 			var got atomic.Int64
 			stop = e.track("consume", fillRes.Messages, got.Load)
-			con, err := consume(ctx, e, consumeSpec{
+			res.Consume, err = consume(ctx, e, consumeSpec{
 				queue: q, consumers: f.consumers, prefetch: f.prefetch, ackBatch: f.batch, count: fillRes.Messages,
 			}, &got)
 			stop()
 			if err != nil {
-				return err
+				res.Partial = true
+				return e.emitFailed(res, fillRes.Messages+res.Consume.Messages, err)
 			}
-			return e.emit(&ConsumeResult{
-				Workload: "consume", Queue: q, Consumers: f.consumers, Prefetch: f.prefetch, AckBatch: f.batch,
-				Size: f.size, Fill: fillRes.Throughput, Consume: con,
-			})
+			return e.emit(res)
 		},
 	}
 	f.register(cmd, false, true)
@@ -206,9 +219,13 @@ type LifecycleResult struct {
 	// EndToEnd is the time from a message's SendBatch call to its
 	// delivery (present when --size is at least 8).
 	EndToEnd Latency `json:"end_to_end"`
+	// Partial is set when the run failed: the figures count what was
+	// acknowledged before the failure.
+	Partial bool `json:"partial,omitempty"`
 }
 
 func (r *LifecycleResult) writeTable(w io.Writer) error {
+	defer partialNote(w, r.Partial)
 	err := table(w,
 		[]string{"PHASE", "CLIENTS", "SIZE", "MESSAGES", "SECONDS", "MSGS/S", "MIB/S"},
 		[][]string{
@@ -254,7 +271,8 @@ enqueue's fsync and any backlog.`,
 			defer drop()
 			res, err := lifecycle(ctx, e, q, f)
 			if err != nil {
-				return err
+				res.Partial = true
+				return e.emitFailed(res, res.Produce.Messages+res.Consume.Messages, err)
 			}
 			return e.emit(res)
 		},
@@ -263,6 +281,9 @@ enqueue's fsync and any backlog.`,
 	return cmd
 }
 
+// lifecycle runs producers and consumers at once on queue q. On a
+// failure it returns the error with the result so far: what was enqueued
+// and what was acknowledged before it.
 func lifecycle(ctx context.Context, e *env, q string, f loadFlags) (*LifecycleResult, error) {
 	var (
 		mu  sync.Mutex
@@ -291,19 +312,38 @@ func lifecycle(ctx context.Context, e *env, q string, f loadFlags) (*LifecycleRe
 		}, &got)
 		done <- consumed{t, err}
 	}()
+	var p produced
+	result := func(c Throughput) *LifecycleResult {
+		mu.Lock()
+		lat := summarize(smp.samples)
+		mu.Unlock()
+		return &LifecycleResult{
+			Workload: "lifecycle", Queue: q, Producers: f.producers, Outstanding: f.outstanding,
+			Consumers: f.consumers, Prefetch: f.prefetch, Batch: f.batch, Size: f.size,
+			Produce: p.Throughput, Consume: c, EndToEnd: lat,
+		}
+	}
+	// stopConsumers ends the consumers after a failure of err and
+	// returns the result so far with it.
+	stopConsumers := func(err error) (*LifecycleResult, error) {
+		cancel()
+		r := <-done
+		return result(r.t), err
+	}
 	select {
 	case <-ready:
 	case r := <-done:
-		return nil, r.err
+		return result(r.t), r.err
 	}
 	stop := e.trackRun("lifecycle", f.duration, f.count, &sent)
-	p, err := produce(ctx, e, produceSpec{
+	var err error
+	p, err = produce(ctx, e, produceSpec{
 		queue: q, producers: f.producers, outstanding: f.outstanding, batch: f.batch,
 		size: f.size, count: f.count, duration: f.duration, stamp: true,
 	}, &sent)
 	stop()
 	if err != nil {
-		return nil, err
+		return stopConsumers(err)
 	}
 	// Wait for the consumers to take every message, or to stop making
 	// progress for a minute.
@@ -311,31 +351,21 @@ func lifecycle(ctx context.Context, e *env, q string, f loadFlags) (*LifecycleRe
 	for got.Load() < p.Messages {
 		select {
 		case r := <-done:
-			if r.err != nil {
-				return nil, r.err
+			if r.err == nil {
+				r.err = fmt.Errorf("bench: lifecycle: consumers stopped after %d of %d messages", r.t.Messages, p.Messages)
 			}
-			return nil, fmt.Errorf("bench: lifecycle: consumers stopped after %d of %d messages", r.t.Messages, p.Messages)
+			return result(r.t), r.err
 		case <-time.After(5 * time.Millisecond):
 		}
 		if n := got.Load(); n != last {
 			last, lastAt = n, time.Now()
 		} else if time.Since(lastAt) > time.Minute {
-			return nil, fmt.Errorf("bench: lifecycle: no delivery for a minute after %d of %d messages", n, p.Messages)
+			return stopConsumers(fmt.Errorf("bench: lifecycle: no delivery for a minute after %d of %d messages", n, p.Messages))
 		}
 	}
 	cancel()
 	r := <-done
-	if r.err != nil {
-		return nil, r.err
-	}
-	mu.Lock()
-	lat := summarize(smp.samples)
-	mu.Unlock()
-	return &LifecycleResult{
-		Workload: "lifecycle", Queue: q, Producers: f.producers, Outstanding: f.outstanding,
-		Consumers: f.consumers, Prefetch: f.prefetch, Batch: f.batch, Size: f.size,
-		Produce: p.Throughput, Consume: r.t, EndToEnd: lat,
-	}, nil
+	return result(r.t), r.err
 }
 
 // latencyTable writes one row per summary.

@@ -27,7 +27,7 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 		Use:     "create --name NAME [--perm KIND:PATTERN]...",
 		Short:   "Mint an API key; its secret is printed once",
 		Example: `  fila auth create --name ci --perm produce:orders.* --perm consume:orders.eu`,
-		Args:    exactArgs(0),
+		Args:    cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if name == "" {
 				return usagef("--name is required")
@@ -36,7 +36,7 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 			if err != nil {
 				return err
 			}
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "create api key", func(ctx context.Context, a *fila.Administrator) error {
 				key, err := a.CreateAPIKey(ctx, fila.NewAPIKeySpec(name).Permissions(ps...))
 				if err != nil {
 					return err
@@ -55,9 +55,9 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID",
 		Short: "Revoke an API key; its connections fail on their next request",
-		Args:  exactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "revoke api key", func(ctx context.Context, a *fila.Administrator) error {
 				if err := a.RevokeAPIKey(ctx, args[0]); err != nil {
 					return err
 				}
@@ -72,9 +72,9 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List API keys with their ACLs (never their secrets)",
-		Args:  exactArgs(0),
+		Args:  cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "list api keys", func(ctx context.Context, a *fila.Administrator) error {
 				keys, err := a.ListAPIKeys(ctx)
 				if err != nil {
 					return err
@@ -106,13 +106,13 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 		Use:     "set KEY_ID [KIND:PATTERN]...",
 		Short:   "Replace a key's permissions (none: revoke every permission)",
 		Example: `  fila auth acl set 0f3c9a produce:orders.* consume:orders.eu`,
-		Args:    minArgs(1),
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ps, err := parsePerms(args[1:])
 			if err != nil {
 				return err
 			}
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "set acl", func(ctx context.Context, a *fila.Administrator) error {
 				if err := a.SetACL(ctx, args[0], ps...); err != nil {
 					return err
 				}
@@ -127,9 +127,9 @@ wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 	aclGet := &cobra.Command{
 		Use:   "get KEY_ID",
 		Short: "Print a key's permissions, one per line",
-		Args:  exactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "get acl", func(ctx context.Context, a *fila.Administrator) error {
 				ps, err := a.GetACL(ctx, args[0])
 				if err != nil {
 					return err

@@ -21,9 +21,9 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 		Use:     "set KEY VALUE",
 		Short:   "Set a runtime config key",
 		Example: `  fila config set throttle.provider:stripe 100,200`,
-		Args:    exactArgs(2),
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "set config", func(ctx context.Context, a *fila.Administrator) error {
 				if err := a.SetConfig(ctx, args[0], args[1]); err != nil {
 					return err
 				}
@@ -38,9 +38,9 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 	get := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print a runtime config key's value (exit code 3 when unset)",
-		Args:  exactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "get config", func(ctx context.Context, a *fila.Administrator) error {
 				v, ok, err := a.GetConfig(ctx, args[0])
 				if err != nil {
 					return err
@@ -61,9 +61,9 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 		Use:     "list",
 		Short:   "List runtime config entries, sorted by key",
 		Example: `  fila config list --prefix throttle.`,
-		Args:    exactArgs(0),
+		Args:    cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "list config", func(ctx context.Context, a *fila.Administrator) error {
 				es, err := a.ListConfig(ctx, prefix)
 				if err != nil {
 					return err
@@ -91,9 +91,9 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 	del := &cobra.Command{
 		Use:   "delete KEY",
 		Short: "Delete a runtime config key (deleting throttle.K lifts the limit on K)",
-		Args:  exactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "delete config", func(ctx context.Context, a *fila.Administrator) error {
 				existed, err := a.DeleteConfig(ctx, args[0])
 				if err != nil {
 					return err

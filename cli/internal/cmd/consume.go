@@ -17,6 +17,7 @@ func newConsumeCmd(g *globals) *cobra.Command {
 		count    int
 		prefetch uint32
 		noAck    bool
+		release  bool
 		nack     string
 		wait     time.Duration
 	)
@@ -25,22 +26,39 @@ func newConsumeCmd(g *globals) *cobra.Command {
 		Short: "Print deliveries and settle each one",
 		Long: `Subscribe to QUEUE and print each delivery: its ID, attempt, fairness key
 and payload (with --output json, one JSON object per line, with headers
-and times). Each delivery is acked once printed, or nacked with --nack,
-or left leased with --no-ack so its lease expires and it is redelivered.
-Stops after --count deliveries, after --wait without one, or on interrupt.`,
-		Example: `  fila consume orders --count 10
-  fila consume orders.dlq --no-ack --count 5 -o json   # look at dead letters
+and times). Each delivery is acked once printed, or nacked with --nack.
+With --release they are given back when the command ends, unsettled:
+the messages are ready again at once, with the same attempt number and
+headers, so nothing changes (a peek). With --no-ack they stay leased
+until the queue's visibility timeout, and the expiry counts as a failed
+attempt: the message is retried or dead-lettered, and in a dead-letter
+queue its fila-attempts header goes up and its fila-error header becomes
+"lease expired".
+
+Stops after --count deliveries, after --wait without one, or on
+interrupt. Without --wait it waits for the next delivery however long
+it takes, so on an empty queue it does not return until interrupted.`,
+		Example: `  fila consume orders --count 10 --wait 5s
+  fila consume orders.dlq --release --count 5 -o json   # look at dead letters
   fila consume jobs --nack "bad input" --count 1        # fail one on purpose`,
-		Args:              exactArgs(1),
+		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(false),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if noAck && nack != "" {
-				return usagef("--no-ack and --nack exclude each other")
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			settle := 0
+			for _, on := range []bool{noAck, release, nack != ""} {
+				if on {
+					settle++
+				}
 			}
-			if count < 0 {
+			switch {
+			case settle > 1:
+				return usagef("--no-ack, --release and --nack exclude each other")
+			case count < 0:
 				return usagef("--count %d: want 0 or more", count)
+			case wait < 0:
+				return usagef("--wait %v: want 0 (no limit) or more", wait)
 			}
-			if noAck && prefetch == 0 && count > 0 {
+			if (noAck || release) && prefetch == 0 && count > 0 {
 				// Unsettled deliveries keep their credit: without a limit
 				// the broker would lease the whole queue to this consumer.
 				prefetch = uint32(min(count, 1<<20))
@@ -56,9 +74,27 @@ Stops after --count deliveries, after --wait without one, or on interrupt.`,
 			sub, err := c.Consumer().Subscribe(cctx, args[0], fila.Prefetch(prefetch))
 			cancel()
 			if err != nil {
-				return err
+				return renameOp(err, "subscribe", cmd)
 			}
-			defer sub.Close(context.Background())
+			defer func() {
+				// Bounded: with the broker gone, unsubscribing would wait
+				// for a reconnect that may never come.
+				sctx, scancel := context.WithTimeout(context.Background(), g.timeout)
+				defer scancel()
+				sub.Close(sctx)
+			}()
+			var held []*fila.Delivery // deliveries to release at the end
+			if release {
+				defer func() {
+					rctx, rcancel := context.WithTimeout(context.Background(), g.timeout)
+					defer rcancel()
+					for _, d := range held {
+						if rerr := d.Release(rctx); rerr != nil && err == nil {
+							err = rerr
+						}
+					}
+				}()
+			}
 			enc := json.NewEncoder(g.stdout)
 			for n := 0; count == 0 || n < count; n++ {
 				wctx, wcancel := ctx, context.CancelFunc(func() {})
@@ -76,6 +112,9 @@ Stops after --count deliveries, after --wait without one, or on interrupt.`,
 				default:
 					return err
 				}
+				if release {
+					held = append(held, d)
+				}
 				if g.output == "json" {
 					err = enc.Encode(deliveryJSON(d))
 				} else {
@@ -86,7 +125,7 @@ Stops after --count deliveries, after --wait without one, or on interrupt.`,
 				}
 				sctx, scancel := context.WithTimeout(ctx, g.timeout)
 				switch {
-				case noAck:
+				case noAck, release:
 				case nack != "":
 					err = d.Nack(sctx, nack)
 				default:
@@ -102,8 +141,9 @@ Stops after --count deliveries, after --wait without one, or on interrupt.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&count, "count", 0, "stop after this many deliveries (0: until interrupted)")
-	f.Uint32Var(&prefetch, "prefetch", 0, "most deliveries leased at a time (0: no limit; with --no-ack, 0 means --count)")
-	f.BoolVar(&noAck, "no-ack", false, "do not settle deliveries: leave their leases to expire")
+	f.Uint32Var(&prefetch, "prefetch", 0, "most deliveries leased at a time (0: no limit; with --no-ack or --release, 0 means --count)")
+	f.BoolVar(&noAck, "no-ack", false, "do not settle deliveries: leave their leases to expire, which counts as a failed attempt")
+	f.BoolVar(&release, "release", false, "give deliveries back unsettled when done, attempt and headers unchanged: a peek")
 	f.StringVar(&nack, "nack", "", "nack each delivery with this reason instead of acking it")
 	f.DurationVar(&wait, "wait", 0, "stop when no delivery arrives for this long (0: wait forever)")
 	return cmd

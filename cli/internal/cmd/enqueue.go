@@ -33,7 +33,7 @@ was rejected.`,
 		Example: `  fila enqueue orders '{"id": 42}' --fairness-key acme --header tenant=acme
   fila enqueue emails hello --throttle-key provider:sendgrid --delay 30s
   seq 1 100 | fila enqueue jobs - --fairness-key batch-7`,
-		Args:              exactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeQueues(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue, payload := args[0], args[1]
@@ -46,7 +46,7 @@ was rejected.`,
 				hs = append(hs, [2]string{k, v})
 			}
 			if delay < 0 {
-				return usagef("--delay %v: want a positive duration", delay)
+				return usagef("--delay %v: want 0 or more", delay)
 			}
 			build := func(body []byte) *fila.Message {
 				m := fila.NewMessage(queue, body).FairnessKey(fairnessKey).Weight(weight).Delay(delay).

@@ -27,13 +27,25 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a queue and its dead-letter queue NAME.dlq",
-		Long: `Create a queue and its dead-letter queue NAME.dlq. Flags left unset take
-the broker's defaults ([queue] in fila.toml). --on-enqueue and --on-failure
-name files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
+		Long: `Create a queue and its dead-letter queue NAME.dlq. Flags left unset, or
+set to 0, take the broker's defaults ([queue] in fila.toml); durations
+are rounded down to the millisecond. --on-enqueue and --on-failure name
+files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		Example: `  fila queue create orders
   fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua`,
-		Args: exactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"visibility-timeout", vt}, {"backoff-base", backoffBase}, {"backoff-max", backoffMax}, {"dedup-window", dedup}} {
+				if err := checkQueueDuration(d.flag, d.v); err != nil {
+					return err
+				}
+			}
+			if backoffBase > 0 && backoffMax > 0 && backoffBase > backoffMax {
+				return usagef("--backoff-base %v: want at most --backoff-max %v", backoffBase, backoffMax)
+			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
 				Backoff(backoffBase, backoffMax).DedupWindow(dedup)
 			for _, h := range []struct {
@@ -49,7 +61,7 @@ name files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 				}
 				h.set(string(src))
 			}
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "create queue", func(ctx context.Context, a *fila.Administrator) error {
 				if err := a.CreateQueue(ctx, spec); err != nil {
 					return err
 				}
@@ -62,24 +74,34 @@ name files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&vt, "visibility-timeout", 0, "lease length of deliveries, such as 30s (default: the broker's, 30s)")
-	f.Uint32Var(&maxAttempts, "max-attempts", 0, "deliveries before a message is dead-lettered (default: the broker's, 3)")
-	f.DurationVar(&backoffBase, "backoff-base", 0, "retry delay after the first failure, doubling after each further one (default 1s)")
-	f.DurationVar(&backoffMax, "backoff-max", 0, "cap on the retry delay (default 60s)")
-	f.DurationVar(&dedup, "dedup-window", 0, "how long idempotency keys are remembered (default 5m)")
+	f.DurationVar(&vt, "visibility-timeout", 0, "lease length of deliveries, such as 30s (0: the broker's default, 30s)")
+	f.Uint32Var(&maxAttempts, "max-attempts", 0, "deliveries before a message is dead-lettered (0: the broker's default, 3)")
+	f.DurationVar(&backoffBase, "backoff-base", 0, "retry delay after the first failure, doubling after each further one (0: the broker's default, 1s)")
+	f.DurationVar(&backoffMax, "backoff-max", 0, "cap on the retry delay, at least --backoff-base (0: the broker's default, 60s)")
+	f.DurationVar(&dedup, "dedup-window", 0, "how long idempotency keys are remembered (0: the broker's default, 5m)")
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
+}
+
+// checkQueueDuration checks a duration flag of "queue create": 0 (the
+// broker's default) or at least a millisecond, the unit the protocol
+// carries; a shorter positive one would silently become the default.
+func checkQueueDuration(flag string, d time.Duration) error {
+	if d == 0 || d >= time.Millisecond {
+		return nil
+	}
+	return usagef("--%s %v: want 0 (the broker's default) or at least 1ms", flag, d)
 }
 
 func newQueueDeleteCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "delete NAME",
 		Short:             "Delete a queue, its messages and its dead-letter queue",
-		Args:              exactArgs(1),
+		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "delete queue", func(ctx context.Context, a *fila.Administrator) error {
 				if err := a.DeleteQueue(ctx, args[0]); err != nil {
 					return err
 				}
@@ -97,9 +119,9 @@ func newQueueListCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List queues with their depths",
-		Args:  exactArgs(0),
+		Args:  cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "list queues", func(ctx context.Context, a *fila.Administrator) error {
 				qs, err := a.ListQueues(ctx)
 				if err != nil {
 					return err
@@ -135,10 +157,10 @@ func newQueueInspectCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "inspect NAME",
 		Short:             "Depths, per-key fairness and throttle state, hook counters of a queue",
-		Args:              exactArgs(1),
+		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "queue stats", func(ctx context.Context, a *fila.Administrator) error {
 				st, err := a.QueueStats(ctx, args[0])
 				if err != nil {
 					return err
@@ -236,10 +258,10 @@ func newRedriveCmd(g *globals) *cobra.Command {
 		Short:             "Move messages from a dead-letter queue back to its queue",
 		Long:              "Move up to --count messages (0: all) from the dead-letter queue DLQ back to its parent queue, oldest first, with their attempts reset.",
 		Example:           "  fila redrive orders.dlq --count 100",
-		Args:              exactArgs(1),
+		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.admin(cmd, func(ctx context.Context, a *fila.Administrator) error {
+			return g.admin(cmd, "redrive", func(ctx context.Context, a *fila.Administrator) error {
 				moved, err := a.Redrive(ctx, args[0], count)
 				if err != nil {
 					return err

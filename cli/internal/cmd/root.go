@@ -156,11 +156,13 @@ the queue, API key or config key does not exist.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			switch g.output {
-			case "table", "json":
-				return nil
+			if g.output != "table" && g.output != "json" {
+				return usagef("--output %q: want table or json", g.output)
 			}
-			return usagef("--output %q: want table or json", g.output)
+			if g.timeout <= 0 {
+				return usagef("--timeout %v: want a positive duration, such as 30s", g.timeout)
+			}
+			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -168,7 +170,7 @@ the queue, API key or config key does not exist.`,
 	pf.StringVar(&g.addr, "addr", envOr("FILA_ADDR", "localhost:5555"), "broker address host:port (env FILA_ADDR)")
 	pf.StringVar(&g.apiKey, "api-key", os.Getenv("FILA_API_KEY"), "API key secret (env FILA_API_KEY)")
 	pf.StringVarP(&g.output, "output", "o", envOr("FILA_OUTPUT", "table"), "output format: table or json (env FILA_OUTPUT)")
-	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
+	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on connecting and on each request; must be positive")
 	pf.BoolVar(&g.tls, "tls", os.Getenv("FILA_CLIENT_TLS") == "true", "connect over TLS, trusting the system's CAs (env FILA_CLIENT_TLS=true)")
 	pf.StringVar(&g.tlsCA, "tls-ca", os.Getenv("FILA_CLIENT_TLS_CA"), "PEM file of CAs to trust instead of the system's; implies --tls (env FILA_CLIENT_TLS_CA)")
 	pf.StringVar(&g.tlsCert, "tls-cert", os.Getenv("FILA_CLIENT_TLS_CERT"), "PEM client certificate for mTLS; implies --tls (env FILA_CLIENT_TLS_CERT)")
@@ -189,7 +191,118 @@ the queue, API key or config key does not exist.`,
 	}
 	root.AddCommand(newVersionCmd(g))
 	root.AddCommand(bench.NewCommand(g.connect, &g.output))
+	// Cobra adds its help and completion commands when the root runs;
+	// add them now so that classifyUsage covers them too.
+	root.SetHelpCommand(newHelpCmd())
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	classifyUsage(root)
+	// A group runs only to print its help: its usage is "fila queue
+	// [command]", without a line for running it alone.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
+		"{{if .Runnable}}", "{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
 	return root
+}
+
+// classifyUsage makes every error in the arguments of c and of the
+// commands under it a usage error (exit 2). Cobra's own errors are
+// untyped, and a command that only groups others (the root, queue, auth,
+// bench, completion) would print its help and exit 0 whatever follows it:
+//
+//   - A command that groups others gets an action and an argument check:
+//     alone it prints its help (exit 0); with an argument, which can only
+//     be an unknown subcommand, it fails with unknownCommand.
+//   - Every other command's argument check is wrapped so that its error
+//     is a usage error. The wrapper also checks the flags marked required
+//     or grouped (cobra.MarkFlagRequired, MarkFlagsMutuallyExclusive),
+//     which cobra would check later with untyped errors.
+//
+// Flag errors are usage errors through the root's FlagErrorFunc.
+func classifyUsage(c *cobra.Command) {
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = unknownCommand
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	} else {
+		check := c.Args
+		if check == nil {
+			check = cobra.ArbitraryArgs
+		}
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			err := check(cmd, args)
+			if err == nil {
+				err = cmd.ValidateRequiredFlags()
+			}
+			if err == nil {
+				err = cmd.ValidateFlagGroups()
+			}
+			var (
+				ue  usageError
+				bue bench.UsageError
+			)
+			if err == nil || errors.As(err, &ue) || errors.As(err, &bue) {
+				return err
+			}
+			return usageError{err}
+		}
+	}
+	for _, sub := range c.Commands() {
+		classifyUsage(sub)
+	}
+}
+
+// unknownCommand is the argument check of a command that only groups
+// others: any argument is a subcommand it does not have. The error reads
+// as cobra's, with its suggestions, and says where the usage is.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	var hint strings.Builder
+	if !cmd.DisableSuggestions {
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint.WriteString("\n\nDid you mean this?\n")
+			for _, name := range s {
+				fmt.Fprintf(&hint, "\t%s\n", name)
+			}
+		}
+	}
+	return usagef("unknown command %q for %q%s\nRun '%s --help' for usage.", args[0], cmd.CommandPath(), hint.String(), cmd.CommandPath())
+}
+
+// newHelpCmd is cobra's help command, except that an unknown topic is a
+// usage error (cobra's prints the root's help and exits 0).
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help prints the help of any command: fila help [path to command].",
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, _, err := c.Root().Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []cobra.Completion
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil {
+				return usageError{err}
+			}
+			if len(rest) > 0 {
+				return unknownCommand(cmd, rest)
+			}
+			return cmd.Help()
+		},
+	}
 }
 
 func envOr(key, def string) string {
@@ -227,8 +340,10 @@ func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, er
 	return fila.Connect(ctx, g.addr, opts...)
 }
 
-// admin runs fn with an admin handle, bounded by --timeout.
-func (g *globals) admin(cmd *cobra.Command, fn func(ctx context.Context, a *fila.Administrator) error) error {
+// admin runs fn with an admin handle, bounded by --timeout. op is the SDK
+// operation fn performs, as the SDK's errors name it ("queue stats"):
+// its errors name the command instead (see renameOp).
+func (g *globals) admin(cmd *cobra.Command, op string, fn func(ctx context.Context, a *fila.Administrator) error) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
 	c, err := g.connect(ctx, false)
@@ -236,8 +351,40 @@ func (g *globals) admin(cmd *cobra.Command, fn func(ctx context.Context, a *fila
 		return err
 	}
 	defer c.Close()
-	return fn(ctx, c.Admin())
+	return renameOp(fn(ctx, c.Admin()), op, cmd)
 }
+
+// renameOp makes an error of the SDK name the command the user ran
+// rather than the protocol operation the command performed: for "fila
+// queue inspect nosuch", the SDK's "fila: queue stats nosuch: queue not
+// found" becomes "fila: queue inspect nosuch: queue not found". Every
+// error the SDK returns for an operation starts with "fila: " and op; an
+// error that does not is returned as it is. Only the message changes:
+// errors.Is and errors.As see the SDK's error, so the exit code and the
+// JSON error code stay the same.
+func renameOp(err error, op string, cmd *cobra.Command) error {
+	if err == nil {
+		return nil
+	}
+	rest, ok := strings.CutPrefix(err.Error(), "fila: "+op)
+	if !ok || (rest != "" && rest[0] != ' ' && rest[0] != ':') {
+		return err
+	}
+	name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+	if name == op {
+		return err
+	}
+	return &renamedError{msg: "fila: " + name + rest, err: err}
+}
+
+// renamedError is an error with its message rewritten by renameOp.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
 
 // printJSON writes v as indented JSON.
 func (g *globals) printJSON(v any) error {
@@ -254,26 +401,6 @@ func (g *globals) table(header []string, rows [][]string) error {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	return tw.Flush()
-}
-
-// exactArgs is cobra.ExactArgs reporting a usage error.
-func exactArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
-}
-
-// minArgs is cobra.MinimumNArgs reporting a usage error.
-func minArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.MinimumNArgs(n)(cmd, args); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
 }
 
 // completeQueues completes a queue-name argument from the broker's list,
@@ -308,7 +435,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the CLI's version",
-		Args:  exactArgs(0),
+		Args:  cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.output == "json" {
 				return g.printJSON(map[string]string{"version": fila.Version})
@@ -323,7 +450,7 @@ func newPingCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ping",
 		Short: "Check the broker answers: node, server version, round-trip time",
-		Args:  exactArgs(0),
+		Args:  cobra.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
