@@ -27,10 +27,15 @@ test: build ## run every test (unit, property, end-to-end, generated-code freshn
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_CLI_BIN=$(BIN)/fila \
 		$(GO) test -count=1 -timeout 25m $(PKGS)
 
+.PHONY: build-race
+build-race: ## build bin/race/fila-server and bin/race/fila with the race detector
+	$(GO) build -race -o $(BIN)/race/fila-server ./broker/cmd/fila-server
+	$(GO) build -race -o $(BIN)/race/fila ./cli/cmd/fila
+
 .PHONY: race
-race: build ## run every test with the race detector
-	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_CLI_BIN=$(BIN)/fila \
-		$(GO) test -race -count=1 -timeout 40m $(PKGS)
+race: build-race ## run every test with the race detector, end-to-end tests against a race-built fila-server
+	FILA_TEST_SERVER_BIN=$(BIN)/race/fila-server FILA_TEST_CLI_BIN=$(BIN)/race/fila \
+		$(GO) test -race -count=1 -timeout 60m $(PKGS)
 
 .PHONY: gen
 gen: ## regenerate the codec, error mappings and docs/protocol.md from spec/

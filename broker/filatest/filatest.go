@@ -55,7 +55,8 @@ var (
 )
 
 // Binary returns the path of a fila-server binary: $FILA_TEST_SERVER_BIN if set,
-// else one built once for this test process.
+// else one built once for this test process (with -race when the test
+// binary is race-built).
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("FILA_TEST_SERVER_BIN"); p != "" {
@@ -68,7 +69,12 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "fila-server")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fila-mq/fila/broker/cmd/fila-server").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/fila-mq/fila/broker/cmd/fila-server")
+		out, err := exec.Command("go", args...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build fila-server: %v\n%s", err, out)
 		}

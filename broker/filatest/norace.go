@@ -1,0 +1,5 @@
+//go:build !race
+
+package filatest
+
+const raceBuild = false
