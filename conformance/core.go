@@ -291,6 +291,10 @@ func (r *coreRun) record(rd core.Ready) {
 	rn := renderer{n: bound{r.b}}
 	str := func(s string) string { return strconv.Quote(r.b.interpolate(s)) }
 	errText := func(err error) string {
+		if errors.Is(err, core.ErrConnectionLost) {
+			// Lost with the connection: the text says why.
+			return "error=" + str(err.Error())
+		}
 		var re *core.RequestError
 		if errors.As(err, &re) {
 			s := "error=" + re.Code.String()

@@ -155,6 +155,11 @@ var (
 	// ErrUnknownSubscription is returned for an operation on a subscription
 	// the core does not have.
 	ErrUnknownSubscription = errors.New("fila: unknown subscription")
+	// ErrTLSRequired fails a connection whose first bytes from the broker
+	// are a TLS record (an alert or a handshake, 0x15 or 0x16, then
+	// 0x03): the broker, or a proxy in front of it, speaks TLS on this
+	// port and the shell connected without it.
+	ErrTLSRequired = errors.New("fila: the broker requires TLS on this port")
 )
 
 // A VersionError reports a broker that negotiated a protocol version
@@ -506,6 +511,10 @@ func (c *Conn) Receive(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
+	if c.stats.BytesIn == 0 && looksLikeTLS(b) {
+		c.fail(ErrTLSRequired)
+		return ErrTLSRequired
+	}
 	c.stats.BytesIn += uint64(len(b))
 	c.lastRecv = c.now
 	c.fr.Feed(b)
@@ -526,6 +535,14 @@ func (c *Conn) Receive(b []byte) error {
 			return err
 		}
 	}
+}
+
+// looksLikeTLS reports whether b, the first bytes from the broker, start a
+// TLS record: content type alert (0x15) or handshake (0x16), then major
+// version 3. The broker's first frame is a small HandshakeOk or Error,
+// whose first byte, the top byte of its length, is 0.
+func looksLikeTLS(b []byte) bool {
+	return (b[0] == 0x15 || b[0] == 0x16) && (len(b) < 2 || b[1] == 0x03)
 }
 
 func violation(format string, args ...any) error {
@@ -685,7 +702,7 @@ func (c *Conn) fail(err error) {
 	c.state.Failed = true
 	c.state.Err = err
 	c.dirty = true
-	lost := fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	lost := fmt.Errorf("%w: %w", ErrConnectionLost, err)
 	for _, id := range sortedKeys(c.pending) {
 		p := c.pending[id]
 		if !p.internal {

@@ -604,3 +604,39 @@ func TestPayloadOutlivesAdvance(t *testing.T) {
 		t.Fatalf("payload = %q after more input; want hello", p)
 	}
 }
+
+// TestTLSBytesFromBroker checks that a broker answering in TLS (a TLS
+// port, or a proxy that terminates TLS) fails the connection with
+// ErrTLSRequired, whatever the split, rather than as an oversize frame.
+func TestTLSBytesFromBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first []byte
+		tls   bool
+	}{
+		{"alert", []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46}, true},
+		{"handshake", []byte{0x16, 0x03, 0x01, 0x00, 0x5a, 0x02}, true},
+		{"first byte alone", []byte{0x16}, true},
+		{"not TLS", []byte{0x16, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Config{})
+			h.sent()
+			err := h.c.Receive(tc.first)
+			h.drain()
+			if got := errors.Is(err, ErrTLSRequired); got != tc.tls {
+				t.Fatalf("Receive(% x) = %v; want ErrTLSRequired: %v", tc.first, err, tc.tls)
+			}
+			if !h.state.Failed || errors.Is(h.state.Err, ErrTLSRequired) != tc.tls {
+				t.Fatalf("state = %+v", h.state)
+			}
+		})
+	}
+	// Later bytes are never taken for TLS: a frame's length may start
+	// with 0x16 once frames are large.
+	h := newHarness(t, Config{})
+	h.handshake()
+	if err := h.c.Receive([]byte{0x16, 0x03}); errors.Is(err, ErrTLSRequired) {
+		t.Fatalf("Receive after the handshake = %v", err)
+	}
+}

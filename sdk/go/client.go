@@ -438,7 +438,9 @@ func (c *Client) setErr(err error) {
 	c.mu.Unlock()
 }
 
-// closedErr is the error of calls made after the client ended.
+// closedErr is the error of calls made after the client ended. It wraps
+// ErrClosed and why the client ended, so that errors.Is finds both
+// (ErrClosed and ErrUnauthorized after the key was revoked).
 func (c *Client) closedErr() error {
 	c.mu.Lock()
 	err := c.err
@@ -446,8 +448,14 @@ func (c *Client) closedErr() error {
 	if err == nil || errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	return fmt.Errorf("%w: %v", ErrClosed, trimFila(err))
+	return &closedError{err}
 }
+
+// closedError is ErrClosed because of err.
+type closedError struct{ err error }
+
+func (e *closedError) Error() string   { return ErrClosed.Error() + ": " + trimFila(e.err).Error() }
+func (e *closedError) Unwrap() []error { return []error{ErrClosed, e.err} }
 
 // opKind says what an op asks of the owner goroutine.
 type opKind uint8
@@ -596,7 +604,9 @@ func (c *Client) request(ctx context.Context, f wire.Frame, target string, settl
 // broker's Error frame, else a wrapped ErrConnectionLost or ErrClosed.
 func mapErr(op wire.Opcode, target string, err error) error {
 	var re *core.RequestError
-	if errors.As(err, &re) {
+	// A request lost with its connection stays ErrConnectionLost, even
+	// when the connection failed on an Error frame (a refused handshake).
+	if !errors.Is(err, ErrConnectionLost) && errors.As(err, &re) {
 		return opError(op, re.Code, target, re.Message, re.LeaderHint)
 	}
 	return wrapErr(op, target, err)
@@ -619,6 +629,15 @@ func (e *callError) Error() string {
 }
 
 func (e *callError) Unwrap() error { return e.err }
+
+// Is reports whether target is the sentinel of the code of a
+// connection-scoped Error that failed the call, so that a request in
+// flight when the broker closed the connection with UNAUTHORIZED (its key
+// was revoked) matches ErrUnauthorized as well as ErrConnectionLost.
+func (e *callError) Is(target error) bool {
+	var ce *wire.ConnError
+	return target != nil && errors.As(e.err, &ce) && target == sentinel(ce.Code)
+}
 
 func wrapErr(op wire.Opcode, target string, err error) error {
 	return &callError{op: opVerb(op), target: target, err: err}

@@ -51,6 +51,12 @@ func (c *Client) dial(ctx context.Context, addr string, epoch uint64) (*session,
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
+			var rhe tls.RecordHeaderError
+			if errors.As(err, &rhe) && rhe.Conn != nil {
+				// The broker's first bytes are not TLS: a plaintext port,
+				// whose Fila Error frame the TLS library cannot read.
+				return nil, &tlsMismatchError{err: err}
+			}
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 		nc = tc
@@ -379,11 +385,28 @@ func (l *loop) gatherSends() {
 	l.takeSends()
 }
 
+// tlsMismatchError reports a connection whose two ends disagree on TLS.
+// It wraps the error that showed it: core.ErrTLSRequired when a plaintext
+// connection received TLS, or the TLS library's tls.RecordHeaderError
+// when a TLS handshake received something else.
+type tlsMismatchError struct{ err error }
+
+func (e *tlsMismatchError) Error() string {
+	if errors.Is(e.err, core.ErrTLSRequired) {
+		return "the broker requires TLS on this port; connect with TLS"
+	}
+	return "the broker does not speak TLS on this port (is TLS enabled on the broker?)"
+}
+
+func (e *tlsMismatchError) Unwrap() error { return e.err }
+
 // failure classifies a connection failure: a refused handshake is final.
 func (l *loop) failure(err error) error {
 	var re *core.RequestError
 	var ve *core.VersionError
 	switch {
+	case errors.Is(err, core.ErrTLSRequired):
+		return &fatalError{&tlsMismatchError{err: err}}
 	case errors.As(err, &re) && (re.Code == wire.CodeUnauthorized || re.Code == wire.CodeUnsupportedVersion):
 		return &fatalError{opError(wire.OpHandshake, re.Code, "", re.Message, "")}
 	case errors.As(err, &ve):

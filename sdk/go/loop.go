@@ -423,13 +423,21 @@ func (l *loop) endSub(s *Subscription, err error) {
 	s.end(err)
 }
 
-// lostErr wraps err in ErrConnectionLost unless it already says so.
+// lostErr wraps err in ErrConnectionLost unless it already says so. The
+// result wraps err too, so that errors.Is and errors.As still find why the
+// connection was lost (ErrUnauthorized when the key was revoked).
 func lostErr(err error) error {
 	if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) {
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrConnectionLost, trimFila(err))
+	return &lostError{err}
 }
+
+// lostError is ErrConnectionLost because of err.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string   { return ErrConnectionLost.Error() + ": " + trimFila(e.err).Error() }
+func (e *lostError) Unwrap() []error { return []error{ErrConnectionLost, e.err} }
 
 // detach ends the current session's requests after it failed: requests
 // in flight fail with ErrConnectionLost; open subscriptions wait for the

@@ -19,8 +19,9 @@ const (
 	AnyKind Kind = 0
 	// Produce allows Enqueue to matching queues.
 	Produce Kind = 1
-	// Consume allows Subscribe to matching queues, and Ack, Nack,
-	// RetryAfter and ExtendLease of their deliveries.
+	// Consume allows Subscribe to matching queues, Credit for those
+	// subscriptions, and Ack, Nack, RetryAfter, ExtendLease and Release
+	// of their deliveries.
 	Consume Kind = 2
 	// Admin allows the admin operations on matching queues: CreateQueue,
 	// DeleteQueue, QueueStats, Redrive. Admin on "*" also allows runtime
@@ -214,7 +215,7 @@ const DLQSuffix = ".dlq"
 // every one of which must hold. It does not allocate. The table:
 //
 //	Enqueue                                   produce on the queue
-//	Subscribe, Ack, Nack, RetryAfter,
+//	Subscribe, Credit, Ack, Nack, RetryAfter,
 //	ExtendLease, Release                      consume on the queue
 //	CreateQueue, DeleteQueue, QueueStats      admin on the queue
 //	Redrive of <q>.dlq                        admin on <q>.dlq and admin on <q>
@@ -222,20 +223,21 @@ const DLQSuffix = ".dlq"
 //	SetConfig, GetConfig, ListConfig,
 //	DeleteConfig, CreateApiKey, RevokeApiKey,
 //	ListApiKeys, SetAcl, GetAcl               admin on "*" (Everything)
-//	Ping, Credit, Unsubscribe, ListQueues     nothing but a valid key
+//	Ping, Unsubscribe, ListQueues             nothing but a valid key
 //
-// Credit and Unsubscribe act on a subscription the connection opened with
-// consume permission. ListQueues returns only the queues the key may see
+// Credit is checked against the queue of the subscription it names, so a
+// subscription whose key lost consume cannot be refilled; Unsubscribe
+// needs nothing more, so a client may always stop one. ListQueues returns only the queues the key may see
 // (Principal.Visible). A Redrive of a queue not named <q>.dlq needs admin
 // on it, and then fails with NOT_A_DLQ. An unknown op needs admin on "*":
 // an operation missing from this table fails closed.
 func Required(op Op, queue string) (needs [2]Need, n int) {
 	switch op {
-	case OpPing, OpCredit, OpUnsubscribe, OpListQueues:
+	case OpPing, OpUnsubscribe, OpListQueues:
 		return needs, 0
 	case OpEnqueue:
 		needs[0] = Need{Produce, queue}
-	case OpSubscribe, OpAck, OpNack, OpRetryAfter, OpExtendLease, OpRelease:
+	case OpSubscribe, OpCredit, OpAck, OpNack, OpRetryAfter, OpExtendLease, OpRelease:
 		needs[0] = Need{Consume, queue}
 	case OpCreateQueue, OpDeleteQueue, OpQueueStats:
 		needs[0] = Need{Admin, queue}

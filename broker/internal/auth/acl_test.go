@@ -165,7 +165,7 @@ func TestRequired(t *testing.T) {
 		want  []Need
 	}{
 		{OpPing, "", nil},
-		{OpCredit, "orders", nil},
+		{OpCredit, "orders", []Need{{Consume, "orders"}}},
 		{OpUnsubscribe, "orders", nil},
 		{OpListQueues, "", nil},
 		{OpEnqueue, "orders", []Need{{Produce, "orders"}}},

@@ -11,7 +11,9 @@
 // Checks are lock-free: the keys are an immutable snapshot behind an atomic
 // pointer, replaced by each change (copy-on-write), and a Principal looks its
 // key up in the current snapshot on every check, so revocation and ACL
-// changes apply to open connections from their next request on.
+// changes apply to open connections from their next request on. Work that a
+// check cannot do by itself, such as closing a revoked key's connections or
+// ending subscriptions its ACL no longer allows, hangs on Store.OnChange.
 package auth
 
 import (
@@ -82,6 +84,9 @@ type Store struct {
 
 	mu    sync.Mutex // serializes changes
 	state atomic.Pointer[state]
+
+	lmu       sync.Mutex
+	listeners []func(keyID string)
 }
 
 // A state is an immutable snapshot of the keys.
@@ -173,7 +178,6 @@ func (s *Store) Create(name string, perms []Permission) (keyID, secret string, e
 	secret = SecretPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	old := s.state.Load()
 	var id string
 	for {
@@ -191,20 +195,30 @@ func (s *Store) Create(name string, perms []Permission) (keyID, secret string, e
 		perms:   clonePerms(perms),
 	}
 	if err := s.kv.Put(storageKey(id), encodeRecord(key)); err != nil {
+		s.mu.Unlock()
 		return "", "", fmt.Errorf("auth: create key %s: %w", id, err)
 	}
 	s.publish(old, key, "")
+	s.mu.Unlock()
+	s.changed(id)
 	return id, secret, nil
 }
 
 // Revoke deletes the key keyID durably. From then on Authenticate refuses
-// its secret, and every Principal of it fails its checks: connections
-// already authenticated with it get UNAUTHORIZED on their next request (see
-// Principal.Authorize). Revoke returns an error wrapping
-// fault.ErrAPIKeyNotFound if no stored key has the ID (the bootstrap key is
-// not stored: remove it from the configuration instead), or the KV's error,
-// wrapped.
+// its secret, and every Principal of it fails its checks (see
+// Principal.Authorize); the OnChange listeners run before Revoke returns.
+// Revoke returns an error wrapping fault.ErrAPIKeyNotFound if no stored key
+// has the ID (the bootstrap key is not stored: remove it from the
+// configuration instead), or the KV's error, wrapped.
 func (s *Store) Revoke(keyID string) error {
+	if err := s.revoke(keyID); err != nil {
+		return err
+	}
+	s.changed(keyID)
+	return nil
+}
+
+func (s *Store) revoke(keyID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Load()
@@ -219,13 +233,22 @@ func (s *Store) Revoke(keyID string) error {
 }
 
 // SetACL replaces the permissions of key keyID with perms, durably; checks
-// made after it returns see the new set. It returns an error wrapping
-// fault.ErrAPIKeyNotFound for an unknown ID, fault.ErrInvalidArgument for
-// an invalid ACL, or the KV's error, wrapped.
+// made after it returns see the new set, and the OnChange listeners run
+// before it returns. It returns an error wrapping fault.ErrAPIKeyNotFound
+// for an unknown ID, fault.ErrInvalidArgument for an invalid ACL, or the
+// KV's error, wrapped.
 func (s *Store) SetACL(keyID string, perms []Permission) error {
 	if err := validatePermissions(perms); err != nil {
 		return err
 	}
+	if err := s.setACL(keyID, perms); err != nil {
+		return err
+	}
+	s.changed(keyID)
+	return nil
+}
+
+func (s *Store) setACL(keyID string, perms []Permission) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Load()
@@ -261,6 +284,30 @@ func (s *Store) List() []KeyInfo {
 	}
 	slices.SortFunc(out, func(a, b KeyInfo) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// OnChange registers fn to be told of every change applied to a stored
+// key: after Create, Revoke or SetACL has made the change durable and
+// visible to checks, fn is called with the key's ID, on the goroutine that
+// made the change, outside the store's lock, before that method returns.
+// fn is told only which key changed: it reads the key's current state
+// (Principal.Valid, Principal.Allowed), so notifications of concurrent
+// changes may arrive in any order. fn must not call the store's change
+// methods. Listeners cannot be removed.
+func (s *Store) OnChange(fn func(keyID string)) {
+	s.lmu.Lock()
+	s.listeners = append(s.listeners, fn)
+	s.lmu.Unlock()
+}
+
+// changed calls the OnChange listeners for keyID. s.mu is not held.
+func (s *Store) changed(keyID string) {
+	s.lmu.Lock()
+	ls := s.listeners
+	s.lmu.Unlock()
+	for _, fn := range ls {
+		fn(keyID)
+	}
 }
 
 // publish installs a state made from old with key added or replaced, or
@@ -351,11 +398,10 @@ func (p Principal) Visible(queue string) bool {
 
 // Authorize checks one request, or one item of a batch, against Required:
 // it returns nil if the principal may do op on queue now; an error wrapping
-// fault.ErrUnauthorized if its key was revoked (the server answers
-// UNAUTHORIZED and keeps the connection open; every later request fails the
-// same way); or an error wrapping fault.ErrForbidden naming the operation,
-// the queue and the missing permission. It does not allocate when it
-// returns nil.
+// fault.ErrUnauthorized if its key was revoked (a request that races the
+// revocation; the server then closes the connection); or an error wrapping
+// fault.ErrForbidden naming the operation, the queue and the missing
+// permission. It does not allocate when it returns nil.
 func (p Principal) Authorize(op Op, queue string) error {
 	if p.super {
 		return nil

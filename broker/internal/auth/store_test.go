@@ -576,3 +576,55 @@ func TestConcurrentChecks(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestOnChange checks that listeners hear of every applied change, after
+// checks see it and outside the store's lock, and of no failed one.
+func TestOnChange(t *testing.T) {
+	kv := newMemKV()
+	s := mustOpen(t, kv, "")
+	type seen struct {
+		id      string
+		valid   bool
+		consume bool
+	}
+	var got []seen
+	var p Principal
+	s.OnChange(func(id string) {
+		// The change is visible to checks, and the store's lock is free:
+		// reading the key through the store must not deadlock.
+		s.List()
+		got = append(got, seen{id, p.Valid(), p.Allowed(Consume, "orders")})
+	})
+	id, secret, err := s.Create("svc", []Permission{{Consume, "orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = s.Authenticate(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetACL(id, []Permission{{Produce, "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetACL(id, []Permission{{Kind(9), "orders"}}); err == nil {
+		t.Fatal("SetACL with an invalid kind succeeded")
+	}
+	kv.fail = errors.New("disk full")
+	if err := s.Revoke(id); err == nil {
+		t.Fatal("Revoke with a failing KV succeeded")
+	}
+	kv.fail = nil
+	if err := s.Revoke("0123456789abcdef"); !errors.Is(err, fault.ErrAPIKeyNotFound) {
+		t.Fatalf("Revoke of an unknown key = %v", err)
+	}
+	if err := s.Revoke(id); err != nil {
+		t.Fatal(err)
+	}
+	want := []seen{
+		{id, false, false}, // Create: p is not yet authenticated
+		{id, true, false},  // SetACL to produce only
+		{id, false, false}, // Revoke
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("OnChange saw %+v; want %+v", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,10 +33,16 @@ type conn struct {
 	fr         *wire.FrameReader
 	charged    int64 // bytes of fr's reassembly charged to Server.reassembling
 	handshaken bool
-	principal  auth.Principal
+	registered bool // in Server.byKey
+
+	// principal is set at handshake, before the connection is registered
+	// by key (Server.register); read-only after.
+	principal auth.Principal
 
 	peerMaxFrame atomic.Int64
 	inflight     atomic.Int32
+
+	revokeOnce sync.Once // see revoked
 
 	mu        sync.Mutex
 	out       []outItem
@@ -66,10 +73,22 @@ type subscription struct {
 	reqID     uint32
 	queue     string
 	unlimited bool // prefetch 0: credit follows what the socket takes
+
+	// ended is set when the broker ended the subscription (its key lost
+	// consume on the queue, the key was revoked, the queue was deleted):
+	// deliveries still queued for it are not written. Set under c.mu.
+	ended atomic.Bool
+	// Guarded by c.mu: open is set once SubscribeOk is queued; endErr is
+	// why a subscription ended before that, the Subscribe's answer.
+	open   bool
+	endErr error
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	if _, isTLS := nc.(*tls.Conn); !isTLS {
+		nc = &plainConn{Conn: nc}
+	}
 	c := &conn{
 		s:      s,
 		nc:     nc,
@@ -81,12 +100,18 @@ func newConn(s *Server, nc net.Conn) *conn {
 		subs:   map[uint32]*subscription{},
 	}
 	c.peerMaxFrame.Store(wire.DefaultMaxFrameSize)
+	if pc, ok := nc.(*plainConn); ok {
+		pc.c = c
+	}
 	return c
 }
 
 // serve runs the connection until it ends.
 func (c *conn) serve() {
 	defer c.cleanup()
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshakeTLS(tc) {
+		return
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -105,6 +130,7 @@ func (c *conn) serve() {
 func (c *conn) cleanup() {
 	c.end()
 	c.nc.Close()
+	c.s.unregister(c)
 	c.mu.Lock()
 	subs := c.subs
 	c.subs = map[uint32]*subscription{}
@@ -126,6 +152,20 @@ func (c *conn) push(it outItem) {
 	}
 	c.out = append(c.out, it)
 	c.mu.Unlock()
+	c.wake()
+}
+
+// pushLocked queues an item for the writer, with c.mu held; the caller
+// calls wake after unlocking. After the connection closed, items are
+// dropped.
+func (c *conn) pushLocked(it outItem) {
+	if !c.closed {
+		c.out = append(c.out, it)
+	}
+}
+
+// wake tells the writer that items are queued.
+func (c *conn) wake() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -150,6 +190,12 @@ func errorFrame(err error) *wire.ErrorFrame {
 // is written.
 func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
 	c.log.Info("closing connection", "code", code, "reason", msg)
+	c.failQuiet(reqID, code, msg)
+}
+
+// failQuiet is fail without the log line, for failures that are logged
+// rate-limited (see limitedAudit).
+func (c *conn) failQuiet(reqID uint32, code wire.Code, msg string) {
 	c.push(outItem{reqID: reqID, frame: &wire.ErrorFrame{Code: code, Message: msg}, closeAfter: true})
 	c.mu.Lock()
 	c.closed = true // nothing after the error
@@ -318,6 +364,9 @@ func (c *conn) writeLoop() {
 		for i := range batch {
 			it := &batch[i]
 			switch {
+			case it.sub != nil && it.sub.ended.Load():
+				// Ended by the broker: the leases of these deliveries
+				// were released.
 			case it.sub != nil:
 				var n int
 				buf, n = c.appendDeliveries(buf, it.sub, it.msgs)
@@ -432,16 +481,32 @@ func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Deli
 
 // Deliver implements shard.Sink.
 func (s *subscription) Deliver(_ sched.SubID, msgs []sched.Delivered) {
+	if s.ended.Load() {
+		return // released: the shard takes the leases back
+	}
 	s.c.push(outItem{reqID: s.reqID, sub: s, msgs: msgs})
 }
 
 // Ended implements shard.Sink: the broker closed the subscription.
 func (s *subscription) Ended(_ sched.SubID, err error) {
-	s.c.mu.Lock()
-	delete(s.c.subs, s.reqID)
-	s.c.mu.Unlock()
+	c := s.c
 	if err == nil {
 		err = fmt.Errorf("subscription %s ended: %w", s.queue, fault.ErrQueueNotFound)
 	}
-	s.c.push(outItem{reqID: s.reqID, frame: errorFrame(err)})
+	c.mu.Lock()
+	if c.subs[s.reqID] == s {
+		delete(c.subs, s.reqID)
+	}
+	if s.ended.Load() {
+		c.mu.Unlock()
+		return // already ended by the connection, and released
+	}
+	s.ended.Store(true)
+	if !s.open {
+		s.endErr = err
+	} else {
+		c.pushLocked(outItem{reqID: s.reqID, frame: errorFrame(err)})
+	}
+	c.mu.Unlock()
+	c.wake()
 }

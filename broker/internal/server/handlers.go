@@ -83,8 +83,10 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 		return true
 	}
 	if !c.principal.Valid() {
-		c.respondErr(h.RequestID, fmt.Errorf("%v: API key revoked: %w", op, fault.ErrUnauthorized))
-		return true
+		// Revoked; the store's notification closes the connection too,
+		// but this request may have come first.
+		c.revoked()
+		return false
 	}
 	if err := c.handle(h.RequestID, f); err != nil {
 		c.respondErr(h.RequestID, err)
@@ -107,10 +109,16 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 	if a := c.s.cfg.Auth; a != nil && c.s.cfg.RequireAuth {
 		p, err := a.Authenticate(hs.APIKey)
 		if err != nil {
-			c.fail(h.RequestID, wire.CodeUnauthorized, err.Error())
+			c.s.authFailed.record("remote", c.remote(), "client", clip(hs.ClientName), "reason", err.Error())
+			c.failQuiet(h.RequestID, wire.CodeUnauthorized, err.Error())
 			return false
 		}
 		c.principal = p
+		if !c.s.register(c) {
+			c.s.authFailed.record("remote", c.remote(), "client", clip(hs.ClientName), "reason", "API key revoked during the handshake")
+			c.failQuiet(h.RequestID, wire.CodeUnauthorized, fmt.Sprintf("API key %s was revoked", p.KeyID()))
+			return false
+		}
 	} else {
 		c.principal = auth.Unrestricted()
 	}
@@ -127,7 +135,7 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 	}
 	c.handshaken = true
 	c.nc.SetReadDeadline(time.Time{})
-	c.log = c.log.With("client", hs.ClientName)
+	c.log = c.log.With("client", clip(hs.ClientName))
 	c.push(outItem{reqID: h.RequestID, frame: &wire.HandshakeOk{
 		Version:      version,
 		Capabilities: caps,
@@ -203,6 +211,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 				return
 			}
 			c.s.cfg.Hooks.Remove(name)
+			c.audit(auditQueueDeleted, "queue", name)
 			c.respond(id, &wire.DeleteQueueOk{})
 		})
 	case *wire.ListQueues:
@@ -331,6 +340,25 @@ func toAuth(ps []wire.Permission) []auth.Permission {
 		out[i] = auth.Permission{Kind: auth.Kind(p.Kind), Pattern: p.Pattern}
 	}
 	return out
+}
+
+// permStrings renders an ACL for the audit log: ["consume:orders.*"].
+func permStrings(ps []auth.Permission) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// clip cuts a client-supplied string, such as a client name, to a length
+// fit for a log line.
+func clip(s string) string {
+	const max = 128
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 func fromAuth(ps []auth.Permission) []wire.Permission {
@@ -464,9 +492,6 @@ func (c *conn) checkMessage(m *wire.EnqueueMessage) error {
 }
 
 func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
-	if err := c.authorize(auth.OpSubscribe, f.Queue); err != nil {
-		return err
-	}
 	c.mu.Lock()
 	if len(c.subs) >= c.s.cfg.MaxSubscriptions {
 		c.mu.Unlock()
@@ -480,6 +505,15 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue, unlimited: f.Prefetch == 0}
 	c.subs[id] = sub
 	c.mu.Unlock()
+	// Check the key once the subscription is where an ACL change looks
+	// for it (Server.keyChanged): a change either sees it there or is
+	// seen here.
+	if err := c.authorize(auth.OpSubscribe, f.Queue); err != nil {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+		return err
+	}
 
 	credit := f.Prefetch
 	if sub.unlimited {
@@ -491,14 +525,35 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	}
 	prefetch := f.Prefetch
 	err := c.s.sh.Subscribe(c.ctx, sub.id, f.Queue, credit, limits, sub, func(v any) {
-		if err := asErr(v); err != nil {
-			c.mu.Lock()
-			delete(c.subs, id)
-			c.mu.Unlock()
-			c.respondErr(id, err)
-			return
+		err := asErr(v)
+		release := false
+		c.mu.Lock()
+		switch {
+		case err != nil:
+			if c.subs[id] == sub {
+				delete(c.subs, id)
+			}
+			sub.ended.Store(true)
+		case sub.ended.Load():
+			// Ended before it opened (its key lost consume or was
+			// revoked): the answer is why, and the shard's
+			// subscription is released.
+			err, release = sub.endErr, true
+		default:
+			sub.open = true
 		}
-		c.respond(id, &wire.SubscribeOk{Prefetch: prefetch})
+		if err != nil {
+			c.pushLocked(outItem{reqID: id, frame: errorFrame(err), request: true})
+		} else if !release {
+			c.pushLocked(outItem{reqID: id, frame: &wire.SubscribeOk{Prefetch: prefetch}, request: true})
+		}
+		c.mu.Unlock()
+		c.wake()
+		if release {
+			// Not on this goroutine, which completes storage groups and
+			// must not wait for the shard's command channel.
+			go c.release(sub)
+		}
 	})
 	if err != nil {
 		c.mu.Lock()
@@ -534,6 +589,16 @@ func (c *conn) credit(f *wire.Credit) {
 	if !ok {
 		c.push(outItem{reqID: f.Subscription, frame: &wire.ErrorFrame{Code: wire.CodeSubscriptionNotFound,
 			Message: fmt.Sprintf("credit for subscription %d, which is not open", f.Subscription)}})
+		return
+	}
+	// The key may have lost consume on the queue since the Subscribe: a
+	// Credit never refills a subscription it could not open now.
+	if err := c.authorize(auth.OpCredit, sub.queue); err != nil {
+		if !c.principal.Valid() {
+			c.revoked()
+		} else {
+			c.endSubscription(sub, c.lostConsume(sub.queue))
+		}
 		return
 	}
 	if sub.unlimited || f.Credits == 0 {
@@ -648,6 +713,7 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 			c.s.cfg.Hooks.Set(spec.Name, prog)
 		}
 		qc := v.(sched.QueueCreated)
+		c.audit(auditQueueCreated, "queue", qc.Name, "dead_letter_queue", qc.DLQ)
 		c.respond(id, &wire.CreateQueueOk{Name: qc.Name, DeadLetterQueue: qc.DLQ})
 	})
 }
@@ -687,6 +753,7 @@ func (c *conn) config(id uint32, f wire.Frame) error {
 		if err := rc.Set(f.Key, f.Value); err != nil {
 			return err
 		}
+		c.audit(auditConfigSet, "config_key", f.Key, "value_bytes", len(f.Value))
 		c.respond(id, &wire.SetConfigOk{})
 	case *wire.GetConfig:
 		v, ok := rc.Get(f.Key)
@@ -698,6 +765,7 @@ func (c *conn) config(id uint32, f wire.Frame) error {
 		if err != nil {
 			return err
 		}
+		c.audit(auditConfigDeleted, "config_key", f.Key, "existed", existed)
 		c.respond(id, &wire.DeleteConfigOk{Existed: existed})
 	}
 	return nil
@@ -713,15 +781,20 @@ func (c *conn) keys(id uint32, f wire.Frame) error {
 	km := c.s.cfg.Auth
 	switch f := f.(type) {
 	case *wire.CreateApiKey:
-		kid, secret, err := km.Create(f.Name, toAuth(f.Permissions))
+		perms := toAuth(f.Permissions)
+		kid, secret, err := km.Create(f.Name, perms)
 		if err != nil {
 			return err
 		}
+		c.audit(auditKeyCreated, "key_id", kid, "name", f.Name, "permissions", permStrings(perms))
 		c.respond(id, &wire.CreateApiKeyResult{KeyID: kid, Secret: secret})
 	case *wire.RevokeApiKey:
+		// Revoke closes the key's connections before it returns (see
+		// Server.keyChanged).
 		if err := km.Revoke(f.KeyID); err != nil {
 			return err
 		}
+		c.audit(auditKeyRevoked, "key_id", f.KeyID)
 		c.respond(id, &wire.RevokeApiKeyOk{})
 	case *wire.ListApiKeys:
 		var ks []wire.ApiKeyInfo
@@ -730,9 +803,13 @@ func (c *conn) keys(id uint32, f wire.Frame) error {
 		}
 		c.respond(id, &wire.ListApiKeysResult{Keys: ks})
 	case *wire.SetAcl:
-		if err := km.SetACL(f.KeyID, toAuth(f.Permissions)); err != nil {
+		// SetACL ends the subscriptions the new ACL does not allow
+		// before it returns (see Server.keyChanged).
+		perms := toAuth(f.Permissions)
+		if err := km.SetACL(f.KeyID, perms); err != nil {
 			return err
 		}
+		c.audit(auditACLSet, "key_id", f.KeyID, "permissions", permStrings(perms))
 		c.respond(id, &wire.SetAclOk{})
 	case *wire.GetAcl:
 		ps, err := km.GetACL(f.KeyID)

@@ -124,12 +124,33 @@ type Server struct {
 	conns    map[*conn]struct{}
 	draining bool
 	wg       sync.WaitGroup
+
+	// keysMu guards byKey: the open connections of each API key whose
+	// access can change (see access.go).
+	keysMu sync.Mutex
+	byKey  map[string]map[*conn]struct{}
+
+	// Rate-limited audit events.
+	authFailed, tlsFailed *limitedAudit
 }
 
-// New returns a server over sh.
+// New returns a server over sh. With cfg.Auth set, it listens to the key
+// store's changes (auth.Store.OnChange) for as long as the store lives.
 func New(cfg Config, sh *shard.Shard) *Server {
 	cfg.defaults()
-	return &Server{cfg: cfg, sh: sh, log: cfg.Logger, conns: map[*conn]struct{}{}}
+	s := &Server{
+		cfg:        cfg,
+		sh:         sh,
+		log:        cfg.Logger,
+		conns:      map[*conn]struct{}{},
+		byKey:      map[string]map[*conn]struct{}{},
+		authFailed: newLimitedAudit(cfg.Logger, auditAuthFailed),
+		tlsFailed:  newLimitedAudit(cfg.Logger, auditTLSFailed),
+	}
+	if cfg.Auth != nil {
+		cfg.Auth.OnChange(s.keyChanged)
+	}
+	return s
 }
 
 // Serve accepts connections on ln until Shutdown, and returns nil then.

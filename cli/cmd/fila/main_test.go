@@ -434,6 +434,56 @@ func TestAuthCommands(t *testing.T) {
 	c.fails(3, "api key not found", "auth", "revoke", key.ID)
 }
 
+// TestAPIKeySources checks where the CLI takes the API key from: --api-key,
+// --api-key-file, FILA_API_KEY, in that order, never both flags; and that
+// --help never shows the environment's secret.
+func TestAPIKeySources(t *testing.T) {
+	const root = "bootstrap-secret-0123456789"
+	srv := filatest.Start(t, filatest.WithEnv("FILA_AUTH_ENABLED=true", "FILA_AUTH_BOOTSTRAP_APIKEY="+root))
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyFile := write("key", root+"\n")
+	crlf := write("key-crlf", root+"\r\n")
+	empty := write("empty", "\n")
+
+	anon := newCLI(t, srv)
+	anon.ok("--api-key-file", keyFile, "queue", "list")
+	anon.ok("--api-key-file", crlf, "queue", "list")
+	anon.ok("--api-key", root, "queue", "list")
+	anon.fails(2, "--api-key and --api-key-file: give one or the other", "--api-key", root, "--api-key-file", keyFile, "queue", "list")
+	anon.fails(2, "the file is empty", "--api-key-file", empty, "queue", "list")
+	r := anon.fails(1, "--api-key-file: open", "--api-key-file", filepath.Join(dir, "missing"), "queue", "list")
+	if strings.Contains(r.stderr, root) {
+		t.Errorf("error shows the secret: %q", r.stderr)
+	}
+
+	// The environment is the last resort: a flag or file overrides it.
+	env := newCLI(t, srv, "FILA_API_KEY="+root)
+	env.ok("queue", "list")
+	wrongEnv := newCLI(t, srv, "FILA_API_KEY=fila_wrong")
+	wrongEnv.fails(1, "unauthorized", "queue", "list")
+	wrongEnv.ok("--api-key-file", keyFile, "queue", "list")
+	wrongEnv.ok("--api-key", root, "queue", "list")
+
+	// --help lists the flags without the environment's secret as a
+	// default, and says where the key may come from.
+	for _, args := range [][]string{{"--help"}, {"queue", "list", "--help"}} {
+		out := env.ok(args...)
+		if strings.Contains(out, root) {
+			t.Errorf("fila %s shows FILA_API_KEY's secret:\n%s", strings.Join(args, " "), out)
+		}
+		if !strings.Contains(out, "--api-key-file") || !strings.Contains(out, "process list") {
+			t.Errorf("fila %s does not document --api-key-file and the process list:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}
+
 func TestGlobalBehaviour(t *testing.T) {
 	srv := filatest.Start(t)
 	c := newCLI(t, srv)

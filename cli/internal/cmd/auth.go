@@ -15,11 +15,12 @@ func newAuthCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "auth",
 		Short: "Mint, list and revoke API keys; manage their ACLs",
-		Long: `API keys authenticate clients (--api-key, FILA_API_KEY). A key's ACL grants
-permissions of three kinds on queue patterns, written kind:pattern:
-produce:orders.*, consume:orders.eu, admin:* (admin on * also covers
-runtime config and API keys). A pattern is an exact name, a prefix
-wildcard such as orders.* (matching orders.eu, not orders), or *.`,
+		Long: `API keys authenticate clients (FILA_API_KEY, --api-key-file or
+--api-key, which other users can read in the process list). A key's ACL
+grants permissions of three kinds on queue patterns, written
+kind:pattern: produce:orders.*, consume:orders.eu, admin:* (admin on *
+also covers runtime config and API keys). A pattern is an exact name, a
+prefix wildcard such as orders.* (matching orders.eu, not orders), or *.`,
 	}
 	var name string
 	var perms []string

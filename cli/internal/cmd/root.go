@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,9 +34,14 @@ const (
 
 // globals are the flags every command shares.
 type globals struct {
-	addr    string
-	apiKey  string
-	output  string
+	addr       string
+	apiKey     string // --api-key
+	apiKeyFile string // --api-key-file
+	output     string
+
+	keyOnce sync.Once // resolves the API key once: bench dials concurrently
+	key     string
+	keyErr  error
 	timeout time.Duration
 
 	tls           bool
@@ -162,13 +168,17 @@ the queue, API key or config key does not exist.`,
 			if g.timeout <= 0 {
 				return usagef("--timeout %v: want a positive duration, such as 30s", g.timeout)
 			}
+			if g.apiKey != "" && g.apiKeyFile != "" {
+				return usagef("--api-key and --api-key-file: give one or the other")
+			}
 			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.addr, "addr", envOr("FILA_ADDR", "localhost:5555"), "broker address host:port (env FILA_ADDR)")
-	pf.StringVar(&g.apiKey, "api-key", os.Getenv("FILA_API_KEY"), "API key secret (env FILA_API_KEY)")
+	pf.StringVar(&g.apiKey, "api-key", "", "API key secret; other users can read it in the process list: prefer --api-key-file or env FILA_API_KEY")
+	pf.StringVar(&g.apiKeyFile, "api-key-file", "", "file holding the API key secret (a trailing newline is ignored); overrides env FILA_API_KEY")
 	pf.StringVarP(&g.output, "output", "o", envOr("FILA_OUTPUT", "table"), "output format: table or json (env FILA_OUTPUT)")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on connecting and on each request; must be positive")
 	pf.BoolVar(&g.tls, "tls", os.Getenv("FILA_CLIENT_TLS") == "true", "connect over TLS, trusting the system's CAs (env FILA_CLIENT_TLS=true)")
@@ -312,12 +322,46 @@ func envOr(key, def string) string {
 	return def
 }
 
+// resolveAPIKey returns the API key secret to present, from the first of
+// these that is set: --api-key, --api-key-file (whose content, less one
+// trailing newline, is the secret), FILA_API_KEY. Both flags together are
+// a usage error (PersistentPreRunE reports it first); an unreadable file
+// fails the command, an empty one is a usage error. The file is read
+// once, and the secret never appears in an error.
+func (g *globals) resolveAPIKey() (string, error) {
+	g.keyOnce.Do(func() {
+		switch {
+		case g.apiKey != "" && g.apiKeyFile != "":
+			g.keyErr = usagef("--api-key and --api-key-file: give one or the other")
+		case g.apiKey != "":
+			g.key = g.apiKey
+		case g.apiKeyFile != "":
+			b, err := os.ReadFile(g.apiKeyFile)
+			if err != nil {
+				g.keyErr = fmt.Errorf("--api-key-file: %w", err)
+				return
+			}
+			g.key = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+			if g.key == "" {
+				g.keyErr = usagef("--api-key-file %s: the file is empty", g.apiKeyFile)
+			}
+		default:
+			g.key = os.Getenv("FILA_API_KEY")
+		}
+	})
+	return g.key, g.keyErr
+}
+
 // connect opens a client with the global flags. Commands that make one
 // request do not reconnect: a lost connection fails them.
 func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, error) {
 	opts := []fila.Option{fila.WithDialTimeout(g.timeout), fila.WithClientName("fila-cli/" + fila.Version)}
-	if g.apiKey != "" {
-		opts = append(opts, fila.WithAPIKey(g.apiKey))
+	apiKey, err := g.resolveAPIKey()
+	if err != nil {
+		return nil, err
+	}
+	if apiKey != "" {
+		opts = append(opts, fila.WithAPIKey(apiKey))
 	}
 	if g.tls {
 		opts = append(opts, fila.WithTLS(&tls.Config{MinVersion: tls.VersionTLS12}))

@@ -37,12 +37,16 @@ const (
 	CodeUnknownOpcode Code = 5
 	/*
 	   CodeUnauthorized (6, status) No valid API key: missing or wrong at handshake
-	   (then the connection closes), or revoked since.
+	   (the Error answers the Handshake, then the connection closes), or revoked
+	   while the connection is open (the Error comes on request ID 0, then the
+	   connection closes; a request that races the revocation may be answered with
+	   it first).
 	*/
 	CodeUnauthorized Code = 6
 	/*
 	   CodeForbidden (7, status) The API key is valid but its ACL does not grant
-	   this operation on this queue.
+	   this operation on this queue. Also ends a subscription (an Error on its
+	   request ID) whose key no longer holds consume on its queue.
 	*/
 	CodeForbidden Code = 7
 	/*

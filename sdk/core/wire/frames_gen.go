@@ -1118,7 +1118,8 @@ func (*Delivery) Opcode() Opcode {
 Credit is the body of a Credit frame (opcode 0x0105, oneway). Grant a
 subscription more delivery credit. Sent with request_id 0; there is no
 response. An unknown subscription gets an Error with SUBSCRIPTION_NOT_FOUND
-on the subscription's ID.
+on the subscription's ID; a subscription whose key no longer holds consume
+on its queue ends with an Error FORBIDDEN on its ID.
 */
 type Credit struct {
 	// Subscription (u32) Request ID of the Subscribe.
@@ -1647,8 +1648,10 @@ func (*CreateApiKeyResult) Opcode() Opcode {
 
 /*
 RevokeApiKey is the body of a RevokeApiKey frame (opcode 0x0215, request).
-Revoke an API key. Connections authenticated with it get UNAUTHORIZED on
-their next request.
+Revoke an API key. Before the answer, every connection authenticated with it
+is sent an Error UNAUTHORIZED on request ID 0 and closed, and the messages
+leased to its subscriptions return to their queues (each attempt counted as
+failed, as on a disconnect).
 */
 type RevokeApiKey struct {
 	// KeyID (string) Key ID.
@@ -1698,7 +1701,11 @@ func (*ListApiKeysResult) Opcode() Opcode {
 
 /*
 SetAcl is the body of a SetAcl frame (opcode 0x0219, request). Replace an
-API key's permissions.
+API key's permissions. Open connections of the key are checked against the
+new ACL from their next request on; before the answer, each of their
+subscriptions whose queue the key may no longer consume ends with an Error
+FORBIDDEN on its request ID, and the messages leased to it return to the
+queue (each attempt counted as failed).
 */
 type SetAcl struct {
 	// KeyID (string) Key ID.
