@@ -16,7 +16,11 @@ type Administrator struct {
 }
 
 // QueueSpec describes a queue to create, built with NewQueueSpec and its
-// setters. Zero values take the broker's defaults.
+// setters. Settings left unset, or set to zero, take the broker's [queue]
+// settings. Durations travel in milliseconds: a duration that is not a
+// whole number of milliseconds is rounded up, so a positive one never
+// becomes 0 (the default); a negative one is 0. CreateQueue fails with
+// INVALID_ARGUMENT for a value out of the broker's range.
 type QueueSpec struct {
 	f wire.CreateQueue
 }
@@ -24,8 +28,10 @@ type QueueSpec struct {
 // NewQueueSpec returns a spec for a queue named name.
 func NewQueueSpec(name string) *QueueSpec { return &QueueSpec{f: wire.CreateQueue{Name: name}} }
 
-// VisibilityTimeout sets the lease length of deliveries (default: the
-// broker's [queue] visibility_timeout, 30s).
+// VisibilityTimeout sets the lease length of deliveries, rounded up to a
+// millisecond: at most the broker's [queue] max_lease_extension (12h by
+// default). The default is the broker's [queue] visibility_timeout (30s
+// by default).
 func (q *QueueSpec) VisibilityTimeout(d time.Duration) *QueueSpec {
 	q.f.VisibilityTimeoutMS = ms(d)
 	return q
@@ -38,32 +44,47 @@ func (q *QueueSpec) OnEnqueue(script string) *QueueSpec { q.f.OnEnqueue = script
 func (q *QueueSpec) OnFailure(script string) *QueueSpec { q.f.OnFailure = script; return q }
 
 // MaxAttempts sets how many deliveries a message gets before it is
-// dead-lettered under the default failure policy (default 3).
+// dead-lettered under the default failure policy, 1 to 1,000,000 (default:
+// the broker's [queue] max_attempts, 3 by default).
 func (q *QueueSpec) MaxAttempts(n uint32) *QueueSpec { q.f.MaxAttempts = n; return q }
 
 // Backoff sets the default failure policy's delay after the first failure
-// (doubling after each further one, default 1s) and its cap (default 60s).
+// (doubling after each further one) and its cap, each rounded up to a
+// millisecond and at most 24h, with base at most max. A zero takes the
+// broker's [queue] backoff_base or backoff_max (1s and 60s by default)
+// before the comparison, so a base above the broker's max needs a max.
 func (q *QueueSpec) Backoff(base, max time.Duration) *QueueSpec {
 	q.f.BackoffBaseMS, q.f.BackoffMaxMS = ms(base), ms(max)
 	return q
 }
 
-// DedupWindow sets how long idempotency keys are remembered (default 5m).
+// DedupWindow sets how long idempotency keys are remembered, rounded up to
+// a millisecond, at most 7 days (default: the broker's [queue]
+// dedup_window, 5m by default).
 func (q *QueueSpec) DedupWindow(d time.Duration) *QueueSpec { q.f.DedupWindowMS = ms(d); return q }
 
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
 
+// ms converts d to the protocol's milliseconds, rounding up: a positive
+// duration never becomes 0, which the broker reads as "the default" or
+// "none". Zero and negative durations are 0.
 func ms(d time.Duration) uint64 {
 	if d <= 0 {
 		return 0
 	}
-	return uint64(d / time.Millisecond)
+	n := uint64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		n++
+	}
+	return n
 }
 
 // CreateQueue creates a queue and its dead-letter queue "<name>.dlq". It
 // returns *CreateQueueError (QUEUE_EXISTS; SCRIPT_ERROR for a Lua script
-// that does not compile, with the line number) or *StatusError.
+// that does not compile, with the line number) or *StatusError
+// (INVALID_ARGUMENT for a bad name or a setting out of range, the message
+// naming it; errors.Is(err, ErrInvalidArgument)).
 func (a *Administrator) CreateQueue(ctx context.Context, spec *QueueSpec) error {
 	f := spec.f
 	_, err := a.c.request(ctx, &f, spec.f.Name)

@@ -31,8 +31,9 @@ func Prefetch(n uint32) SubscribeOption { return func(s *Subscription) { s.want 
 // RateLimit declares a named limit on the subscription: the broker
 // delivers to it at most limit messages per period, with bursts of up to
 // burst (0 means limit). Subscriptions on the same queue that declare the
-// same name share one token bucket. Periods are rounded down to
-// milliseconds.
+// same name share one token bucket. Periods are rounded up to a
+// millisecond, so a positive one never becomes 0; limit and period must be
+// positive, or Subscribe fails with INVALID_ARGUMENT.
 func RateLimit(name string, limit uint32, period time.Duration, burst uint32) SubscribeOption {
 	return func(s *Subscription) {
 		s.limits = append(s.limits, wire.RateLimit{Name: name, Limit: limit, PeriodMS: ms(period), Burst: burst})
@@ -473,7 +474,8 @@ func (d *Delivery) Release(ctx context.Context) error {
 }
 
 // RetryAfter fails the delivery with an explicit backoff: it is
-// redelivered no sooner than delay from now (millisecond precision), and
+// redelivered no sooner than delay from now (rounded up to a millisecond;
+// 0 or negative: at once), and
 // the attempt counts toward the queue's limit. Errors as for Ack, as
 // *RetryAfterError.
 func (d *Delivery) RetryAfter(ctx context.Context, delay time.Duration) error {
@@ -485,9 +487,13 @@ func (d *Delivery) RetryAfter(ctx context.Context, delay time.Duration) error {
 	return itemErr(wire.OpRetryAfter, d.m.Queue, resp.(*wire.RetryAfterResult).Results)
 }
 
-// ExtendLease moves the lease deadline to now plus dur (millisecond
-// precision), keeping long work alive, and returns the new deadline.
-// Errors as for Ack, as *ExtendLeaseError.
+// ExtendLease moves the lease deadline to now plus dur (rounded up to a
+// millisecond; 0 or negative: now), keeping long work alive, and returns
+// the new deadline. dur is at most the broker's [queue]
+// max_lease_extension (12h by default): a longer one fails with
+// *StatusError INVALID_ARGUMENT (errors.Is(err, ErrInvalidArgument)) and
+// leaves the deadline as it was. Other errors as for Ack, as
+// *ExtendLeaseError.
 func (d *Delivery) ExtendLease(ctx context.Context, dur time.Duration) (time.Time, error) {
 	f := &wire.ExtendLease{Items: []wire.ExtendLeaseItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, DurationMS: ms(dur)}}}
 	resp, err := d.s.c.request(ctx, f, d.m.Queue)

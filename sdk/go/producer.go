@@ -75,13 +75,10 @@ func (m *Message) ThrottleKey(key string) *Message {
 	return m
 }
 
-// Delay makes the message deliverable no earlier than d after enqueue
-// (millisecond precision).
+// Delay makes the message deliverable no earlier than d after enqueue,
+// rounded up to a millisecond (0 or negative: no delay).
 func (m *Message) Delay(d time.Duration) *Message {
-	if d < 0 {
-		d = 0
-	}
-	m.m.DelayMS = uint64(d / time.Millisecond)
+	m.m.DelayMS = ms(d)
 	return m
 }
 

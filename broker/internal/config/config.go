@@ -107,24 +107,31 @@ type SchedulerConfig struct {
 }
 
 // QueueConfig is the [queue] section: defaults for queues created without
-// their own values (CreateQueue fields left zero).
+// their own values (CreateQueue fields left zero), and the longest lease.
+// The first five keys take the values CreateQueue accepts for the same
+// settings (sched.QueueSettings.Check).
 type QueueConfig struct {
 	// VisibilityTimeout is the default lease length: how long a delivered
 	// message stays leased before it is redelivered
-	// (visibility_timeout, default 30s).
+	// (visibility_timeout, default 30s, from 1ms to max_lease_extension).
 	VisibilityTimeout time.Duration
 	// MaxAttempts is the default number of deliveries before a message is
 	// dead-lettered (max_attempts, default 3, from 1 to 1000000).
 	MaxAttempts int
 	// BackoffBase is the default delay after a first failed attempt, doubled
-	// after each further one (backoff_base, default 1s).
+	// after each further one (backoff_base, default 1s, from 1ms to 24h).
 	BackoffBase time.Duration
-	// BackoffMax caps the retry delay; at least BackoffBase
-	// (backoff_max, default 60s).
+	// BackoffMax caps the retry delay (backoff_max, default 60s, from
+	// backoff_base to 24h).
 	BackoffMax time.Duration
 	// DedupWindow is how long an idempotency key is remembered
-	// (dedup_window, default 5m).
+	// (dedup_window, default 5m, from 1ms to 168h).
 	DedupWindow time.Duration
+	// MaxLeaseExtension is the longest duration ExtendLease accepts, and
+	// the longest visibility timeout of a queue; longer ones fail with
+	// INVALID_ARGUMENT (max_lease_extension, default 12h, from 1ms to
+	// 168h).
+	MaxLeaseExtension time.Duration
 }
 
 // LuaConfig is the [lua] section: the hook sandbox.
@@ -220,6 +227,7 @@ func Default() Config {
 			BackoffBase:       time.Second,
 			BackoffMax:        60 * time.Second,
 			DedupWindow:       5 * time.Minute,
+			MaxLeaseExtension: 12 * time.Hour,
 		},
 		Lua: LuaConfig{
 			DefaultTimeout:          10 * time.Millisecond,

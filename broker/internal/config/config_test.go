@@ -94,6 +94,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"queue.backoff_base":            `"1s"`,
 		"queue.backoff_max":             `"1m"`,
 		"queue.dedup_window":            `"5m"`,
+		"queue.max_lease_extension":     `"12h"`,
 		"lua.default_timeout":           `"10ms"`,
 		"lua.memory_limit":              `"8MB"`,
 		"lua.circuit_breaker_threshold": `3`,
@@ -152,6 +153,7 @@ max_attempts = 5
 backoff_base = "250ms"
 backoff_max = "2m"
 dedup_window = "1h"
+max_lease_extension = "2h"
 
 [lua]
 default_timeout = "5ms"
@@ -188,7 +190,7 @@ func fullConfig() Config {
 		Scheduler: SchedulerConfig{Quantum: 4096},
 		Queue: QueueConfig{
 			VisibilityTimeout: 45 * time.Second, MaxAttempts: 5, BackoffBase: 250 * time.Millisecond,
-			BackoffMax: 2 * time.Minute, DedupWindow: time.Hour,
+			BackoffMax: 2 * time.Minute, DedupWindow: time.Hour, MaxLeaseExtension: 2 * time.Hour,
 		},
 		Lua: LuaConfig{
 			DefaultTimeout: 5 * time.Millisecond, MemoryLimit: 16 << 20,
@@ -369,11 +371,21 @@ func TestErrors(t *testing.T) {
 		{"message too large", "[server]\nmax_message_size = \"1GB\"\n", nil,
 			[]string{`server.max_message_size = "1GB"`, "want a size from 1B to 256MB"}},
 		{"zero visibility timeout", "[queue]\nvisibility_timeout = \"0s\"\n", nil,
-			[]string{`queue.visibility_timeout = "0s"`, "want a duration of at least 1ms"}},
+			[]string{`queue.visibility_timeout = "0s"`, "want a duration from 1ms to max_lease_extension (12h)"}},
+		{"zero max lease extension", "[queue]\nmax_lease_extension = \"0s\"\n", nil,
+			[]string{`queue.max_lease_extension = "0s"`, "want a duration from 1ms to 168h"}},
+		{"max lease extension too long", "", env{"FILA_QUEUE_MAX_LEASE_EXTENSION": "169h"},
+			[]string{`queue.max_lease_extension = "169h" (env FILA_QUEUE_MAX_LEASE_EXTENSION): want a duration from 1ms to 168h`}},
+		{"visibility timeout above max lease extension", "[queue]\nvisibility_timeout = \"2h\"\nmax_lease_extension = \"1h\"\n", nil,
+			[]string{`queue.visibility_timeout = "2h"`, "want a duration from 1ms to max_lease_extension (1h)"}},
+		{"dedup window too long", "[queue]\ndedup_window = \"720h\"\n", nil,
+			[]string{`queue.dedup_window = "720h"`, "want a duration from 1ms to 168h"}},
+		{"backoff base too long", "[queue]\nbackoff_base = \"48h\"\nbackoff_max = \"48h\"\n", nil,
+			[]string{`queue.backoff_base = "48h"`, "want a duration from 1ms to 24h", `queue.backoff_max = "48h"`, "want a duration from backoff_base (48h) to 24h"}},
 		{"negative shutdown timeout", "[server]\nshutdown_timeout = \"-1s\"\n", nil,
 			[]string{`server.shutdown_timeout = "-1s"`, "want a duration of zero or more"}},
 		{"backoff max below base", "[queue]\nbackoff_base = \"10s\"\nbackoff_max = \"5s\"\n", nil,
-			[]string{`queue.backoff_max = "5s"`, "no shorter than queue.backoff_base (10s)"}},
+			[]string{`queue.backoff_max = "5s"`, "want a duration from backoff_base (10s) to 24h"}},
 		{"bad listen addr", "[server]\nlisten_addr = \"5555\"\n", nil,
 			[]string{`server.listen_addr = "5555"`, "want host:port"}},
 		{"bad node id", "[server]\nnode_id = \"has space\"\n", nil,

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
 )
 
 // The key table below is the one place that knows every key: its section,
@@ -122,19 +124,18 @@ var fields = []field{
 		intIn(1, maxQuantum, func(c *Config) int64 { return c.Scheduler.Quantum })},
 
 	{"queue", "visibility_timeout", kindDuration,
-		func(c *Config) any { return &c.Queue.VisibilityTimeout },
-		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Queue.VisibilityTimeout })},
+		func(c *Config) any { return &c.Queue.VisibilityTimeout }, checkQueue("visibility_timeout")},
 	{"queue", "max_attempts", kindInt,
-		func(c *Config) any { return &c.Queue.MaxAttempts },
-		intIn(1, maxCount, func(c *Config) int64 { return int64(c.Queue.MaxAttempts) })},
+		func(c *Config) any { return &c.Queue.MaxAttempts }, checkQueue("max_attempts")},
 	{"queue", "backoff_base", kindDuration,
-		func(c *Config) any { return &c.Queue.BackoffBase },
-		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Queue.BackoffBase })},
+		func(c *Config) any { return &c.Queue.BackoffBase }, checkQueue("backoff_base")},
 	{"queue", "backoff_max", kindDuration,
-		func(c *Config) any { return &c.Queue.BackoffMax }, checkBackoffMax},
+		func(c *Config) any { return &c.Queue.BackoffMax }, checkQueue("backoff_max")},
 	{"queue", "dedup_window", kindDuration,
-		func(c *Config) any { return &c.Queue.DedupWindow },
-		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Queue.DedupWindow })},
+		func(c *Config) any { return &c.Queue.DedupWindow }, checkQueue("dedup_window")},
+	{"queue", "max_lease_extension", kindDuration,
+		func(c *Config) any { return &c.Queue.MaxLeaseExtension },
+		durationIn(sched.MinQueueDuration, sched.MaxLeaseExtensionLimit, func(c *Config) time.Duration { return c.Queue.MaxLeaseExtension })},
 
 	{"lua", "default_timeout", kindDuration,
 		func(c *Config) any { return &c.Lua.DefaultTimeout },
@@ -400,11 +401,35 @@ func checkNodeID(c *Config) string {
 	return ""
 }
 
-func checkBackoffMax(c *Config) string {
-	if c.Queue.BackoffMax < c.Queue.BackoffBase || c.Queue.BackoffMax < time.Millisecond {
-		return "a duration no shorter than queue.backoff_base (" + FormatDuration(c.Queue.BackoffBase) + ")"
+func durationIn(lo, hi time.Duration, get func(*Config) time.Duration) func(*Config) string {
+	return func(c *Config) string {
+		if d := get(c); d < lo || d > hi {
+			return "a duration from " + FormatDuration(lo) + " to " + FormatDuration(hi)
+		}
+		return ""
 	}
-	return ""
+}
+
+// checkQueue checks the [queue] key name with the bounds CreateQueue
+// applies to the same setting (sched.QueueSettings.Check), so that both
+// accept the same values and word their refusals alike.
+func checkQueue(name string) func(*Config) string {
+	return func(c *Config) string {
+		q := &c.Queue
+		set := sched.QueueSettings{
+			VisibilityTimeout: q.VisibilityTimeout,
+			MaxAttempts:       int64(q.MaxAttempts),
+			BackoffBase:       q.BackoffBase,
+			BackoffMax:        q.BackoffMax,
+			DedupWindow:       q.DedupWindow,
+		}
+		for _, e := range set.Check(q.MaxLeaseExtension) {
+			if e.Setting == name {
+				return e.Want
+			}
+		}
+		return ""
+	}
 }
 
 func checkBootstrap(c *Config) string {

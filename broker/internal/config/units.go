@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
 )
 
 // Size units. Sizes are binary: KB and KiB both mean 1024 bytes, MB and MiB
@@ -122,33 +124,9 @@ func ParseDuration(s string) (time.Duration, error) {
 
 // FormatDuration writes d in the form ParseDuration reads, with the largest
 // unit that divides d exactly: 30s is "30s", 5 minutes "5m", 90 seconds
-// "90s", 10 milliseconds "10ms". Zero is "0s".
-func FormatDuration(d time.Duration) string {
-	if d == 0 {
-		return "0s"
-	}
-	sign := ""
-	u := uint64(d)
-	if d < 0 {
-		sign = "-"
-		u = -u
-	}
-	for _, unit := range []struct {
-		name string
-		d    uint64
-	}{
-		{"h", uint64(time.Hour)},
-		{"m", uint64(time.Minute)},
-		{"s", uint64(time.Second)},
-		{"ms", uint64(time.Millisecond)},
-		{"us", uint64(time.Microsecond)},
-	} {
-		if u%unit.d == 0 {
-			return fmt.Sprintf("%s%d%s", sign, u/unit.d, unit.name)
-		}
-	}
-	return fmt.Sprintf("%s%dns", sign, u)
-}
+// "90s", 10 milliseconds "10ms". Zero is "0s". It is sched.FormatDuration,
+// so that the scheduler's errors write durations as the file does.
+func FormatDuration(d time.Duration) string { return sched.FormatDuration(d) }
 
 // Size is a byte count that reads and writes itself in the form of
 // ParseSize and FormatSize, for use with encoding packages and flags.

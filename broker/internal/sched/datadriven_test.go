@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,14 +22,14 @@ import (
 //
 // Commands (arguments are key=value; lists are key=(a,b)):
 //
-//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D]
+//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D]
 //	create-queue name=Q [vis=D] [max-attempts=N] [backoff=(base,max)] [dedup=D] [on-failure]
 //	delete-queue name=Q
 //	enqueue queue=Q [key=K] [weight=N] [size=N] [throttle=(a,b)] [order=O] [idem=I] [delay=D] [n=N]
 //	subscribe sub=N queue=Q [credit=N] [limit=(name,limit,period[,burst])]
 //	unsubscribe sub=N [release]
 //	credit sub=N n=N
-//	ack|nack|retry|extend queue=Q ids=(m1,…) [lease=N] [reason=R] [delay=D] [dur=D]
+//	ack|nack|retry|extend queue=Q ids=(m1,…) [lease=N] [reason=R] [delay=D] [dur=D] [durs=(D1,…)]
 //	decide queue=Q id=mN (dlq | delay=D)
 //	redrive dlq=Q [n=N]
 //	set-throttle key=K rate=R burst=B   /   remove-throttle key=K
@@ -37,6 +38,7 @@ import (
 //	stats queue=Q   /   list-queues
 //	restart         rebuild the scheduler from the records persisted so far
 //
+// Durations take time.ParseDuration's form, or "max" for the largest.
 // Times print relative to t0. Every command is followed by an invariant
 // check; `ready` also checks liveness.
 func TestDataDriven(t *testing.T) {
@@ -166,9 +168,18 @@ func (a args) dur(key string, def time.Duration) time.Duration {
 	if !ok {
 		return def
 	}
-	v, err := time.ParseDuration(arg.SingleVal(a.t))
+	return parseDur(a.t, arg.SingleVal(a.t))
+}
+
+// parseDur parses a duration of time.ParseDuration's form, or "max" for
+// the largest one.
+func parseDur(t *testing.T, s string) time.Duration {
+	if s == "max" {
+		return math.MaxInt64
+	}
+	v, err := time.ParseDuration(s)
 	if err != nil {
-		a.t.Fatalf("%s: %s: %v", a.d.Pos, key, err)
+		t.Fatalf("bad duration %q: %v", s, err)
 	}
 	return v
 }
@@ -185,6 +196,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			MaxAttempts:       int(a.int("max-attempts", 0)),
 			MaxDeliveryBatch:  int(a.int("batch", 0)),
 			DedupWindow:       a.dur("dedup", 0),
+			MaxLeaseExtension: a.dur("max-lease", 0),
 		}
 		*h = *newHarness(h.cfg)
 		return "ok"
@@ -196,8 +208,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			DedupWindow:       a.dur("dedup", 0),
 		}
 		if b := a.list("backoff"); len(b) == 2 {
-			spec.BackoffBase, _ = time.ParseDuration(b[0])
-			spec.BackoffMax, _ = time.ParseDuration(b[1])
+			spec.BackoffBase, spec.BackoffMax = parseDur(t, b[0]), parseDur(t, b[1])
 		}
 		if a.has("on-failure") {
 			spec.OnFailure = "function on_failure(msg) end"
@@ -268,8 +279,12 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			h.s.RetryAfter(ref, items)
 		case "extend":
 			items := make([]ExtendItem, len(refs))
+			durs := a.list("durs")
 			for i, r := range refs {
 				items[i] = ExtendItem{LeaseRef: r, Duration: a.dur("dur", 0)}
+				if i < len(durs) {
+					items[i].Duration = parseDur(t, durs[i])
+				}
 			}
 			h.s.ExtendLease(ref, items)
 		}

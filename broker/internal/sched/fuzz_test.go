@@ -3,8 +3,14 @@ package sched
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
 )
 
 // The decoders read records from disk, so they must reject any bytes
@@ -166,4 +172,44 @@ func sortRecords(recs [][2][]byte) {
 			recs[j], recs[j-1] = recs[j-1], recs[j]
 		}
 	}
+}
+
+// FuzzParseThrottle checks that ParseThrottle accepts exactly two decimal
+// numbers (digits with an optional fraction) around a comma, values
+// ValidateThrottle accepts, and refuses everything else with
+// fault.ErrInvalidConfigValue.
+func FuzzParseThrottle(f *testing.F) {
+	for _, s := range []string{"100,200", " 0.5 , 1 ", "0,0", "0x1p-2,5", "1_000,5", "1e3,5", "+1,5", "inf,1", "NaN,1", ".5,1", "10,0"} {
+		f.Add(s)
+	}
+	decimal := regexp.MustCompile(`^[ \t]*[0-9]+(\.[0-9]+)?[ \t]*$`)
+	f.Fuzz(func(t *testing.T, value string) {
+		rate, burst, err := ParseThrottle(value)
+		r, b, comma := strings.Cut(value, ",")
+		form := comma && decimal.MatchString(r) && decimal.MatchString(b)
+		if err != nil {
+			if !errors.Is(err, fault.ErrInvalidConfigValue) {
+				t.Fatalf("ParseThrottle(%q) error %v; want one wrapping ErrInvalidConfigValue", value, err)
+			}
+			if form {
+				if pr, perr := strconv.ParseFloat(strings.Trim(r, " \t"), 64); perr == nil {
+					pb, _ := strconv.ParseFloat(strings.Trim(b, " \t"), 64)
+					if ValidateThrottle(pr, pb) == nil {
+						t.Fatalf("ParseThrottle(%q) refused a valid decimal value: %v", value, err)
+					}
+				}
+			}
+			return
+		}
+		if !form {
+			t.Fatalf("ParseThrottle(%q) = %v, %v; want it refused: not two decimal numbers", value, rate, burst)
+		}
+		if err := ValidateThrottle(rate, burst); err != nil {
+			t.Fatalf("ParseThrottle(%q) = %v, %v, which ValidateThrottle refuses: %v", value, rate, burst, err)
+		}
+		again := strconv.FormatFloat(rate, 'f', -1, 64) + "," + strconv.FormatFloat(burst, 'f', -1, 64)
+		if r2, b2, err := ParseThrottle(again); err != nil || r2 != rate || b2 != burst {
+			t.Fatalf("ParseThrottle(%q) = %v, %v, %v; want %v, %v (from %q)", again, r2, b2, err, rate, burst, value)
+		}
+	})
 }

@@ -115,11 +115,19 @@ func (s *Sched) RetryAfter(ref Ref, items []RetryItem) {
 }
 
 // ExtendLease moves each lease's deadline to now + its duration. The
-// reply is an []ExtendResult, one per item.
+// reply is an []ExtendResult, one per item. An item whose duration is
+// above Config.MaxLeaseExtension fails alone with fault.ErrInvalidArgument
+// and leaves its lease as it was.
 func (s *Sched) ExtendLease(ref Ref, items []ExtendItem) {
 	b := s.cur
 	start := len(b.ext)
 	for i := range items {
+		if d := items[i].Duration; d > s.cfg.MaxLeaseExtension {
+			r := &items[i].LeaseRef
+			b.ext = append(b.ext, ExtendResult{Err: fmt.Errorf("extend lease %s %s: duration %s: want at most max_lease_extension (%s): %w",
+				r.Queue, formatID(r.ID), FormatDuration(d), FormatDuration(s.cfg.MaxLeaseExtension), fault.ErrInvalidArgument)})
+			continue
+		}
 		m, err := s.leased("extend lease", &items[i].LeaseRef)
 		if err != nil {
 			b.ext = append(b.ext, ExtendResult{Err: err})

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched/idem"
@@ -35,18 +36,22 @@ func validateName(name string) error {
 	return nil
 }
 
-func validateSpec(spec *QueueSpec) error {
+// checkStored checks a stored spec before Restore adds its queue: a valid
+// name and no negative duration. The bounds of QueueSettings.Check are
+// not applied: a queue created under other bounds or defaults keeps its
+// settings.
+func checkStored(spec *QueueSpec) error {
 	if err := validateName(spec.Name); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name string
-		v    int64
+		v    time.Duration
 	}{
-		{"visibility_timeout", int64(spec.VisibilityTimeout)},
-		{"backoff_base", int64(spec.BackoffBase)},
-		{"backoff_max", int64(spec.BackoffMax)},
-		{"dedup_window", int64(spec.DedupWindow)},
+		{"visibility_timeout", spec.VisibilityTimeout},
+		{"backoff_base", spec.BackoffBase},
+		{"backoff_max", spec.BackoffMax},
+		{"dedup_window", spec.DedupWindow},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("queue %s: %s %d: must not be negative: %w", spec.Name, f.name, f.v, fault.ErrInvalidArgument)
@@ -55,14 +60,58 @@ func validateSpec(spec *QueueSpec) error {
 	return nil
 }
 
+// checkSpec checks a spec given to CreateQueue: its name, then its
+// settings, with zeros resolved against the Config (see
+// QueueSettings.Check). The first setting out of range is reported, with
+// "(the broker's default)" after a value the spec left at zero.
+func (s *Sched) checkSpec(spec *QueueSpec) error {
+	if err := validateName(spec.Name); err != nil {
+		return fmt.Errorf("create queue: %w", err)
+	}
+	set := QueueSettings{
+		VisibilityTimeout: cmp.Or(spec.VisibilityTimeout, s.cfg.VisibilityTimeout),
+		MaxAttempts:       int64(spec.MaxAttempts),
+		BackoffBase:       cmp.Or(spec.BackoffBase, s.cfg.BackoffBase),
+		BackoffMax:        cmp.Or(spec.BackoffMax, s.cfg.BackoffMax),
+		DedupWindow:       cmp.Or(spec.DedupWindow, s.cfg.DedupWindow),
+	}
+	if spec.MaxAttempts == 0 {
+		set.MaxAttempts = int64(s.cfg.MaxAttempts)
+	}
+	errs := set.Check(s.cfg.MaxLeaseExtension)
+	if len(errs) == 0 {
+		return nil
+	}
+	e := *errs[0]
+	var given bool
+	switch e.Setting {
+	case "visibility_timeout":
+		given = spec.VisibilityTimeout != 0
+	case "max_attempts":
+		given = spec.MaxAttempts != 0
+	case "backoff_base":
+		given = spec.BackoffBase != 0
+	case "backoff_max":
+		given = spec.BackoffMax != 0
+	case "dedup_window":
+		given = spec.DedupWindow != 0
+	}
+	if !given {
+		e.Value += " (the broker's default)"
+	}
+	return fmt.Errorf("create queue %s: %w: %w", spec.Name, &e, fault.ErrInvalidArgument)
+}
+
 // CreateQueue creates the queue spec.Name and its dead-letter queue
 // spec.Name + ".dlq". The reply is a QueueCreated, or an error wrapping
-// fault.ErrQueueExists or fault.ErrInvalidArgument (a bad name or a
-// negative duration). Compiling the hooks is the shell's job, before this
-// command.
+// fault.ErrQueueExists, or fault.ErrInvalidArgument for a bad name or a
+// setting out of the range QueueSettings.Check states (a *SettingError,
+// found with errors.As). Zero settings take the Config's values, both for
+// the check and when the queue is used. Compiling the hooks is the
+// shell's job, before this command.
 func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
-	if err := validateSpec(&spec); err != nil {
-		s.reply(ref, fmt.Errorf("create queue: %w", err))
+	if err := s.checkSpec(&spec); err != nil {
+		s.reply(ref, err)
 		return
 	}
 	if s.queues[spec.Name] != nil {

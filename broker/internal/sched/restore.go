@@ -44,7 +44,7 @@ func (s *Sched) restoreQueue(key, value []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := validateSpec(&spec); err != nil {
+	if err := checkStored(&spec); err != nil {
 		return err
 	}
 	if s.queues[name] != nil {

@@ -15,6 +15,7 @@ const (
 	DefaultDedupWindow       = 5 * time.Minute
 	DefaultMaxAttempts       = 3
 	DefaultMaxDeliveryBatch  = 1024
+	DefaultMaxLeaseExtension = 12 * time.Hour
 )
 
 // Config holds the broker-wide scheduler settings. Zero (or negative)
@@ -35,6 +36,10 @@ type Config struct {
 	// MaxAttempts is the default number of deliveries before a message
 	// is dead-lettered (default 3).
 	MaxAttempts int
+	// MaxLeaseExtension is the longest duration ExtendLease accepts, and
+	// the longest visibility timeout CreateQueue accepts ([queue]
+	// max_lease_extension, default 12h).
+	MaxLeaseExtension time.Duration
 	// MaxDeliveryBatch bounds the messages delivered to one subscription
 	// in one Ready (default 1024); the rest follow in the next Ready.
 	MaxDeliveryBatch int
@@ -63,6 +68,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.MaxLeaseExtension <= 0 {
+		c.MaxLeaseExtension = DefaultMaxLeaseExtension
 	}
 	if c.MaxDeliveryBatch <= 0 {
 		c.MaxDeliveryBatch = DefaultMaxDeliveryBatch

@@ -15,8 +15,10 @@ import (
 const ThrottlePrefix = "throttle."
 
 // ParseThrottle parses a throttle config value "rate,burst": rate in
-// tokens per second and burst (the bucket size) in tokens, decimal
-// numbers, spaces allowed around each. See ValidateThrottle for the
+// tokens per second and burst (the bucket size) in tokens. Each is a
+// decimal number, digits with an optional fraction ("100", "0.5"), with
+// spaces or tabs allowed around it; signs, exponents, hexadecimal,
+// underscores, "inf" and "nan" are refused. See ValidateThrottle for the
 // values accepted. Errors wrap fault.ErrInvalidConfigValue and name the
 // expected form.
 func ParseThrottle(value string) (rate, burst float64, err error) {
@@ -24,18 +26,47 @@ func ParseThrottle(value string) (rate, burst float64, err error) {
 	if !ok {
 		return 0, 0, throttleErr(value, "missing comma")
 	}
-	rate, err = strconv.ParseFloat(strings.TrimSpace(r), 64)
-	if err != nil {
-		return 0, 0, throttleErr(value, "rate is not a number")
+	rate, ok = parseDecimal(r)
+	if !ok {
+		return 0, 0, throttleErr(value, "rate is not a decimal number")
 	}
-	burst, err = strconv.ParseFloat(strings.TrimSpace(b), 64)
-	if err != nil {
-		return 0, 0, throttleErr(value, "burst is not a number")
+	burst, ok = parseDecimal(b)
+	if !ok {
+		return 0, 0, throttleErr(value, "burst is not a decimal number")
 	}
 	if err := ValidateThrottle(rate, burst); err != nil {
 		return 0, 0, err
 	}
 	return rate, burst, nil
+}
+
+// parseDecimal parses digits with an optional fraction ("12", "0.25"),
+// with spaces and tabs around them, and reports false for anything else
+// or a number too large for a float64.
+func parseDecimal(s string) (float64, bool) {
+	s = strings.Trim(s, " \t")
+	digits := func(i int) int {
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := digits(0)
+	if i == 0 {
+		return 0, false
+	}
+	if i < len(s) && s[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i != len(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
 }
 
 // ValidateThrottle checks a bucket's rate (tokens per second) and burst

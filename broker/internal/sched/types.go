@@ -29,13 +29,14 @@ type SubID uint64
 // QueueSpec defines a queue, as given to CreateQueue and stored with it.
 // Zero durations and counts take the scheduler's Config defaults when the
 // queue is used, so a queue created with zeros follows the broker's
-// configuration.
+// configuration. CreateQueue checks the settings, zeros resolved, with
+// QueueSettings.Check.
 type QueueSpec struct {
 	// Name is 1 to 200 bytes of ASCII letters, digits and "._-:", and may
 	// not end in ".dlq": that suffix names dead-letter queues.
 	Name string
-	// VisibilityTimeout is the lease length of each delivery; 0 means
-	// Config.VisibilityTimeout (30s).
+	// VisibilityTimeout is the lease length of each delivery, at most
+	// Config.MaxLeaseExtension; 0 means Config.VisibilityTimeout (30s).
 	VisibilityTimeout time.Duration
 	// OnEnqueue and OnFailure are the Lua sources of the queue's hooks,
 	// empty for none. The scheduler stores them; the shell compiles and
@@ -125,12 +126,13 @@ type RetryItem struct {
 // means 0).
 type ExtendItem struct {
 	LeaseRef
-	Duration time.Duration // the new deadline is now + Duration
+	Duration time.Duration // the new deadline is now + Duration; at most Config.MaxLeaseExtension
 }
 
 // ExtendResult is the outcome of one ExtendItem: the new deadline, or Err
-// wrapping fault.ErrQueueNotFound, fault.ErrMessageNotFound or
-// fault.ErrLeaseExpired.
+// wrapping fault.ErrInvalidArgument (Duration above
+// Config.MaxLeaseExtension), fault.ErrQueueNotFound,
+// fault.ErrMessageNotFound or fault.ErrLeaseExpired.
 type ExtendResult struct {
 	Deadline Time  // the new lease deadline when Err is nil
 	Err      error // nil, or why the lease was not extended

@@ -29,7 +29,8 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 		Short: "Create a queue and its dead-letter queue NAME.dlq",
 		Long: `Create a queue and its dead-letter queue NAME.dlq. Flags left unset, or
 set to 0, take the broker's defaults ([queue] in fila.toml); durations
-are rounded down to the millisecond. --on-enqueue and --on-failure name
+are rounded up to a whole millisecond, and the broker refuses values out
+of the ranges of those keys. --on-enqueue and --on-failure name
 files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		Example: `  fila queue create orders
   fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua`,
@@ -86,7 +87,8 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 
 // checkQueueDuration checks a duration flag of "queue create": 0 (the
 // broker's default) or at least a millisecond, the unit the protocol
-// carries; a shorter positive one would silently become the default.
+// carries. A shorter positive one is most likely a typo (500us for
+// 500ms), which the SDK would round up to 1ms.
 func checkQueueDuration(flag string, d time.Duration) error {
 	if d == 0 || d >= time.Millisecond {
 		return nil

@@ -671,9 +671,15 @@ type RateLimit struct {
 	   the same name share one bucket.
 	*/
 	Name string
-	// Limit (u32) Deliveries allowed per period.
+	/*
+	   Limit (u32) Deliveries allowed per period, at least 1 (0 fails the Subscribe
+	   with INVALID_ARGUMENT).
+	*/
 	Limit uint32
-	// PeriodMS (u64) Length of the period in milliseconds.
+	/*
+	   PeriodMS (u64) Length of the period in milliseconds, at least 1 (0 fails the
+	   Subscribe with INVALID_ARGUMENT).
+	*/
 	PeriodMS uint64
 	// Burst (u32) Bucket size; 0 means limit.
 	Burst uint32
@@ -768,7 +774,11 @@ type ExtendLeaseItem struct {
 	ID [16]byte
 	// Lease (u64) Lease from the delivery.
 	Lease uint64
-	// DurationMS (u64) New deadline is now plus this many milliseconds.
+	/*
+	   DurationMS (u64) New deadline is now plus this many milliseconds: at most
+	   the broker's [queue] max_lease_extension (default 12 h). A longer one fails
+	   this item alone with INVALID_ARGUMENT and leaves its lease as it was.
+	*/
 	DurationMS uint64
 }
 
@@ -782,7 +792,10 @@ type ItemResult struct {
 
 // ExtendLeaseItemResult is an is the outcome of one ExtendLease item.
 type ExtendLeaseItemResult struct {
-	// Code (code) OK, or an error code from ExtendLease's list.
+	/*
+	   Code (code) OK, an error code from ExtendLease's list, or a status code such
+	   as INVALID_ARGUMENT (a duration above the broker's maximum) or FORBIDDEN.
+	*/
 	Code Code
 	// Message (string) Human-readable detail when code is not OK.
 	Message string
@@ -1248,7 +1261,9 @@ func (*RetryAfterResult) Opcode() Opcode {
 
 /*
 ExtendLease is the body of a ExtendLease frame (opcode 0x010f, request).
-Keep long work alive: move each lease's deadline to now plus its duration.
+Keep long work alive: move each lease's deadline to now plus its duration. A
+duration above the broker's [queue] max_lease_extension (default 12 h) fails
+its item with INVALID_ARGUMENT.
 */
 type ExtendLease struct {
 	// Items ([]ExtendLeaseItem) Leases to extend.
@@ -1307,8 +1322,13 @@ func (*ReleaseResult) Opcode() Opcode {
 
 /*
 CreateQueue is the body of a CreateQueue frame (opcode 0x0201, request).
-Create a queue and its dead-letter queue `<name>.dlq`. Zero values take the
-broker's defaults.
+Create a queue and its dead-letter queue `<name>.dlq`. A zero setting takes
+the broker's [queue] setting of the same name, read when the queue is used
+(so a change of the broker's configuration applies to it after a restart).
+The settings, zeros replaced by the broker's, are checked against the bounds
+the broker's configuration file applies to its [queue] keys; a value out of
+range fails with INVALID_ARGUMENT, the message naming the setting and the
+accepted range.
 */
 type CreateQueue struct {
 	/*
@@ -1317,8 +1337,9 @@ type CreateQueue struct {
 	*/
 	Name string
 	/*
-	   VisibilityTimeoutMS (u64) Lease length; 0 means the broker's [queue]
-	   visibility_timeout (30s).
+	   VisibilityTimeoutMS (u64) Lease length, at most the broker's [queue]
+	   max_lease_extension (default 12 h); 0 means the broker's [queue]
+	   visibility_timeout (default 30 s).
 	*/
 	VisibilityTimeoutMS uint64
 	// OnEnqueue (string) Lua source defining on_enqueue(msg); empty for none.
@@ -1326,20 +1347,26 @@ type CreateQueue struct {
 	// OnFailure (string) Lua source defining on_failure(msg); empty for none.
 	OnFailure string
 	/*
-	   MaxAttempts (u32) Default retry policy: deliveries before dead-lettering; 0
-	   means 3.
+	   MaxAttempts (u32) Default retry policy: deliveries before dead-lettering, 1
+	   to 1,000,000; 0 means the broker's [queue] max_attempts (default 3).
 	*/
 	MaxAttempts uint32
 	/*
 	   BackoffBaseMS (u64) Default retry policy: delay after the first failure,
-	   doubled after each further one; 0 means 1000.
+	   doubled after each further one, at most 24 h; 0 means the broker's [queue]
+	   backoff_base (default 1 s).
 	*/
 	BackoffBaseMS uint64
-	// BackoffMaxMS (u64) Default retry policy: cap on the delay; 0 means 60000.
+	/*
+	   BackoffMaxMS (u64) Default retry policy: cap on the delay, from backoff_base
+	   to 24 h, both compared after zeros take the broker's settings (a
+	   backoff_base above the broker's backoff_max needs a backoff_max); 0 means
+	   the broker's [queue] backoff_max (default 60 s).
+	*/
 	BackoffMaxMS uint64
 	/*
-	   DedupWindowMS (u64) How long an idempotency key is remembered; 0 means
-	   300000 (5 minutes).
+	   DedupWindowMS (u64) How long an idempotency key is remembered, at most 7
+	   days; 0 means the broker's [queue] dedup_window (default 5 minutes).
 	*/
 	DedupWindowMS uint64
 }
@@ -1448,9 +1475,15 @@ type QueueStatsResult struct {
 	DeadLettered uint64
 	// Subscriptions (u32) Open subscriptions.
 	Subscriptions uint32
-	// VisibilityTimeoutMS (u64) Lease length.
+	/*
+	   VisibilityTimeoutMS (u64) Lease length in effect: the queue's own, or the
+	   broker's [queue] visibility_timeout.
+	*/
 	VisibilityTimeoutMS uint64
-	// MaxAttempts (u32) Default retry policy: attempts before dead-lettering.
+	/*
+	   MaxAttempts (u32) Default retry policy in effect: deliveries before
+	   dead-lettering, the queue's own or the broker's [queue] max_attempts.
+	*/
 	MaxAttempts uint32
 	/*
 	   FairnessKeys ([]FairnessKeyStats) Keys with pending messages, most pending
