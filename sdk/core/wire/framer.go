@@ -55,13 +55,34 @@ func (fr *FrameReader) SetMaxFrame(n int) {
 	}
 }
 
+// SetLimits changes both limits, for the frames whose headers Next has
+// not read yet: a server accepts small frames until the handshake is done
+// and its configured sizes after. Non-positive values take the protocol
+// defaults, as in NewFrameReader.
+func (fr *FrameReader) SetLimits(maxFrame, maxReassembled int) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrameSize
+	}
+	if maxReassembled <= 0 {
+		maxReassembled = MaxReassembledSize
+	}
+	fr.maxFrame, fr.maxReassembled = maxFrame, maxReassembled
+}
+
 // Reassembling returns the bytes the reader holds for a body being
 // reassembled from continuation frames (the capacity of its buffer), 0
 // when none is; a receiver bounding memory across connections charges it.
 func (fr *FrameReader) Reassembling() int { return fr.contLen }
 
 // Buffered returns the number of bytes fed and not yet returned as frames.
+// After Next has reported that it needs more bytes, they are the bytes of
+// the frame (or continuation) still arriving.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + fr.contLen }
+
+// keepBuffer is the largest buffer the reader keeps once it is empty; a
+// larger one, grown for a large frame, is dropped, so a connection that
+// once sent a large frame does not hold its memory while idle.
+const keepBuffer = 256 << 10
 
 // Feed appends p to the reader's buffer. p is copied. After Next has
 // failed, Feed discards p.
@@ -70,6 +91,9 @@ func (fr *FrameReader) Feed(p []byte) {
 		return
 	}
 	if fr.start > 0 && fr.start == len(fr.buf) {
+		if cap(fr.buf) > keepBuffer {
+			fr.buf = nil
+		}
 		fr.buf = fr.buf[:0]
 		fr.start = 0
 	} else if fr.start > 0 && fr.start >= cap(fr.buf)/2 {

@@ -202,10 +202,10 @@ func (r *reader) strLike(field, prev string) string {
 	return r.intern(b)
 }
 
-// strList decodes a []string, returning prev itself when every element
-// equals prev's.
-func (r *reader) strList(field string, prev []string) []string {
-	n := r.count(field, 2)
+// strList decodes a []string of at most max items (0: no maximum),
+// returning prev itself when every element equals prev's.
+func (r *reader) strList(field string, prev []string, max int) []string {
+	n := r.count(field, 2, max)
 	if n == 0 {
 		if r.err == nil && prev != nil && len(prev) == 0 {
 			return prev
@@ -257,12 +257,19 @@ func (r *reader) uuid(field string) (id [16]byte) {
 	return id
 }
 
-// count reads a list's u32 item count and checks that the bytes left could
+// count reads a list's u32 item count and checks it against the list's
+// declared maximum (max items; 0 for none), then that the bytes left could
 // hold that many items of at least minItem bytes each, so a forged count
-// cannot make the decoder allocate more than the body justifies.
-func (r *reader) count(field string, minItem int) int {
+// can make the decoder allocate neither more than the body justifies nor
+// more than the protocol allows.
+func (r *reader) count(field string, minItem, max int) int {
 	n := r.u32(field)
 	if r.err != nil {
+		return 0
+	}
+	if max > 0 && uint64(n) > uint64(max) {
+		r.fail(field, fmt.Sprintf("list of %d items exceeds the maximum of %d", n, max))
+		r.err.Err = ErrListTooLong
 		return 0
 	}
 	if uint64(n)*uint64(minItem) > uint64(len(r.b)-r.off) {
