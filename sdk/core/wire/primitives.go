@@ -257,23 +257,24 @@ func (r *reader) uuid(field string) (id [16]byte) {
 	return id
 }
 
-// count reads a list's u32 item count and checks it against the list's
-// declared maximum (max items; 0 for none), then that the bytes left could
-// hold that many items of at least minItem bytes each, so a forged count
-// can make the decoder allocate neither more than the body justifies nor
-// more than the protocol allows.
+// count reads a list's u32 item count and checks that the bytes left could
+// hold that many items of at least minItem bytes each (else the frame is
+// malformed), then that the count is within the list's declared maximum
+// (max items, 0 for none; else ErrListTooLong), so a forged count can make
+// the decoder allocate neither more than the body justifies nor more than
+// the protocol allows.
 func (r *reader) count(field string, minItem, max int) int {
 	n := r.u32(field)
 	if r.err != nil {
 		return 0
 	}
+	if uint64(n)*uint64(minItem) > uint64(len(r.b)-r.off) {
+		r.fail(field, "list count exceeds the bytes left")
+		return 0
+	}
 	if max > 0 && uint64(n) > uint64(max) {
 		r.fail(field, fmt.Sprintf("list of %d items exceeds the maximum of %d", n, max))
 		r.err.Err = ErrListTooLong
-		return 0
-	}
-	if uint64(n)*uint64(minItem) > uint64(len(r.b)-r.off) {
-		r.fail(field, "list count exceeds the bytes left")
 		return 0
 	}
 	return int(n)
