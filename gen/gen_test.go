@@ -98,6 +98,14 @@ func TestSpecChecks(t *testing.T) {
 			`field "nonce": max applies to lists only`,
 		},
 		{
+			"required field after an optional one",
+			func(s string) string {
+				return strings.Replace(s, `{ name = "node_id", type = "string", doc = "ID of the server node." }`,
+					`{ name = "node_id", type = "string", optional = true, doc = "ID of the server node." }`, 1)
+			},
+			`frame HandshakeOk: field "max_frame_size" follows an optional field and must be optional too`,
+		},
+		{
 			"batch list without the protocol's max",
 			func(s string) string {
 				return strings.Replace(s, `{ name = "items", type = "[]LeaseRef", max = 65536, doc = "Deliveries to acknowledge." }`,

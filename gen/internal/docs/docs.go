@@ -177,6 +177,9 @@ func fieldTable(b *strings.Builder, s *spec.Spec, fields []spec.Field) {
 	b.WriteString("| # | field | type | bytes | meaning |\n|---|---|---|---|---|\n")
 	for i, f := range fields {
 		doc := f.Doc
+		if f.Optional {
+			doc += " Optional: an older peer's body ends before it, which reads as the zero value."
+		}
 		if f.Max > 0 {
 			doc += fmt.Sprintf(" At most %d items.", f.Max)
 		}

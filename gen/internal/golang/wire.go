@@ -539,6 +539,10 @@ func (g *wireGen) decodeRecord(f *File, name string, fields []spec.Field) {
 	for _, fd := range fields {
 		code, usesPrev := g.decodeField(name, fd)
 		used = used || usesPrev
+		if fd.Optional {
+			// Absent from an older peer's body: keep the zero value.
+			code = []Code{If(Id("r").Dot("more").Call()).Block(code...)}
+		}
 		body = append(body, code...)
 	}
 	if !used {

@@ -59,6 +59,10 @@ type Field struct {
 	// Max, on a list field, is the most items it may hold; 0 means only
 	// the bytes of the frame bound it.
 	Max int `toml:"max"`
+	// Optional marks a field appended after its frame or struct was first
+	// published: a body that ends before it, from an older peer, decodes
+	// it as its zero value. Optional fields come last.
+	Optional bool `toml:"optional"`
 }
 
 // Flag is one bit of the header's flags.
@@ -287,7 +291,12 @@ func (s *Spec) validate() error {
 
 	checkFields := func(owner string, fields []Field) {
 		names := map[string]bool{}
+		optional := false
 		for _, fd := range fields {
+			if optional && !fd.Optional {
+				fail("%s: field %q follows an optional field and must be optional too", owner, fd.Name)
+			}
+			optional = optional || fd.Optional
 			if names[fd.Name] {
 				fail("%s: field %q declared twice", owner, fd.Name)
 			}

@@ -590,7 +590,9 @@ func (m *HandshakeOk) decodeFields(r *reader, prev *HandshakeOk) {
 	m.NodeID = r.strLike("node_id", prev.NodeID)
 	m.MaxFrameSize = r.u32("max_frame_size")
 	m.ServerName = r.strLike("server_name", prev.ServerName)
-	m.MaxBatchSize = r.u32("max_batch_size")
+	if r.more() {
+		m.MaxBatchSize = r.u32("max_batch_size")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.

@@ -25,6 +25,9 @@ const (
 	   CodeProtocolViolation (3, connection) A well-formed frame arrived where it
 	   is not allowed: any frame before Handshake, a second Handshake, a response
 	   opcode from the client, an interleaved continuation, a reused request ID.
+	   The server also closes with it a connection that sends no complete Handshake
+	   within its handshake timeout, or leaves a frame incomplete for its frame
+	   read timeout.
 	*/
 	CodeProtocolViolation Code = 3
 	// CodeUnsupportedVersion (4, connection) The peers share no protocol version.

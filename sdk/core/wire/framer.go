@@ -79,6 +79,19 @@ func (fr *FrameReader) Reassembling() int { return fr.contLen }
 // the frame (or continuation) still arriving.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + fr.contLen }
 
+// Held returns the memory the reader holds for input still arriving, in
+// bytes: Buffered, or, when a large frame is arriving, the capacity of
+// the buffer it arrives in (which may run ahead of the bytes fed, up to
+// the frame's end). A receiver bounding memory across connections
+// charges it.
+func (fr *FrameReader) Held() int {
+	n := fr.Buffered()
+	if n > keepBuffer {
+		n = max(n, cap(fr.buf)-fr.start+fr.contLen)
+	}
+	return n
+}
+
 // keepBuffer is the largest buffer the reader keeps once it is empty; a
 // larger one, grown for a large frame, is dropped, so a connection that
 // once sent a large frame does not hold its memory while idle.
@@ -101,7 +114,31 @@ func (fr *FrameReader) Feed(p []byte) {
 		fr.buf = fr.buf[:n]
 		fr.start = 0
 	}
+	if need := len(fr.buf) + len(p); need > cap(fr.buf) {
+		fr.grow(need)
+	}
 	fr.buf = append(fr.buf, p...)
+}
+
+// grow makes room for need bytes in buf. The capacity doubles (a large
+// frame arriving in reads of a few KiB then costs about twice its size in
+// allocations, where append's gentler growth for large slices costs four
+// or five times), but, for a large frame whose header is in, never past
+// its end: the buffer grows with the bytes fed, not with the length a
+// header claims, and a complete large frame is held in a buffer of its
+// own size.
+func (fr *FrameReader) grow(need int) {
+	c := max(2*cap(fr.buf), need, 4096)
+	if avail := fr.buf[fr.start:]; len(avail) >= HeaderSize {
+		h, _ := ParseHeader(avail)
+		if int64(h.Length) <= int64(fr.maxFrame) && h.Length > keepBuffer {
+			end := fr.start + HeaderSize + int(h.Length)
+			c = max(min(c, end), need)
+		}
+	}
+	nb := make([]byte, len(fr.buf), c)
+	copy(nb, fr.buf)
+	fr.buf = nb
 }
 
 // Next returns the next complete frame. ok is false when more bytes are

@@ -226,3 +226,23 @@ func TestFrameReaderDropsLargeBuffer(t *testing.T) {
 		t.Fatalf("Next = %+v %v %v; want the Ping", h, ok, err)
 	}
 }
+
+// TestFrameReaderLargeFrameBuffer: a large frame fed in small reads ends in
+// a buffer of its own size, and Held reports that buffer while it arrives.
+func TestFrameReaderLargeFrameBuffer(t *testing.T) {
+	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 3<<20)}}})
+	fr := NewFrameReader(0, 0)
+	for off := 0; off < len(frame)-1; off += 64 << 10 {
+		fr.Feed(frame[off:min(off+64<<10, len(frame)-1)])
+		if h := fr.Held(); h < fr.Buffered() || h > len(frame) {
+			t.Fatalf("Held = %d with %d buffered; want between them and the frame's %d bytes", h, fr.Buffered(), len(frame))
+		}
+	}
+	if c := cap(fr.buf); c != len(frame) {
+		t.Errorf("buffer capacity %d for a frame of %d bytes; want the frame's size", c, len(frame))
+	}
+	fr.Feed(frame[len(frame)-1:])
+	if _, _, ok, err := fr.Next(); !ok || err != nil {
+		t.Fatalf("Next = %v %v", ok, err)
+	}
+}

@@ -119,3 +119,20 @@ func TestForgedHeaderCountRefusedBeforeAllocating(t *testing.T) {
 		t.Fatalf("refusing the count took %.0f allocations; want a few, not one per header", allocs)
 	}
 }
+
+// TestOptionalFieldFromOlderPeer: a HandshakeOk from a broker that
+// predates max_batch_size ends before it, and decodes with it zero.
+func TestOptionalFieldFromOlderPeer(t *testing.T) {
+	full := (&HandshakeOk{Version: 1, NodeID: "n", MaxFrameSize: 4096, ServerName: "s", MaxBatchSize: 7}).AppendTo(nil)
+	old := full[:len(full)-4]
+	var m HandshakeOk
+	if err := m.Decode(old); err != nil || m.MaxBatchSize != 0 || m.ServerName != "s" {
+		t.Fatalf("Decode(older body) = %+v, %v; want MaxBatchSize 0 and the rest", m, err)
+	}
+	if err := m.Decode(full[:len(full)-2]); err == nil {
+		t.Fatalf("Decode(body ending inside max_batch_size) succeeded; want truncated")
+	}
+	if err := m.Decode(full); err != nil || m.MaxBatchSize != 7 {
+		t.Fatalf("Decode(full) = %+v, %v", m, err)
+	}
+}

@@ -98,6 +98,11 @@ func (r *reader) intern(b []byte) string {
 	return *slot
 }
 
+// more reports whether bytes are left to decode: an optional field (one
+// appended in a later release) is decoded only then, so an older peer's
+// shorter body gives it its zero value.
+func (r *reader) more() bool { return r.err == nil && r.off < len(r.b) }
+
 func (r *reader) fail(field, reason string) {
 	if r.err == nil {
 		r.err = &DecodeError{Frame: r.frame, Field: field, Offset: r.off, Reason: reason}
