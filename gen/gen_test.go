@@ -90,6 +90,29 @@ func TestSpecChecks(t *testing.T) {
 			},
 			`unknown type "u128"`,
 		},
+		{
+			"max on a field that is not a list",
+			func(s string) string {
+				return strings.Replace(s, `{ name = "nonce", type = "u64"`, `{ name = "nonce", type = "u64", max = 3`, 1)
+			},
+			`field "nonce": max applies to lists only`,
+		},
+		{
+			"required field after an optional one",
+			func(s string) string {
+				return strings.Replace(s, `{ name = "node_id", type = "string", doc = "ID of the server node." }`,
+					`{ name = "node_id", type = "string", optional = true, doc = "ID of the server node." }`, 1)
+			},
+			`frame HandshakeOk: field "max_frame_size" follows an optional field and must be optional too`,
+		},
+		{
+			"batch list without the protocol's max",
+			func(s string) string {
+				return strings.Replace(s, `{ name = "items", type = "[]LeaseRef", max = 65536, doc = "Deliveries to acknowledge." }`,
+					`{ name = "items", type = "[]LeaseRef", doc = "Deliveries to acknowledge." }`, 1)
+			},
+			`operation "Ack": items "items": max 0; want protocol.max_batch_size (65536)`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := spec.Parse([]byte(tc.edit(string(base))))

@@ -201,11 +201,14 @@ func TestProtocolViolationsClose(t *testing.T) {
 	}
 }
 
+// TestMaxConnections: server.max_connections counts handshaken
+// connections, so the third is refused at its handshake.
 func TestMaxConnections(t *testing.T) {
 	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_MAX_CONNECTIONS=2"))
 	a := dialRaw(t, srv.Addr, true)
 	dialRaw(t, srv.Addr, true)
 	over := dialRaw(t, srv.Addr, false)
+	over.send(1, &wire.Handshake{MaxVersion: 1, MinVersion: 1, ClientName: "raw"})
 	_, f := over.recv()
 	if ef, ok := f.(*wire.ErrorFrame); !ok || ef.Code != wire.CodeResourceExhausted {
 		t.Fatalf("third connection got %+v; want RESOURCE_EXHAUSTED", f)

@@ -220,8 +220,8 @@ broker closes the connection.`,
 	{
 		Name: "badinput/garbage_first_bytes",
 		Doc: `An HTTP request sent to the broker's port: its first four bytes, read
-as a frame length, exceed the max frame size, so the broker answers
-FRAME_TOO_LARGE and closes.`,
+as a frame length, exceed the max frame size (64 KiB until the
+handshake), so the broker answers FRAME_TOO_LARGE and closes.`,
 		Targets: brokerOnly,
 		Run: func(ctx context.Context, s *conformance.Session) error {
 			r, err := dialRaw(ctx, s)

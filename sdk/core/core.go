@@ -49,6 +49,10 @@ type State struct {
 	Capabilities []string
 	// ServerMaxFrame is the largest frame body the broker accepts, in bytes.
 	ServerMaxFrame int
+	// MaxBatchSize is the most items the broker accepts in one batch
+	// request (HandshakeOk.max_batch_size; wire.MaxBatchSize from a broker
+	// that does not say). The core splits larger requests.
+	MaxBatchSize int
 	// GoingAway is true once either side sent GoAway: no new requests.
 	GoingAway bool
 	// GoAwayCode, GoAwayMessage and LeaderHint are from the broker's GoAway.
@@ -178,6 +182,25 @@ type pending struct {
 	req wire.Frame
 	// internal requests (handshake, keepalive pings) are not surfaced.
 	internal bool
+	// group, for one part of a request split at the broker's batch cap,
+	// is the whole request; part is this part's index in it.
+	group *group
+	part  int
+}
+
+// A group is a batch request with more items than the broker accepts in
+// one, sent as several requests of at most State.MaxBatchSize items. It
+// completes once every part is answered, as one Completion on its first
+// part's request ID, with the parts' results joined in order.
+type group struct {
+	id       uint32
+	op       wire.Opcode
+	req      wire.Frame
+	parts    []wire.Frame    // each part's request, in order
+	answers  []wire.Frame    // each part's response, nil until answered or when it failed
+	errs     []*RequestError // each part's failure, nil when it succeeded
+	left     int             // parts not yet answered
+	reported bool            // its Completion has been made
 }
 
 type subscription struct {
@@ -216,6 +239,11 @@ type Conn struct {
 	hsDeadline  Time
 	timersArmed bool
 
+	// held are the requests made before HandshakeOk, by ID, in order:
+	// they are sent once the broker's batch cap is known.
+	held     []uint32
+	heldAway bool // Close was called before HandshakeOk: GoAway follows held
+
 	out         []byte
 	completions []Completion
 	deliveries  []DeliveryBatch
@@ -244,6 +272,7 @@ func New(cfg Config) *Conn {
 		nextID:  1,
 	}
 	c.state.ServerMaxFrame = wire.DefaultMaxFrameSize
+	c.state.MaxBatchSize = wire.MaxBatchSize
 	hs := &wire.Handshake{
 		MaxVersion:   wire.ProtocolVersion,
 		MinVersion:   wire.MinProtocolVersion,
@@ -264,7 +293,8 @@ func (c *Conn) State() State { return c.state }
 // Stats returns the connection's counters.
 func (c *Conn) Stats() Stats { return c.stats }
 
-// InFlight returns the number of requests awaiting a response, not
+// InFlight returns the number of requests awaiting a response (a
+// request split at the broker's batch cap counts once per part), not
 // counting subscriptions.
 func (c *Conn) InFlight() int { return len(c.pending) }
 
@@ -298,6 +328,14 @@ func (c *Conn) write(reqID uint32, f wire.Frame) {
 // deliveries are routed. Send returns ErrNotRequest for a frame that is not
 // a request, ErrGoingAway after GoAway, and the failure after the
 // connection failed.
+//
+// Requests made before HandshakeOk are written once it arrives. A batch
+// request (Enqueue, Ack, Nack, RetryAfter, ExtendLease, Release) with more
+// items than the broker accepts (State.MaxBatchSize) is sent as several
+// requests, in order; its Completion comes once all are answered, on the
+// returned ID, with their results joined in order. A part the broker
+// failed as a whole gives each of its items that failure's code and
+// message; Completion.Err is set only when every part failed.
 func (c *Conn) Send(f wire.Frame) (uint32, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
@@ -311,9 +349,51 @@ func (c *Conn) Send(f wire.Frame) (uint32, error) {
 		return 0, fmt.Errorf("fila: send %v: use its own method", op)
 	}
 	id := c.allocID()
-	c.pending[id] = &pending{op: op, req: f}
-	c.write(id, f)
+	p := &pending{op: op, req: f}
+	c.pending[id] = p
+	c.transmit(id, p)
 	return id, nil
+}
+
+// transmit writes request id, held until the handshake is done and split
+// at the broker's batch cap.
+func (c *Conn) transmit(id uint32, p *pending) {
+	if !c.state.Handshaken {
+		c.held = append(c.held, id)
+		return
+	}
+	parts := splitBatch(p.req, c.state.MaxBatchSize)
+	if parts == nil {
+		c.write(id, p.req)
+		return
+	}
+	g := &group{
+		id: id, op: p.op, req: p.req, parts: parts,
+		answers: make([]wire.Frame, len(parts)), errs: make([]*RequestError, len(parts)), left: len(parts),
+	}
+	for k, part := range parts {
+		pid := id
+		if k > 0 {
+			pid = c.allocID()
+		}
+		c.pending[pid] = &pending{op: p.op, req: part, group: g, part: k}
+		c.write(pid, part)
+	}
+}
+
+// release writes what was held for the handshake, in order.
+func (c *Conn) release() {
+	held := c.held
+	c.held = nil
+	for _, id := range held {
+		if p, ok := c.pending[id]; ok {
+			c.transmit(id, p)
+		}
+	}
+	if c.heldAway {
+		c.heldAway = false
+		c.write(0, &wire.GoAway{Code: wire.CodeOK, Message: "client closing"})
+	}
 }
 
 func (c *Conn) usable() error {
@@ -341,9 +421,10 @@ func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit)
 	}
 	f := &wire.Subscribe{Queue: queue, Prefetch: prefetch, RateLimits: limits}
 	id := c.allocID()
-	c.pending[id] = &pending{op: wire.OpSubscribe, req: f}
+	p := &pending{op: wire.OpSubscribe, req: f}
+	c.pending[id] = p
 	c.subs[id] = &subscription{prefetch: prefetch, outstanding: prefetch}
-	c.write(id, f)
+	c.transmit(id, p)
 	return id, nil
 }
 
@@ -445,6 +526,10 @@ func (c *Conn) Close() {
 	}
 	c.state.GoingAway = true
 	c.dirty = true
+	if !c.state.Handshaken {
+		c.heldAway = true // after the requests held for the handshake
+		return
+	}
 	c.write(0, &wire.GoAway{Code: wire.CodeOK, Message: "client closing"})
 }
 
@@ -595,13 +680,47 @@ func (c *Conn) handle(h wire.Header, body []byte) error {
 		return violation("%v for request %d, which is not in flight", op, h.RequestID)
 	}
 	delete(c.pending, h.RequestID)
-	if ef, isErr := f.(*wire.ErrorFrame); isErr {
-		return c.failed(h.RequestID, p, ef)
-	}
-	if op != p.op.Response() {
+	ef, isErr := f.(*wire.ErrorFrame)
+	if !isErr && op != p.op.Response() {
 		return violation("%v answers %v request %d; want %v", op, p.op, h.RequestID, p.op.Response())
 	}
+	if g := p.group; g != nil {
+		if isErr {
+			g.errs[p.part] = requestError(ef)
+		} else {
+			g.answers[p.part] = f
+		}
+		if g.left--; g.left == 0 {
+			c.groupDone(g)
+		}
+		return nil
+	}
+	if isErr {
+		return c.failed(h.RequestID, p, ef)
+	}
 	return c.succeeded(h.RequestID, p, f)
+}
+
+// groupDone completes a split request once its last part is answered:
+// with the joined results, or, when every part failed, the first
+// failure.
+func (c *Conn) groupDone(g *group) {
+	g.reported = true
+	allFailed := true
+	for _, e := range g.errs {
+		if e == nil {
+			allFailed = false
+		}
+	}
+	if allFailed {
+		rerr := g.errs[0]
+		if rerr.Code == wire.CodeNotLeader {
+			c.redirects = append(c.redirects, Redirect{RequestID: g.id, Op: g.op, Request: g.req, LeaderHint: rerr.LeaderHint})
+		}
+		c.completions = append(c.completions, Completion{RequestID: g.id, Op: g.op, Request: g.req, Err: rerr})
+		return
+	}
+	c.completions = append(c.completions, Completion{RequestID: g.id, Op: g.op, Request: g.req, Response: joinResults(g)})
 }
 
 func requestError(ef *wire.ErrorFrame) *RequestError {
@@ -648,7 +767,11 @@ func (c *Conn) succeeded(id uint32, p *pending, f wire.Frame) error {
 		if resp.MaxFrameSize >= wire.MinMaxFrameSize {
 			c.state.ServerMaxFrame = int(resp.MaxFrameSize)
 		}
+		if resp.MaxBatchSize > 0 {
+			c.state.MaxBatchSize = int(min(resp.MaxBatchSize, wire.MaxBatchSize))
+		}
 		c.dirty = true
+		c.release()
 		return nil
 	case *wire.Pong:
 		if p.internal {
@@ -705,11 +828,19 @@ func (c *Conn) fail(err error) {
 	lost := fmt.Errorf("%w: %w", ErrConnectionLost, err)
 	for _, id := range sortedKeys(c.pending) {
 		p := c.pending[id]
-		if !p.internal {
+		switch {
+		case p.internal:
+		case p.group != nil:
+			if g := p.group; !g.reported {
+				g.reported = true
+				c.completions = append(c.completions, Completion{RequestID: g.id, Op: g.op, Request: g.req, Err: lost})
+			}
+		default:
 			c.completions = append(c.completions, Completion{RequestID: id, Op: p.op, Request: p.req, Err: lost})
 		}
 	}
 	c.pending = map[uint32]*pending{}
+	c.held, c.heldAway = nil, false
 	for _, id := range sortedKeys(c.subs) {
 		if c.subs[id].active {
 			c.ended = append(c.ended, SubscriptionEnd{Subscription: id, Err: lost})

@@ -42,6 +42,15 @@
 //     nacked, retried) with Settle, so its subscription's credit is
 //     replenished.
 //
+// # Batches and the handshake
+//
+// Requests made before HandshakeOk are held and written once it arrives,
+// because only then is the broker's batch cap known (State.MaxBatchSize).
+// A batch request with more items than the cap is written as several
+// requests of at most the cap, in order, and completes once, on the ID
+// the call returned, with the results joined in order; a shell need not
+// know the cap.
+//
 // # Determinism
 //
 // The same sequence of calls with the same arguments produces the same

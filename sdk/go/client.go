@@ -167,7 +167,9 @@ func WithKeepalive(d time.Duration) Option { return func(o *options) { o.keepali
 // WithMaxBatch bounds the Enqueue frames built by coalescing concurrent
 // Send calls: at most n messages (default 1024) and b bytes of payload
 // (default 4 MiB) per frame. A single SendBatch larger than the bounds is
-// sent alone, never split.
+// sent alone. Independently of these bounds, no request carries more
+// items than the broker accepts (the max_batch_size it announces at
+// handshake): larger ones are split into several requests, transparently.
 func WithMaxBatch(n, b int) Option {
 	return func(o *options) { o.maxBatch, o.maxBatchB = n, b }
 }

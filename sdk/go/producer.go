@@ -141,17 +141,22 @@ type SendResult struct {
 	// key was accepted within the dedup window; ID is that message's.
 	Duplicate bool
 	// Err is *EnqueueError (QUEUE_NOT_FOUND, MESSAGE_TOO_LARGE) or
-	// *StatusError (FORBIDDEN) for a message rejected alone.
+	// *StatusError (FORBIDDEN) for a message rejected alone, or
+	// *StatusError for one whose part of a split batch the broker refused
+	// as a whole.
 	Err error
 }
 
-// SendBatch enqueues msgs, possibly to different queues, in one request
-// and returns one result per message, in order, once every accepted
-// message is durable. A message rejected alone has its error in its
-// result; err is non-nil only when the whole batch failed: *StatusError,
-// or an error wrapping ErrConnectionLost (some, all or none of the
-// messages may have been enqueued), ErrClosed or ctx's error. The messages
-// may be reused once SendBatch returns.
+// SendBatch enqueues msgs, possibly to different queues, and returns one
+// result per message, in order, once every accepted message is durable.
+// The batch goes in one request, or, when it has more messages than the
+// broker accepts in one (its announced max_batch_size, 4096 by default),
+// in several, sent in order. A message rejected alone, or with the part
+// of the batch it was sent in, has its error in its result; err is non-nil
+// only when the whole batch failed: *StatusError, or an error wrapping
+// ErrConnectionLost (some, all or none of the messages may have been
+// enqueued), ErrClosed or ctx's error. The messages may be reused once
+// SendBatch returns.
 func (p *Producer) SendBatch(ctx context.Context, msgs []*Message) ([]SendResult, error) {
 	wm := make([]wire.EnqueueMessage, len(msgs))
 	for i, m := range msgs {

@@ -167,15 +167,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	rt.Watch(rtconf.ThrottlePrefix, applyThrottle) // replays the stored entries first
 
 	scfg := server.Config{
-		NodeID:           cfg.Server.NodeID,
-		MaxConnections:   cfg.Server.MaxConnections,
-		ReassemblyBudget: cfg.Server.ReassemblyBudget,
-		MaxFrameSize:     int(cfg.Server.MaxFrameSize),
-		MaxMessageSize:   int(cfg.Server.MaxMessageSize),
-		Hooks:            hooks,
-		Config:           runtimeConfig{rt},
-		Logger:           log.With("component", "server"),
-		Version:          version,
+		NodeID:                   cfg.Server.NodeID,
+		MaxConnections:           cfg.Server.MaxConnections,
+		MaxHandshaking:           cfg.Server.MaxHandshaking,
+		MaxConnectionsPerAddress: cfg.Server.MaxConnectionsPerAddress,
+		HandshakeFailureRate:     float64(cfg.Server.HandshakeFailureRate),
+		HandshakeFailureBurst:    cfg.Server.HandshakeFailureBurst,
+		HandshakeTimeout:         cfg.Server.HandshakeTimeout,
+		ReassemblyBudget:         cfg.Server.ReassemblyBudget,
+		MaxOutbound:              cfg.Server.MaxOutboundSize,
+		WriteTimeout:             cfg.Server.WriteTimeout,
+		FrameReadTimeout:         cfg.Server.FrameReadTimeout,
+		MaxBatchSize:             cfg.Server.MaxBatchSize,
+		MaxFrameSize:             int(cfg.Server.MaxFrameSize),
+		MaxMessageSize:           int(cfg.Server.MaxMessageSize),
+		Hooks:                    hooks,
+		Config:                   runtimeConfig{rt},
+		Logger:                   log.With("component", "server"),
+		Version:                  version,
 	}
 	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
 		return err

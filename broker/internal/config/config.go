@@ -51,16 +51,59 @@ type ServerConfig struct {
 	// announces at handshake (max_frame_size, default 16MB, from 4KB to
 	// 256MB). Larger values travel as continuation frames.
 	MaxFrameSize int64
-	// MaxConnections caps open client connections; a connection over the cap
-	// is closed right after accept. Zero means no cap
+	// MaxConnections caps the client connections that completed the
+	// handshake; a handshake over the cap is answered RESOURCE_EXHAUSTED and
+	// its connection closed. Connections still handshaking count toward
+	// MaxHandshaking instead. Zero means no cap
 	// (max_connections, default 10000).
 	MaxConnections int
+	// MaxHandshaking caps the connections accepted and not yet handshaken;
+	// accepting one more closes the oldest of them (max_handshaking,
+	// default 1024, from 1 to 1000000).
+	MaxHandshaking int
+	// MaxConnectionsPerAddress caps the open connections from one IPv4
+	// address or IPv6 /64, handshaking or not; one more is refused at
+	// accept. Zero means no cap (max_connections_per_address, default
+	// 1000).
+	MaxConnectionsPerAddress int
+	// HandshakeFailureRate is how many failed handshakes (bad API key,
+	// bad version, malformed or non-Fila first bytes, handshake timeout)
+	// one address may make per second on average; while it is over, its
+	// new connections are refused at accept. Zero turns the check off
+	// (handshake_failure_rate, default 10).
+	HandshakeFailureRate int
+	// HandshakeFailureBurst is how many failed handshakes one address may
+	// make in a row before HandshakeFailureRate applies
+	// (handshake_failure_burst, default 20, from 1 to 1000000).
+	HandshakeFailureBurst int
+	// HandshakeTimeout bounds the time from accept to a complete Handshake
+	// frame (handshake_timeout, default 10s).
+	HandshakeTimeout time.Duration
 	// ReassemblyBudget bounds the bytes all connections together may hold
-	// for requests arriving in continuation frames (requests larger than
-	// max_frame_size); a connection that would take the total over it is
-	// closed with RESOURCE_EXHAUSTED (reassembly_budget, default 256MB,
-	// from 1MB to 1TB).
+	// for requests still arriving: a frame received in part (beyond its
+	// first 64 KiB) and the frames of a continuation; a connection that
+	// would take the total over it is closed with RESOURCE_EXHAUSTED
+	// (reassembly_budget, default 256MB, from 1MB to 1TB).
 	ReassemblyBudget int64
+	// MaxOutboundSize bounds the bytes of answers one connection may have
+	// waiting to be written; over it the server stops reading that
+	// connection's requests until the client reads its answers
+	// (max_outbound_size, default 4MB, from 64KB to 1GB).
+	MaxOutboundSize int64
+	// WriteTimeout closes a connection whose socket takes no bytes for
+	// this long: a client, or a consumer, that stopped reading
+	// (write_timeout, default 30s).
+	WriteTimeout time.Duration
+	// FrameReadTimeout closes a connection that sent part of a frame and
+	// nothing more for this long; connections between frames may stay
+	// idle (frame_read_timeout, default 30s).
+	FrameReadTimeout time.Duration
+	// MaxBatchSize is the most items one batch request may carry (messages
+	// of an Enqueue, items of an Ack, Nack, RetryAfter, ExtendLease or
+	// Release), announced to clients at handshake; a request with more
+	// fails with INVALID_ARGUMENT (max_batch_size, default 4096, from 1 to
+	// 65536).
+	MaxBatchSize int
 	// MemoryLimit is a soft limit on the broker's memory in bytes: the
 	// garbage collector works harder as the heap approaches it, keeping the
 	// resident size near it under bursts of large messages (Go's
@@ -208,12 +251,21 @@ const (
 func Default() Config {
 	return Config{
 		Server: ServerConfig{
-			ListenAddr:       "0.0.0.0:5555",
-			MaxMessageSize:   16 * Megabyte,
-			MaxFrameSize:     16 * Megabyte,
-			MaxConnections:   10000,
-			ReassemblyBudget: 256 * Megabyte,
-			ShutdownTimeout:  10 * time.Second,
+			ListenAddr:               "0.0.0.0:5555",
+			MaxMessageSize:           16 * Megabyte,
+			MaxFrameSize:             16 * Megabyte,
+			MaxConnections:           10000,
+			MaxHandshaking:           1024,
+			MaxConnectionsPerAddress: 1000,
+			HandshakeFailureRate:     10,
+			HandshakeFailureBurst:    20,
+			HandshakeTimeout:         10 * time.Second,
+			ReassemblyBudget:         256 * Megabyte,
+			MaxOutboundSize:          4 * Megabyte,
+			WriteTimeout:             30 * time.Second,
+			FrameReadTimeout:         30 * time.Second,
+			MaxBatchSize:             4096,
+			ShutdownTimeout:          10 * time.Second,
 		},
 		Storage: StorageConfig{
 			DataDir:     "data",

@@ -75,38 +75,47 @@ func TestDefaultsNoFile(t *testing.T) {
 		t.Errorf("Sources.File() = %q; want \"\"", src.File())
 	}
 	defaults := map[string]string{
-		"server.listen_addr":            `"0.0.0.0:5555"`,
-		"server.node_id":                `"host-1"`,
-		"server.max_message_size":       `"16MB"`,
-		"server.max_frame_size":         `"16MB"`,
-		"server.max_connections":        `10000`,
-		"server.reassembly_budget":      `"256MB"`,
-		"server.memory_limit":           `"0B"`,
-		"server.shutdown_timeout":       `"10s"`,
-		"storage.data_dir":              `"data"`,
-		"storage.segment_size":          `"8MB"`,
-		"storage.cache_size":            `"16MB"`,
-		"storage.repair":                `false`,
-		"storage.unsafe_no_sync":        `false`,
-		"scheduler.quantum":             `1000`,
-		"queue.visibility_timeout":      `"30s"`,
-		"queue.max_attempts":            `3`,
-		"queue.backoff_base":            `"1s"`,
-		"queue.backoff_max":             `"1m"`,
-		"queue.dedup_window":            `"5m"`,
-		"queue.max_lease_extension":     `"12h"`,
-		"lua.default_timeout":           `"10ms"`,
-		"lua.memory_limit":              `"8MB"`,
-		"lua.circuit_breaker_threshold": `3`,
-		"lua.circuit_breaker_cooldown":  `"30s"`,
-		"auth.enabled":                  `false`,
-		"auth.bootstrap_apikey":         `""`,
-		"tls.cert_file":                 `""`,
-		"tls.key_file":                  `""`,
-		"tls.client_ca_file":            `""`,
-		"telemetry.otlp_endpoint":       `""`,
-		"log.level":                     `"info"`,
-		"log.format":                    `"text"`,
+		"server.listen_addr":                 `"0.0.0.0:5555"`,
+		"server.node_id":                     `"host-1"`,
+		"server.max_message_size":            `"16MB"`,
+		"server.max_frame_size":              `"16MB"`,
+		"server.max_connections":             `10000`,
+		"server.max_handshaking":             `1024`,
+		"server.max_connections_per_address": `1000`,
+		"server.handshake_failure_rate":      `10`,
+		"server.handshake_failure_burst":     `20`,
+		"server.handshake_timeout":           `"10s"`,
+		"server.reassembly_budget":           `"256MB"`,
+		"server.max_outbound_size":           `"4MB"`,
+		"server.write_timeout":               `"30s"`,
+		"server.frame_read_timeout":          `"30s"`,
+		"server.max_batch_size":              `4096`,
+		"server.memory_limit":                `"0B"`,
+		"server.shutdown_timeout":            `"10s"`,
+		"storage.data_dir":                   `"data"`,
+		"storage.segment_size":               `"8MB"`,
+		"storage.cache_size":                 `"16MB"`,
+		"storage.repair":                     `false`,
+		"storage.unsafe_no_sync":             `false`,
+		"scheduler.quantum":                  `1000`,
+		"queue.visibility_timeout":           `"30s"`,
+		"queue.max_attempts":                 `3`,
+		"queue.backoff_base":                 `"1s"`,
+		"queue.backoff_max":                  `"1m"`,
+		"queue.dedup_window":                 `"5m"`,
+		"queue.max_lease_extension":          `"12h"`,
+		"lua.default_timeout":                `"10ms"`,
+		"lua.memory_limit":                   `"8MB"`,
+		"lua.circuit_breaker_threshold":      `3`,
+		"lua.circuit_breaker_cooldown":       `"30s"`,
+		"auth.enabled":                       `false`,
+		"auth.bootstrap_apikey":              `""`,
+		"tls.cert_file":                      `""`,
+		"tls.key_file":                       `""`,
+		"tls.client_ca_file":                 `""`,
+		"telemetry.otlp_endpoint":            `""`,
+		"log.level":                          `"info"`,
+		"log.format":                         `"text"`,
 	}
 	if len(defaults) != len(fields) {
 		t.Errorf("the test lists %d keys; the table has %d", len(defaults), len(fields))
@@ -133,7 +142,16 @@ node_id = "node-a"
 max_message_size = "1MB"
 max_frame_size = "64KiB"
 max_connections = 50
+max_handshaking = 64
+max_connections_per_address = 20
+handshake_failure_rate = 2
+handshake_failure_burst = 5
+handshake_timeout = "3s"
 reassembly_budget = "64MB"
+max_outbound_size = "1MB"
+write_timeout = "5s"
+frame_read_timeout = "7s"
+max_batch_size = 512
 memory_limit = "1GB"
 shutdown_timeout = "2s"
 
@@ -182,7 +200,10 @@ func fullConfig() Config {
 	return Config{
 		Server: ServerConfig{
 			ListenAddr: "127.0.0.1:6000", NodeID: "node-a", MaxMessageSize: 1 << 20,
-			MaxFrameSize: 64 << 10, MaxConnections: 50, ReassemblyBudget: 64 << 20, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
+			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxHandshaking: 64, MaxConnectionsPerAddress: 20,
+			HandshakeFailureRate: 2, HandshakeFailureBurst: 5, HandshakeTimeout: 3 * time.Second,
+			ReassemblyBudget: 64 << 20, MaxOutboundSize: 1 << 20, WriteTimeout: 5 * time.Second, FrameReadTimeout: 7 * time.Second,
+			MaxBatchSize: 512, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
 		},
 		Storage: StorageConfig{
 			DataDir: "/var/lib/fila", SegmentSize: 128 << 20, CacheSize: 0, Repair: true, UnsafeNoSync: true,

@@ -76,6 +76,7 @@ var sections = []string{"server", "storage", "scheduler", "queue", "lua", "auth"
 const (
 	maxReassembled = 256 * Megabyte // spec: protocol.max_reassembled_size
 	minFrame       = 4 * Kilobyte   // spec: protocol.min_max_frame_size
+	maxBatch       = 65536          // spec: protocol.max_batch_size
 	maxQuantum     = 1 << 30
 	maxCount       = 1000000
 	minSecretLen   = 16
@@ -96,9 +97,36 @@ var fields = []field{
 	{"server", "max_connections", kindInt,
 		func(c *Config) any { return &c.Server.MaxConnections },
 		intIn(0, 1<<31-1, func(c *Config) int64 { return int64(c.Server.MaxConnections) })},
+	{"server", "max_handshaking", kindInt,
+		func(c *Config) any { return &c.Server.MaxHandshaking },
+		intIn(1, maxCount, func(c *Config) int64 { return int64(c.Server.MaxHandshaking) })},
+	{"server", "max_connections_per_address", kindInt,
+		func(c *Config) any { return &c.Server.MaxConnectionsPerAddress },
+		intIn(0, 1<<31-1, func(c *Config) int64 { return int64(c.Server.MaxConnectionsPerAddress) })},
+	{"server", "handshake_failure_rate", kindInt,
+		func(c *Config) any { return &c.Server.HandshakeFailureRate },
+		intIn(0, maxCount, func(c *Config) int64 { return int64(c.Server.HandshakeFailureRate) })},
+	{"server", "handshake_failure_burst", kindInt,
+		func(c *Config) any { return &c.Server.HandshakeFailureBurst },
+		intIn(1, maxCount, func(c *Config) int64 { return int64(c.Server.HandshakeFailureBurst) })},
+	{"server", "handshake_timeout", kindDuration,
+		func(c *Config) any { return &c.Server.HandshakeTimeout },
+		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Server.HandshakeTimeout })},
 	{"server", "reassembly_budget", kindSize,
 		func(c *Config) any { return &c.Server.ReassemblyBudget },
 		sizeIn(Megabyte, 1<<40, func(c *Config) int64 { return c.Server.ReassemblyBudget })},
+	{"server", "max_outbound_size", kindSize,
+		func(c *Config) any { return &c.Server.MaxOutboundSize },
+		sizeIn(64*Kilobyte, Gigabyte, func(c *Config) int64 { return c.Server.MaxOutboundSize })},
+	{"server", "write_timeout", kindDuration,
+		func(c *Config) any { return &c.Server.WriteTimeout },
+		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Server.WriteTimeout })},
+	{"server", "frame_read_timeout", kindDuration,
+		func(c *Config) any { return &c.Server.FrameReadTimeout },
+		durationAtLeast(time.Millisecond, func(c *Config) time.Duration { return c.Server.FrameReadTimeout })},
+	{"server", "max_batch_size", kindInt,
+		func(c *Config) any { return &c.Server.MaxBatchSize },
+		intIn(1, maxBatch, func(c *Config) int64 { return int64(c.Server.MaxBatchSize) })},
 	{"server", "memory_limit", kindSize,
 		func(c *Config) any { return &c.Server.MemoryLimit },
 		sizeIn(0, 1<<40, func(c *Config) int64 { return c.Server.MemoryLimit })},

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +23,22 @@ import (
 
 var syscallEMFILE = syscall.EMFILE
 
+// Limits of a connection's reading and writing.
+const (
+	// maxHandshakeFrame bounds every frame, and a continuation, before
+	// the handshake is done: a Handshake is a few hundred bytes, and a
+	// connection that has not authenticated must not make the server
+	// buffer more.
+	maxHandshakeFrame = 64 << 10
+	// freeFrameBytes of a frame still arriving are not charged to
+	// Config.ReassemblyBudget: the size of one read.
+	freeFrameBytes = 64 << 10
+	// writeChunk is the most the writer hands the socket in one write;
+	// each write gets a fresh deadline, so Config.WriteTimeout measures
+	// lack of progress, not the time to send a large backlog.
+	writeChunk = 1 << 20
+)
+
 // conn is one client connection.
 type conn struct {
 	s   *Server
@@ -29,18 +47,25 @@ type conn struct {
 	ctx context.Context // canceled when the connection ends
 	end context.CancelFunc
 
+	// Admission state, under Server.adm.mu.
+	addr        netip.Prefix  // the address its per-address limits count under
+	hasAddr     bool          // false for a remote address that is not IP
+	admitted    *list.Element // its place in the handshaking pool, nil once out
+	evicted     bool          // closed to make room in the handshaking pool
+	established bool          // counted toward Config.MaxConnections
+
 	// Reader goroutine only.
 	fr         *wire.FrameReader
-	charged    int64 // bytes of fr's reassembly charged to Server.reassembling
+	charged    int64 // bytes of fr's pending input charged to Server.reassembling
 	handshaken bool
-	registered bool // in Server.byKey
+	registered bool      // in Server.byKey
+	readDL     time.Time // when the read deadline of a partial frame was last set; zero: no deadline
 
 	// principal is set at handshake, before the connection is registered
 	// by key (Server.register); read-only after.
 	principal auth.Principal
 
 	peerMaxFrame atomic.Int64
-	inflight     atomic.Int32
 
 	revokeOnce sync.Once // see revoked
 
@@ -50,6 +75,17 @@ type conn struct {
 	closed    bool          // no more items are accepted
 	goingAway bool
 	subs      map[uint32]*subscription // by request ID
+	// inflight holds the requests read and not yet answered on the
+	// socket, by request ID, each with the bytes reserved for its answer.
+	inflight map[uint32]int64
+	// outBytes is what the connection's answers may cost: the
+	// reservations of the requests in flight plus the estimated size of
+	// the frames queued for the writer and not yet written (deliveries
+	// excepted: credit bounds them).
+	outBytes int64
+	// room is signalled when outBytes or inflight shrink or the
+	// connection closes: the reader waits on it while over its bounds.
+	room sync.Cond
 }
 
 // outItem is one thing for the writer: a frame, or deliveries to encode.
@@ -63,6 +99,9 @@ type outItem struct {
 	request bool
 	// closeAfter closes the connection once this item is written.
 	closeAfter bool
+	// size is the estimated memory of frame, counted in conn.outBytes
+	// until written.
+	size int64
 }
 
 // subscription is a connection's view of one of its subscriptions. It is
@@ -90,15 +129,18 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc = &plainConn{Conn: nc}
 	}
 	c := &conn{
-		s:      s,
-		nc:     nc,
-		log:    s.log.With("remote", nc.RemoteAddr().String()),
-		ctx:    ctx,
-		end:    cancel,
-		fr:     wire.NewFrameReader(s.cfg.MaxFrameSize, 0),
-		notify: make(chan struct{}, 1),
-		subs:   map[uint32]*subscription{},
+		s:        s,
+		nc:       nc,
+		log:      s.log.With("remote", nc.RemoteAddr().String()),
+		ctx:      ctx,
+		end:      cancel,
+		fr:       wire.NewFrameReader(maxHandshakeFrame, maxHandshakeFrame),
+		notify:   make(chan struct{}, 1),
+		subs:     map[uint32]*subscription{},
+		inflight: map[uint32]int64{},
 	}
+	c.room.L = &c.mu
+	c.addr, c.hasAddr = addrKey(nc.RemoteAddr())
 	c.peerMaxFrame.Store(wire.DefaultMaxFrameSize)
 	if pc, ok := nc.(*plainConn); ok {
 		pc.c = c
@@ -145,12 +187,16 @@ func (c *conn) cleanup() {
 // push queues an item for the writer. It never blocks; after the
 // connection closed, items are dropped.
 func (c *conn) push(it outItem) {
+	if it.frame != nil {
+		it.size = frameCost(it.frame)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return
 	}
 	c.out = append(c.out, it)
+	c.outBytes += it.size
 	c.mu.Unlock()
 	c.wake()
 }
@@ -172,6 +218,101 @@ func (c *conn) wake() {
 	}
 }
 
+// begin records request reqID as in flight, reserving reserve bytes for
+// its answer; false if a request with that ID is already in flight.
+// Reader goroutine only.
+func (c *conn) begin(reqID uint32, reserve int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.inflight[reqID]; dup {
+		return false
+	}
+	c.inflight[reqID] = reserve
+	c.outBytes += reserve
+	return true
+}
+
+// waitRoom blocks the reader while the connection's answers are over its
+// bounds (Config.MaxInFlight requests, Config.MaxOutbound bytes), so a
+// client that does not read its answers stops being read: the pressure
+// stays in its TCP connection. It returns false once the connection is
+// closed.
+func (c *conn) waitRoom() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed && (len(c.inflight) >= c.s.cfg.MaxInFlight || c.outBytes > c.s.cfg.MaxOutbound) {
+		c.room.Wait()
+	}
+	return !c.closed
+}
+
+// frameCost estimates the memory a queued frame holds until written, in
+// bytes: its encoded size plus the item and struct around it.
+func frameCost(f wire.Frame) int64 {
+	const overhead = 128
+	switch f := f.(type) {
+	case *wire.ErrorFrame:
+		return overhead + int64(len(f.Message)+len(f.LeaderHint))
+	case *wire.Pong, *wire.SubscribeOk, *wire.UnsubscribeOk, *wire.GoAway, *wire.HandshakeOk:
+		return overhead
+	case *wire.EnqueueResult:
+		n := int64(overhead)
+		for i := range f.Results {
+			n += 64 + int64(len(f.Results[i].Message))
+		}
+		return n
+	case *wire.AckResult:
+		return overhead + itemResultsCost(f.Results)
+	case *wire.NackResult:
+		return overhead + itemResultsCost(f.Results)
+	case *wire.RetryAfterResult:
+		return overhead + itemResultsCost(f.Results)
+	case *wire.ReleaseResult:
+		return overhead + itemResultsCost(f.Results)
+	case *wire.ExtendLeaseResult:
+		n := int64(overhead)
+		for i := range f.Results {
+			n += 48 + int64(len(f.Results[i].Message))
+		}
+		return n
+	}
+	// Admin answers: rare, and some (ListQueues) large; measure them.
+	return overhead + int64(len(f.AppendTo(nil)))
+}
+
+func itemResultsCost(rs []wire.ItemResult) int64 {
+	var n int64
+	for i := range rs {
+		n += 32 + int64(len(rs[i].Message))
+	}
+	return n
+}
+
+// answerReserve is the bytes reserved for the answer of a request read
+// from the client, before it is answered: the results of a batch (which
+// the handlers allocate at once), or room for a list an admin request may
+// return.
+func answerReserve(f wire.Frame) int64 {
+	const base = 256
+	switch f := f.(type) {
+	case *wire.Enqueue:
+		return base + 64*int64(len(f.Messages))
+	case *wire.Ack:
+		return base + 64*int64(len(f.Items))
+	case *wire.Nack:
+		return base + 64*int64(len(f.Items))
+	case *wire.RetryAfter:
+		return base + 64*int64(len(f.Items))
+	case *wire.Release:
+		return base + 64*int64(len(f.Items))
+	case *wire.ExtendLease:
+		return base + 64*int64(len(f.Items))
+	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListApiKeys, *wire.GetAcl:
+		return 64 << 10
+	}
+	return base
+}
+
 // respond answers request reqID with f, ending the request in flight.
 func (c *conn) respond(reqID uint32, f wire.Frame) {
 	c.push(outItem{reqID: reqID, frame: f, request: true})
@@ -187,23 +328,52 @@ func errorFrame(err error) *wire.ErrorFrame {
 }
 
 // fail sends a connection-scoped Error and closes the connection once it
-// is written.
+// is written. Before the handshake is done, a failure that is the
+// client's doing (anything but RESOURCE_EXHAUSTED, a limit of the
+// server's) is charged to its address's failed-handshake bucket. Reader
+// goroutine only.
 func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
-	c.log.Info("closing connection", "code", code, "reason", msg)
-	c.failQuiet(reqID, code, msg)
+	if !c.handshaken {
+		if code != wire.CodeResourceExhausted {
+			c.s.adm.failed(c)
+		}
+		c.log.Debug("closing connection before handshake", "code", code, "reason", msg)
+	} else {
+		c.log.Info("closing connection", "code", code, "reason", msg)
+	}
+	c.shut(reqID, code, msg)
 }
 
 // failQuiet is fail without the log line, for failures that are logged
-// rate-limited (see limitedAudit).
+// rate-limited (see limitedAudit). Before the handshake, it charges the
+// address's failed-handshake bucket as fail does.
 func (c *conn) failQuiet(reqID uint32, code wire.Code, msg string) {
+	if !c.handshaken && code != wire.CodeResourceExhausted {
+		c.s.adm.failed(c)
+	}
+	c.shut(reqID, code, msg)
+}
+
+// evict closes a connection still handshaking to make room for a newer
+// one. Any goroutine.
+func (c *conn) evict(msg string) {
+	c.log.Debug("closing connection before handshake", "code", wire.CodeResourceExhausted, "reason", msg)
+	c.shut(0, wire.CodeResourceExhausted, msg)
+}
+
+// shut queues an Error frame and closes the connection once it is
+// written; nothing queued after it is sent.
+func (c *conn) shut(reqID uint32, code wire.Code, msg string) {
 	c.push(outItem{reqID: reqID, frame: &wire.ErrorFrame{Code: code, Message: msg}, closeAfter: true})
 	c.mu.Lock()
 	c.closed = true // nothing after the error
+	c.room.Broadcast()
 	c.mu.Unlock()
 }
 
 func (c *conn) closeLocked() {
 	c.closed = true
+	c.room.Broadcast()
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -215,6 +385,7 @@ func (c *conn) close() {
 	c.mu.Lock()
 	c.closeLocked()
 	c.mu.Unlock()
+	c.end()
 	c.nc.Close()
 }
 
@@ -241,7 +412,7 @@ func (c *conn) goAway(code wire.Code, msg string) {
 
 func (c *conn) maybeFinishGoAway() {
 	c.mu.Lock()
-	done := c.goingAway && c.inflight.Load() == 0 && !c.closed
+	done := c.goingAway && len(c.inflight) == 0 && !c.closed
 	if done {
 		c.out = append(c.out, outItem{closeAfter: true})
 		c.closed = true
@@ -257,9 +428,17 @@ func (c *conn) maybeFinishGoAway() {
 
 func (c *conn) readLoop() {
 	defer func() { c.s.reassembling.Add(-c.charged) }()
-	buf := make([]byte, 64<<10)
+	// Until the handshake, reads are small: a Handshake is, and a socket
+	// that never sends one should cost little.
+	buf := make([]byte, 4<<10)
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	for {
+		if c.handshaken {
+			if len(buf) < 64<<10 {
+				buf = make([]byte, 64<<10)
+			}
+			c.armFrameDeadline()
+		}
 		n, err := c.nc.Read(buf)
 		if n > 0 {
 			c.fr.Feed(buf[:n])
@@ -277,6 +456,9 @@ func (c *conn) readLoop() {
 				if !ok {
 					break
 				}
+				if c.handshaken && !c.waitRoom() {
+					return
+				}
 				if !c.dispatch(h, body) {
 					return
 				}
@@ -288,9 +470,12 @@ func (c *conn) readLoop() {
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() && !c.handshaken {
+				switch {
+				case errors.As(err, &ne) && ne.Timeout() && !c.handshaken:
 					c.fail(0, wire.CodeProtocolViolation, "no handshake within "+c.s.cfg.HandshakeTimeout.String())
-				} else {
+				case errors.As(err, &ne) && ne.Timeout():
+					c.fail(0, wire.CodeProtocolViolation, fmt.Sprintf("frame incomplete: %d bytes received, none for %v", c.fr.Buffered(), c.s.cfg.FrameReadTimeout))
+				default:
 					c.log.Debug("read", "err", err)
 				}
 			}
@@ -305,13 +490,37 @@ func (c *conn) readLoop() {
 	}
 }
 
-// chargeReassembly charges the growth of the frame reader's reassembly
-// buffer to the server's budget, or closes the connection with
-// RESOURCE_EXHAUSTED and returns false if the budget has no room: a
-// client that starts a huge continued request, or many clients that do,
-// cannot take the broker's memory from the others.
+// armFrameDeadline sets the read deadline after the handshake: while part
+// of a frame is buffered, more of it must arrive within
+// Config.FrameReadTimeout; with nothing buffered the connection may stay
+// idle (keepalive is the client's business). The deadline moves only
+// when an eighth of the timeout has passed since it was last set, so a
+// frame arriving in many reads does not reset a timer on each, and a
+// reader that was held up (waiting for room, or for the shard) gets a
+// fresh deadline before it reads again.
+func (c *conn) armFrameDeadline() {
+	partial := c.fr.Buffered() > 0
+	switch {
+	case partial:
+		now := time.Now()
+		if to := c.s.cfg.FrameReadTimeout; c.readDL.IsZero() || now.Sub(c.readDL) > to/8 {
+			c.nc.SetReadDeadline(now.Add(to))
+			c.readDL = now
+		}
+	case !c.readDL.IsZero():
+		c.nc.SetReadDeadline(time.Time{})
+		c.readDL = time.Time{}
+	}
+}
+
+// chargeReassembly charges the bytes the frame reader holds for input
+// still arriving (a partial frame beyond freeFrameBytes, the frames of a
+// continuation) to the server's budget, or closes the connection with
+// RESOURCE_EXHAUSTED and returns false if the budget has no room: a client
+// that starts a huge request, or many clients that do, cannot take the
+// broker's memory from the others.
 func (c *conn) chargeReassembly() bool {
-	held := int64(c.fr.Reassembling())
+	held := int64(max(c.fr.Held()-freeFrameBytes, 0))
 	d := held - c.charged
 	if d <= 0 {
 		if d < 0 {
@@ -328,8 +537,8 @@ func (c *conn) chargeReassembly() bool {
 			c.s.reassembling.Add(-c.charged)
 			c.charged = 0
 			c.fail(0, wire.CodeResourceExhausted, fmt.Sprintf(
-				"continued request of %d bytes so far: the server's reassembly budget of %d bytes, shared by all connections, is exhausted",
-				held, c.s.cfg.ReassemblyBudget))
+				"request of %d bytes so far: the server's budget of %d bytes for requests still arriving, shared by all connections, is exhausted",
+				c.fr.Buffered(), c.s.cfg.ReassemblyBudget))
 			return false
 		}
 		if c.s.reassembling.CompareAndSwap(cur, cur+d) {
@@ -339,9 +548,38 @@ func (c *conn) chargeReassembly() bool {
 	}
 }
 
+// An outWriter writes the connection's frames in chunks of about
+// writeChunk bytes, each with a fresh deadline: a client that stops
+// reading is closed Config.WriteTimeout after the socket last took
+// bytes, and a large backlog is never encoded into one buffer.
+type outWriter struct {
+	c   *conn
+	buf []byte
+	dl  time.Time // when the write deadline was last set
+}
+
+// full reports whether buf should be written before more is added.
+func (w *outWriter) full() bool { return len(w.buf) >= writeChunk }
+
+// flush writes buf. An error (the write deadline passed, the connection
+// failed) means the connection must close.
+func (w *outWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	now := time.Now()
+	if to := w.c.s.cfg.WriteTimeout; now.Sub(w.dl) > to/8 {
+		w.c.nc.SetWriteDeadline(now.Add(to))
+		w.dl = now
+	}
+	_, err := w.c.nc.Write(w.buf)
+	w.buf = w.buf[:0]
+	return err
+}
+
 // writeLoop writes queued items until the connection closes.
 func (c *conn) writeLoop() {
-	var buf []byte
+	w := &outWriter{c: c}
 	var batch []outItem
 	for {
 		c.mu.Lock()
@@ -357,10 +595,10 @@ func (c *conn) writeLoop() {
 			return
 		}
 
-		buf = buf[:0]
 		closeAfter := false
 		var credits map[*subscription]uint32
-		ended := 0
+		written := 0 // batch[:written] are on the socket
+		var err error
 		for i := range batch {
 			it := &batch[i]
 			switch {
@@ -369,7 +607,7 @@ func (c *conn) writeLoop() {
 				// were released.
 			case it.sub != nil:
 				var n int
-				buf, n = c.appendDeliveries(buf, it.sub, it.msgs)
+				n, err = c.appendDeliveries(w, it.sub, it.msgs)
 				if it.sub.unlimited && n > 0 {
 					if credits == nil {
 						credits = map[*subscription]uint32{}
@@ -377,10 +615,17 @@ func (c *conn) writeLoop() {
 					credits[it.sub] += uint32(n)
 				}
 			case it.frame != nil:
-				buf = wire.AppendFrames(buf, it.reqID, it.frame, int(c.peerMaxFrame.Load()))
+				w.buf = wire.AppendFrames(w.buf, it.reqID, it.frame, int(c.peerMaxFrame.Load()))
 			}
-			if it.request {
-				ended++
+			if err == nil && (w.full() || it.closeAfter || i == len(batch)-1) {
+				err = w.flush()
+				if err == nil {
+					c.written(batch[written : i+1])
+					written = i + 1
+				}
+			}
+			if err != nil {
+				break
 			}
 			if it.closeAfter {
 				closeAfter = true
@@ -388,16 +633,15 @@ func (c *conn) writeLoop() {
 			}
 		}
 		clear(batch)
-		if len(buf) > 0 {
-			if _, err := c.nc.Write(buf); err != nil {
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.log.Info("closing connection: the client has not read for the write timeout", "timeout", c.s.cfg.WriteTimeout)
+			} else {
 				c.log.Debug("write", "err", err)
-				c.close()
-				return
 			}
-		}
-		if ended > 0 {
-			c.inflight.Add(int32(-ended))
-			c.maybeFinishGoAway()
+			c.close()
+			return
 		}
 		for sub, n := range credits {
 			c.s.sh.AddCredit(c.ctx, sub.id, n)
@@ -406,28 +650,55 @@ func (c *conn) writeLoop() {
 			c.close()
 			return
 		}
-		if cap(buf) > 4<<20 {
-			buf = nil // do not pin a large buffer
+		if cap(w.buf) > 4<<20 {
+			w.buf = nil // do not pin a large buffer
 		}
 	}
 }
 
+// written releases what the items, now on the socket, held of the
+// connection's bounds: their frames' estimated size and, for answers, the
+// requests in flight they end.
+func (c *conn) written(items []outItem) {
+	ended := false
+	c.mu.Lock()
+	for i := range items {
+		it := &items[i]
+		c.outBytes -= it.size
+		if it.request {
+			c.outBytes -= c.inflight[it.reqID]
+			delete(c.inflight, it.reqID)
+			ended = true
+		}
+	}
+	c.room.Broadcast()
+	c.mu.Unlock()
+	if ended {
+		c.maybeFinishGoAway()
+	}
+}
+
 // appendDeliveries reads the messages' bodies and appends Delivery frames
-// of at most the peer's max frame size. It returns how many messages it
-// wrote; a message whose record is gone (acked or deleted meanwhile) is
-// skipped.
-func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Delivered) ([]byte, int) {
+// of at most the peer's max frame size to w, writing w's buffer whenever
+// it fills. It returns how many messages it encoded; a message whose
+// record is gone (acked or deleted meanwhile) is skipped. An error is
+// w's: the connection must close.
+func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []sched.Delivered) (int, error) {
 	maxFrame := int(c.peerMaxFrame.Load())
 	var d wire.Delivery
 	size := 0
 	n := 0
-	flush := func() {
+	flush := func() error {
 		if len(d.Messages) > 0 {
-			buf = wire.AppendFrames(buf, sub.reqID, &d, maxFrame)
+			w.buf = wire.AppendFrames(w.buf, sub.reqID, &d, maxFrame)
 			n += len(d.Messages)
 			d.Messages = d.Messages[:0]
 			size = 0
 		}
+		if w.full() {
+			return w.flush()
+		}
+		return nil
 	}
 	for i := range msgs {
 		m := &msgs[i]
@@ -469,14 +740,15 @@ func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Deli
 		for _, h := range headers {
 			est += 8 + len(h.Key) + len(h.Value)
 		}
-		if size > 0 && size+est > maxFrame {
-			flush()
+		if size > 0 && (size+est > maxFrame || len(w.buf)+size+est > writeChunk) {
+			if err := flush(); err != nil {
+				return n, err
+			}
 		}
 		d.Messages = append(d.Messages, dm)
 		size += est
 	}
-	flush()
-	return buf, n
+	return n, flush()
 }
 
 // Deliver implements shard.Sink.

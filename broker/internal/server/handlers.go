@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
@@ -36,7 +39,10 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 	}
 	switch op.Kind() {
 	case wire.KindUnknown:
-		c.inflight.Add(1)
+		if !c.begin(h.RequestID, answerReserve(nil)) {
+			c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
+			return false
+		}
 		c.respond(h.RequestID, &wire.ErrorFrame{Code: wire.CodeUnknownOpcode, Message: fmt.Sprintf("unknown opcode 0x%04x", uint16(op))})
 		return true
 	case wire.KindResponse:
@@ -55,6 +61,15 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 	}
 	f := wire.New(op)
 	if err := f.Decode(body); err != nil {
+		if errors.Is(err, wire.ErrListTooLong) && op.Kind() == wire.KindRequest && h.RequestID != 0 && op != wire.OpHandshake {
+			// Well framed, only too long: refuse the request alone.
+			if !c.begin(h.RequestID, answerReserve(nil)) {
+				c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
+				return false
+			}
+			c.respondErr(h.RequestID, fmt.Errorf("%v: %v: %w", op, err, fault.ErrInvalidArgument))
+			return true
+		}
 		c.fail(h.RequestID, wire.CodeMalformedFrame, err.Error())
 		return false
 	}
@@ -70,16 +85,20 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 		c.fail(0, wire.CodeProtocolViolation, fmt.Sprintf("%v with request ID 0", op))
 		return false
 	}
+	if !c.begin(h.RequestID, answerReserve(f)) {
+		c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
+		return false
+	}
 	c.mu.Lock()
 	going := c.goingAway
 	c.mu.Unlock()
-	c.inflight.Add(1)
 	if going {
 		c.respondErr(h.RequestID, fmt.Errorf("connection is going away: %w", fault.ErrUnavailable))
 		return true
 	}
-	if int(c.inflight.Load()) > c.s.cfg.MaxInFlight {
-		c.respondErr(h.RequestID, fmt.Errorf("more than %d requests in flight: %w", c.s.cfg.MaxInFlight, fault.ErrResourceExhausted))
+	if n, ok := batchItems(f); ok && n > c.s.cfg.MaxBatchSize {
+		c.respondErr(h.RequestID, fmt.Errorf("%v of %d items: at most %d per request (the max_batch_size in HandshakeOk): %w",
+			op, n, c.s.cfg.MaxBatchSize, fault.ErrInvalidArgument))
 		return true
 	}
 	if !c.principal.Valid() {
@@ -133,7 +152,13 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 			}
 		}
 	}
+	if refusal := c.s.adm.handshaken(c); refusal != "" {
+		c.log.Warn("refusing a handshake", "reason", refusal)
+		c.fail(h.RequestID, wire.CodeResourceExhausted, refusal)
+		return false
+	}
 	c.handshaken = true
+	c.fr.SetLimits(c.s.cfg.MaxFrameSize, 0)
 	c.nc.SetReadDeadline(time.Time{})
 	c.log = c.log.With("client", clip(hs.ClientName))
 	c.push(outItem{reqID: h.RequestID, frame: &wire.HandshakeOk{
@@ -142,8 +167,28 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 		NodeID:       c.s.cfg.NodeID,
 		MaxFrameSize: uint32(c.s.cfg.MaxFrameSize),
 		ServerName:   "fila-server/" + c.s.cfg.Version,
+		MaxBatchSize: uint32(c.s.cfg.MaxBatchSize),
 	}})
 	return true
+}
+
+// batchItems returns the number of items of a batch request.
+func batchItems(f wire.Frame) (int, bool) {
+	switch f := f.(type) {
+	case *wire.Enqueue:
+		return len(f.Messages), true
+	case *wire.Ack:
+		return len(f.Items), true
+	case *wire.Nack:
+		return len(f.Items), true
+	case *wire.RetryAfter:
+		return len(f.Items), true
+	case *wire.ExtendLease:
+		return len(f.Items), true
+	case *wire.Release:
+		return len(f.Items), true
+	}
+	return 0, false
 }
 
 // authorize checks the connection's key for op on queue: nil, or an error
@@ -449,25 +494,150 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		c.respond(id, &wire.EnqueueResult{Results: results})
 		return nil
 	}
-	return c.s.sh.Enqueue(c.ctx, items, func(v any) {
-		// The scheduler copied the bodies into its storage group before
-		// this reply: the buffer is free.
-		*pooled = bodyBuf[:0]
-		putBodyBuf(pooled)
-		if err := asErr(v); err != nil {
-			c.respondErr(id, err)
-			return
-		}
+	fill := func(from int, v any) {
 		for j, r := range v.([]sched.EnqueueResult) {
-			i := keep[j]
+			i := keep[from+j]
 			if r.Err != nil {
 				results[i] = wire.EnqueueItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
 				continue
 			}
 			results[i] = wire.EnqueueItemResult{ID: r.ID, Duplicate: r.Duplicate}
 		}
+	}
+	release := func() {
+		// The scheduler copied the bodies into its storage groups before
+		// replying: the buffer is free.
+		*pooled = bodyBuf[:0]
+		putBodyBuf(pooled)
+	}
+	if len(items) <= enqueueChunkItems && len(bodyBuf) <= enqueueChunkBytes {
+		return c.s.sh.Enqueue(c.ctx, items, func(v any) {
+			release()
+			if err := asErr(v); err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			fill(0, v)
+			c.respond(id, &wire.EnqueueResult{Results: results})
+		})
+	}
+	enqueueChunks(c.ctx, c.s.sh, items, func(from, n int, v any) {
+		if err := asErr(v); err != nil {
+			// This chunk failed as a whole; the others may not have.
+			for j := from; j < from+n; j++ {
+				results[keep[j]] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
+			}
+			return
+		}
+		fill(from, v)
+	}, func(err error) {
+		release()
+		if err != nil {
+			c.respondErr(id, err)
+			return
+		}
 		c.respond(id, &wire.EnqueueResult{Results: results})
 	})
+	return nil
+}
+
+// Chunks of an Enqueue batch: a batch with more items or body bytes than
+// these reaches the shard as several commands.
+const (
+	enqueueChunkItems = 1024
+	enqueueChunkBytes = 1 << 20
+)
+
+// commandQueue is the part of the shard enqueueChunks uses.
+type commandQueue interface {
+	Enqueue(ctx context.Context, items []sched.EnqueueItem, done func(v any)) error
+	Post(ctx context.Context, cmd func(s *sched.Sched)) error
+}
+
+// enqueueChunks submits items to the shard in chunks of at most
+// enqueueChunkItems items and enqueueChunkBytes bytes of bodies (at least
+// one item), each once the shard has run the one before, so that commands
+// other connections queued meanwhile run between them: a large batch
+// holds the others back by one chunk, not by the whole batch. Chunks are
+// submitted in order, so the batch keeps its order in its queues.
+//
+// done(from, n, v) receives the reply of the chunk of items[from:from+n]:
+// []sched.EnqueueResult, or an error if the chunk failed as a whole (or
+// could not be submitted). After the last reply, finish(err) runs, with
+// the first error when every chunk failed. Replies come on the storage
+// completion goroutine, in any order. It returns once every chunk is
+// submitted; ctx ends the wait between chunks (the connection closed).
+func enqueueChunks(ctx context.Context, q commandQueue, items []sched.EnqueueItem, done func(from, n int, v any), finish func(err error)) {
+	type span struct{ from, to int }
+	var spans []span
+	for from := 0; from < len(items); {
+		to, size := from, 0
+		for to < len(items) && to-from < enqueueChunkItems && (to == from || size+len(items[to].Msg.Body) <= enqueueChunkBytes) {
+			size += len(items[to].Msg.Body)
+			to++
+		}
+		spans = append(spans, span{from, to})
+		from = to
+	}
+	var (
+		pending atomic.Int32
+		mu      sync.Mutex
+		failed  int
+		first   error
+	)
+	pending.Store(int32(len(spans)))
+	complete := func(sp span, v any) {
+		if err := asErr(v); err != nil {
+			mu.Lock()
+			failed++
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+		done(sp.from, sp.to-sp.from, v)
+		if pending.Add(-1) == 0 {
+			mu.Lock()
+			var err error
+			if failed == len(spans) {
+				err = first
+			}
+			mu.Unlock()
+			finish(err)
+		}
+	}
+	for k, sp := range spans {
+		if err := q.Enqueue(ctx, items[sp.from:sp.to], func(v any) { complete(sp, v) }); err != nil {
+			for _, rest := range spans[k:] {
+				complete(rest, err)
+			}
+			return
+		}
+		if k == len(spans)-1 {
+			return
+		}
+		if err := afterCommands(ctx, q); err != nil {
+			for _, rest := range spans[k+1:] {
+				complete(rest, err)
+			}
+			return
+		}
+	}
+}
+
+// afterCommands waits until the shard has run every command this
+// goroutine queued before the call.
+func afterCommands(ctx context.Context, q commandQueue) error {
+	ran := make(chan struct{})
+	if err := q.Post(ctx, func(*sched.Sched) { close(ran) }); err != nil {
+		return err
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
+	}
 }
 
 // checkMessage validates a message before it reaches the scheduler.

@@ -43,24 +43,68 @@ type Config struct {
 	// MaxMessageSize bounds a message's payload plus headers, in bytes;
 	// 0 means 16 MiB.
 	MaxMessageSize int
-	// MaxConnections bounds open client connections: one over it is told
-	// RESOURCE_EXHAUSTED and closed. 0 means no limit.
+	// MaxConnections bounds the connections that completed the
+	// handshake: a handshake over it is answered RESOURCE_EXHAUSTED and the
+	// connection closed. Connections still handshaking do not count (see
+	// MaxHandshaking). 0 means no limit.
 	MaxConnections int
+	// MaxHandshaking bounds the connections accepted and not yet
+	// handshaken; accepting one more closes the oldest of them with
+	// RESOURCE_EXHAUSTED. 0 means 1024.
+	MaxHandshaking int
+	// MaxConnectionsPerAddress bounds the open connections from one
+	// address (an IPv4 address or an IPv6 /64), handshaking or not; one
+	// over it is told RESOURCE_EXHAUSTED and closed at accept. 0 means no
+	// limit.
+	MaxConnectionsPerAddress int
+	// HandshakeFailureRate and HandshakeFailureBurst are the token bucket
+	// of failed handshakes per address (bad key, bad version, malformed or
+	// non-Fila first bytes, handshake timeout), in failures a second and
+	// failures: while an address's bucket is empty its connections are told
+	// RESOURCE_EXHAUSTED and closed at accept, before anything is read. A
+	// rate of 0 disables the bucket; a burst of 0 means 1.
+	HandshakeFailureRate  float64
+	HandshakeFailureBurst int
 	// ReassemblyBudget bounds the bytes all connections together may hold
-	// for requests being reassembled from continuation frames; a
-	// connection whose continuation would take the total over it is told
-	// RESOURCE_EXHAUSTED and closed. Requests that fit in one frame are
-	// not charged. 0 means wire.MaxReassembledSize (256 MiB).
+	// for requests still arriving: a frame received in part, beyond the
+	// first FreeFrameBytes, and the frames of a continuation. A connection
+	// that would take the total over it is told RESOURCE_EXHAUSTED and
+	// closed. 0 means wire.MaxReassembledSize (256 MiB).
 	ReassemblyBudget int64
-	// MaxInFlight bounds requests in flight per connection; 0 means 4096.
+	// MaxInFlight bounds requests in flight per connection: at the bound
+	// the server stops reading the connection until answers are written.
+	// 0 means 4096.
 	MaxInFlight int
+	// MaxOutbound bounds the bytes of answers one connection may have
+	// waiting to be written (estimated as the memory they hold, reserved
+	// when a request is read): over it the server stops reading the
+	// connection's requests until the client reads its answers, so a
+	// client that does not read costs only its own TCP buffers.
+	// Deliveries are bounded by credit instead. 0 means 4 MiB.
+	MaxOutbound int64
+	// WriteTimeout is how long a write to a client may make no progress
+	// before the connection is closed (its leases then return to their
+	// queues). 0 means 30s.
+	WriteTimeout time.Duration
+	// FrameReadTimeout is how long a frame, once its first bytes arrived
+	// after the handshake, may wait for more: past it the connection is
+	// closed. A connection with no partial frame may stay idle. 0 means
+	// 30s.
+	FrameReadTimeout time.Duration
+	// MaxBatchSize is the most items one batch request may carry (the
+	// messages of an Enqueue, the items of an Ack, Nack, RetryAfter,
+	// ExtendLease or Release), announced in HandshakeOk; a request with
+	// more fails with INVALID_ARGUMENT. 0 means 4096; at most
+	// wire.MaxBatchSize.
+	MaxBatchSize int
 	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
 	MaxSubscriptions int
 	// UnlimitedWindow is the number of deliveries in the pipe for a
 	// subscription without a prefetch limit: credit is replenished as
 	// deliveries are written to the socket. 0 means 256.
 	UnlimitedWindow uint32
-	// HandshakeTimeout bounds the wait for the first frame; 0 means 10s.
+	// HandshakeTimeout bounds the time from accept to a complete
+	// Handshake frame; 0 means 10s.
 	HandshakeTimeout time.Duration
 	// TLS, when not nil, is used for every accepted connection.
 	TLS *tls.Config
@@ -90,6 +134,25 @@ func (c *Config) defaults() {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
 	}
+	if c.MaxHandshaking <= 0 {
+		c.MaxHandshaking = 1024
+	}
+	if c.HandshakeFailureBurst <= 0 {
+		c.HandshakeFailureBurst = 1
+	}
+	if c.MaxOutbound <= 0 {
+		c.MaxOutbound = 4 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.FrameReadTimeout <= 0 {
+		c.FrameReadTimeout = 30 * time.Second
+	}
+	if c.MaxBatchSize <= 0 {
+		c.MaxBatchSize = 4096
+	}
+	c.MaxBatchSize = min(c.MaxBatchSize, wire.MaxBatchSize)
 	if c.ReassemblyBudget <= 0 {
 		c.ReassemblyBudget = wire.MaxReassembledSize
 	}
@@ -118,6 +181,7 @@ type Server struct {
 	subID atomic.Uint64
 	// reassembling is the bytes charged to Config.ReassemblyBudget.
 	reassembling atomic.Int64
+	adm          *admission
 
 	mu       sync.Mutex
 	lns      []net.Listener
@@ -146,6 +210,7 @@ func New(cfg Config, sh *shard.Shard) *Server {
 		byKey:      map[string]map[*conn]struct{}{},
 		authFailed: newLimitedAudit(cfg.Logger, auditAuthFailed),
 		tlsFailed:  newLimitedAudit(cfg.Logger, auditTLSFailed),
+		adm:        newAdmission(&cfg),
 	}
 	if cfg.Auth != nil {
 		cfg.Auth.OnChange(s.keyChanged)
@@ -192,18 +257,23 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
-		if max := s.cfg.MaxConnections; max > 0 && len(s.conns) >= max {
+		refusal, evict := s.adm.admit(c)
+		if refusal != "" {
 			s.mu.Unlock()
-			s.log.Warn("refusing a connection over server.max_connections", "remote", nc.RemoteAddr().String(), "max", max)
-			go refuse(nc, fmt.Sprintf("more than %d connections", max))
+			s.log.Debug("refusing a connection", "remote", nc.RemoteAddr().String(), "reason", refusal)
+			go refuse(nc, refusal)
 			continue
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
+		if evict != nil {
+			evict.fail(0, wire.CodeResourceExhausted, fmt.Sprintf("more than %d connections waiting for a handshake; closing the oldest", s.cfg.MaxHandshaking))
+		}
 		go func() {
 			defer s.wg.Done()
 			c.serve()
+			s.adm.closed(c)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
@@ -211,10 +281,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// refuse tells a connection over the limit why, and closes it.
+// refuse tells a connection over a limit why, and closes it, without
+// reading from it.
 func refuse(nc net.Conn, reason string) {
 	defer nc.Close()
-	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	// A deadline on both directions: over TLS the write runs the TLS
+	// handshake, which reads.
+	nc.SetDeadline(time.Now().Add(time.Second))
 	nc.Write(wire.AppendFrame(nil, 0, &wire.ErrorFrame{Code: wire.CodeResourceExhausted, Message: reason}))
 }
 

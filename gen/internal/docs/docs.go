@@ -70,7 +70,8 @@ func Render(s *spec.Spec, old string) (string, error) {
 	w("| default port | %d |\n", s.Protocol.DefaultPort)
 	w("| default max frame size (body bytes) | %d (%s) |\n", s.Protocol.DefaultMaxFrameSize, human(s.Protocol.DefaultMaxFrameSize))
 	w("| smallest max frame size a peer may state | %d |\n", s.Protocol.MinMaxFrameSize)
-	w("| largest body reassembled from continuation frames | %d (%s) |\n\n", s.Protocol.MaxReassembledSize, human(s.Protocol.MaxReassembledSize))
+	w("| largest body reassembled from continuation frames | %d (%s) |\n", s.Protocol.MaxReassembledSize, human(s.Protocol.MaxReassembledSize))
+	w("| most items in one batch request (a server may announce fewer in HandshakeOk) | %d |\n\n", s.Protocol.MaxBatchSize)
 
 	block("connection")
 
@@ -175,7 +176,14 @@ func fieldTable(b *strings.Builder, s *spec.Spec, fields []spec.Field) {
 	}
 	b.WriteString("| # | field | type | bytes | meaning |\n|---|---|---|---|---|\n")
 	for i, f := range fields {
-		fmt.Fprintf(b, "| %d | `%s` | %s | %s | %s |\n", i+1, f.Name, typeLink(s, f.Type), size(s, f.Type), cell(f.Doc))
+		doc := f.Doc
+		if f.Optional {
+			doc += " Optional: an older peer's body ends before it, which reads as the zero value."
+		}
+		if f.Max > 0 {
+			doc += fmt.Sprintf(" At most %d items.", f.Max)
+		}
+		fmt.Fprintf(b, "| %d | `%s` | %s | %s | %s |\n", i+1, f.Name, typeLink(s, f.Type), size(s, f.Type), cell(doc))
 	}
 	b.WriteString("\n")
 }

@@ -184,7 +184,33 @@ func (g *wireGen) frames() *File {
 		Id("MinMaxFrameSize").Op("=").Lit(p.MinMaxFrameSize),
 		Comment("MaxReassembledSize bounds a body reassembled from continuation frames, in bytes."),
 		Id("MaxReassembledSize").Op("=").Lit(p.MaxReassembledSize),
+		Comment("MaxBatchSize is the most items one batch request may carry (the protocol's"),
+		Comment("ceiling; a server announces its own in HandshakeOk.MaxBatchSize)."),
+		Id("MaxBatchSize").Op("=").Lit(p.MaxBatchSize),
 	)
+
+	// The declared maximum of every bounded list.
+	var maxDefs []Code
+	addMax := func(owner string, fields []spec.Field) {
+		for _, fd := range fields {
+			if fd.Max == 0 {
+				continue
+			}
+			id := maxName(owner, fd.Name)
+			maxDefs = append(maxDefs, Comment(fmt.Sprintf("%s is the most items %s.%s may hold; decoders refuse more.", id, typeName(owner), spec.GoName(fd.Name))),
+				Id(id).Op("=").Lit(fd.Max))
+		}
+	}
+	for _, st := range g.s.Structs {
+		addMax(st.Name, st.Fields)
+	}
+	for _, fr := range g.s.Frames {
+		addMax(fr.Name, fr.Fields)
+	}
+	if len(maxDefs) > 0 {
+		f.Comment("Declared list maximums, in items.")
+		f.Const().Defs(maxDefs...)
+	}
 
 	var flagDefs []Code
 	for _, fl := range g.s.Flags {
@@ -292,6 +318,21 @@ func (g *wireGen) frames() *File {
 		f.Func().Params(Op("*").Id(typeName(fr.Name))).Id("Opcode").Params().Id("Opcode").Block(Return(Id("Op" + fr.Name)))
 	}
 	return f
+}
+
+// maxName is the Go name of the constant holding a list field's maximum,
+// such as MaxEnqueueMessageHeaders.
+func maxName(owner, field string) string {
+	return "Max" + typeName(owner) + spec.GoName(field)
+}
+
+// listLimit is the max argument of a list's count: its declared maximum,
+// or 0 for none.
+func listLimit(owner string, fd spec.Field) Code {
+	if fd.Max == 0 {
+		return Lit(0)
+	}
+	return Id(maxName(owner, fd.Name))
 }
 
 func (g *wireGen) recordType(f *File, name, doc string, fields []spec.Field) {
@@ -496,8 +537,12 @@ func (g *wireGen) decodeRecord(f *File, name string, fields []spec.Field) {
 	}
 	used := false
 	for _, fd := range fields {
-		code, usesPrev := g.decodeField(fd)
+		code, usesPrev := g.decodeField(name, fd)
 		used = used || usesPrev
+		if fd.Optional {
+			// Absent from an older peer's body: keep the zero value.
+			code = []Code{If(Id("r").Dot("more").Call()).Block(code...)}
+		}
 		body = append(body, code...)
 	}
 	if !used {
@@ -512,13 +557,14 @@ func (g *wireGen) decodeRecord(f *File, name string, fields []spec.Field) {
 
 // decodeField returns the statements decoding one field into m, and
 // whether they read prev.
-func (g *wireGen) decodeField(fd spec.Field) ([]Code, bool) {
+func (g *wireGen) decodeField(owner string, fd spec.Field) ([]Code, bool) {
 	target := Id("m").Dot(spec.GoName(fd.Name))
 	label := Lit(fd.Name)
+	limit := listLimit(owner, fd)
 	t := fd.Type
 	if elem, ok := strings.CutPrefix(t, "[]"); ok {
 		if elem == "string" {
-			return []Code{target.Clone().Op("=").Id("r").Dot("strList").Call(label, Id("prev").Dot(spec.GoName(fd.Name)))}, true
+			return []Code{target.Clone().Op("=").Id("r").Dot("strList").Call(label, Id("prev").Dot(spec.GoName(fd.Name)), limit)}, true
 		}
 		if st := g.s.Struct(elem); st != nil && g.comparable(st) {
 			// Items equal to the previous list's (the same headers on
@@ -526,7 +572,7 @@ func (g *wireGen) decodeField(fd spec.Field) ([]Code, bool) {
 			et := Id(typeName(elem))
 			prevF := Id("prev").Dot(spec.GoName(fd.Name))
 			return []Code{
-				If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem))), Id("n").Op(">").Lit(0)).Block(
+				If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem)), limit), Id("n").Op(">").Lit(0)).Block(
 					Var().Id("out").Index().Add(et),
 					For(Id("i").Op(":=").Lit(0), Id("i").Op("<").Id("n"), Id("i").Op("++")).Block(
 						List(Id("s"), Id("base")).Op(":=").Id("r").Dot("sub").Call(label),
@@ -561,7 +607,7 @@ func (g *wireGen) decodeField(fd spec.Field) ([]Code, bool) {
 		}
 		if st := g.s.Struct(elem); st != nil {
 			return []Code{
-				If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem))), Id("n").Op(">").Lit(0)).Block(
+				If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem)), limit), Id("n").Op(">").Lit(0)).Block(
 					target.Clone().Op("=").Make(Index().Id(typeName(elem)), Id("n")),
 					For(Id("i").Op(":=").Range().Add(target.Clone())).Block(
 						List(Id("s"), Id("base")).Op(":=").Id("r").Dot("sub").Call(label),
@@ -579,7 +625,7 @@ func (g *wireGen) decodeField(fd spec.Field) ([]Code, bool) {
 		// Lists of fixed-size scalars or enums.
 		elemGo := g.goType(elem)
 		return []Code{
-			If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem))), Id("n").Op(">").Lit(0)).Block(
+			If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem)), limit), Id("n").Op(">").Lit(0)).Block(
 				target.Clone().Op("=").Make(Index().Add(elemGo), Id("n")),
 				For(Id("i").Op(":=").Range().Add(target.Clone())).Block(
 					target.Clone().Index(Id("i")).Op("=").Add(g.decodeScalar(elem, label)),

@@ -46,6 +46,9 @@ type Protocol struct {
 	DefaultMaxFrameSize int `toml:"default_max_frame_size"`
 	MinMaxFrameSize     int `toml:"min_max_frame_size"`
 	MaxReassembledSize  int `toml:"max_reassembled_size"`
+	// MaxBatchSize is the most items a batch request may carry; every
+	// operation's items list declares it as its Max.
+	MaxBatchSize int `toml:"max_batch_size"`
 }
 
 // Field is one field of the header, a struct or a frame.
@@ -53,6 +56,13 @@ type Field struct {
 	Name string `toml:"name"`
 	Type string `toml:"type"`
 	Doc  string `toml:"doc"`
+	// Max, on a list field, is the most items it may hold; 0 means only
+	// the bytes of the frame bound it.
+	Max int `toml:"max"`
+	// Optional marks a field appended after its frame or struct was first
+	// published: a body that ends before it, from an older peer, decodes
+	// it as its zero value. Optional fields come last.
+	Optional bool `toml:"optional"`
 }
 
 // Flag is one bit of the header's flags.
@@ -184,6 +194,9 @@ func (s *Spec) validate() error {
 	if s.Protocol.Version < 1 || s.Protocol.MinVersion < 1 || s.Protocol.MinVersion > s.Protocol.Version {
 		fail("protocol: version %d, min_version %d: want 1 <= min_version <= version", s.Protocol.Version, s.Protocol.MinVersion)
 	}
+	if s.Protocol.MaxBatchSize < 1 || s.Protocol.MaxBatchSize > 1<<31-1 {
+		fail("protocol: max_batch_size %d: want 1 to 2^31-1", s.Protocol.MaxBatchSize)
+	}
 	if s.Protocol.HeaderSize != 12 {
 		fail("protocol: header_size %d: the codec implements a 12-byte header", s.Protocol.HeaderSize)
 	}
@@ -278,7 +291,12 @@ func (s *Spec) validate() error {
 
 	checkFields := func(owner string, fields []Field) {
 		names := map[string]bool{}
+		optional := false
 		for _, fd := range fields {
+			if optional && !fd.Optional {
+				fail("%s: field %q follows an optional field and must be optional too", owner, fd.Name)
+			}
+			optional = optional || fd.Optional
 			if names[fd.Name] {
 				fail("%s: field %q declared twice", owner, fd.Name)
 			}
@@ -291,6 +309,12 @@ func (s *Spec) validate() error {
 			}
 			if fd.Doc == "" {
 				fail("%s: field %q: missing doc", owner, fd.Name)
+			}
+			if fd.Max < 0 || fd.Max > 1<<31-1 {
+				fail("%s: field %q: max %d: want 1 to 2^31-1", owner, fd.Name, fd.Max)
+			}
+			if fd.Max != 0 && !strings.HasPrefix(fd.Type, "[]") {
+				fail("%s: field %q: max applies to lists only, not %s", owner, fd.Name, fd.Type)
 			}
 		}
 	}
@@ -338,6 +362,9 @@ func (s *Spec) validate() error {
 			for _, fd := range req.Fields {
 				if fd.Name == op.Items && strings.HasPrefix(fd.Type, "[]") {
 					found = true
+					if fd.Max != s.Protocol.MaxBatchSize {
+						fail("operation %q: items %q: max %d; want protocol.max_batch_size (%d)", op.Name, op.Items, fd.Max, s.Protocol.MaxBatchSize)
+					}
 				}
 			}
 			if !found {

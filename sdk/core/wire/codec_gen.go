@@ -46,7 +46,7 @@ func (m *EnqueueMessage) decodeFields(r *reader, prev *EnqueueMessage) {
 		prev = &EnqueueMessage{}
 	}
 	m.Queue = r.strLike("queue", prev.Queue)
-	if n := r.count("headers", 8); n > 0 {
+	if n := r.count("headers", 8, MaxEnqueueMessageHeaders); n > 0 {
 		var out []MessageHeader
 		for i := 0; i < n; i++ {
 			s, base := r.sub("headers")
@@ -82,7 +82,7 @@ func (m *EnqueueMessage) decodeFields(r *reader, prev *EnqueueMessage) {
 	m.Payload = r.bytes("payload")
 	m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
 	m.Weight = r.u32("weight")
-	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys)
+	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys, MaxEnqueueMessageThrottleKeys)
 	m.DelayMS = r.u64("delay_ms")
 	m.IdempotencyKey = r.strLike("idempotency_key", prev.IdempotencyKey)
 	m.OrderingKey = r.strLike("ordering_key", prev.OrderingKey)
@@ -161,7 +161,7 @@ func (m *DeliveredMessage) decodeFields(r *reader, prev *DeliveredMessage) {
 	}
 	m.ID = r.uuid("id")
 	m.Queue = r.strLike("queue", prev.Queue)
-	if n := r.count("headers", 8); n > 0 {
+	if n := r.count("headers", 8, MaxDeliveredMessageHeaders); n > 0 {
 		var out []MessageHeader
 		for i := 0; i < n; i++ {
 			s, base := r.sub("headers")
@@ -197,7 +197,7 @@ func (m *DeliveredMessage) decodeFields(r *reader, prev *DeliveredMessage) {
 	m.Payload = r.bytes("payload")
 	m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
 	m.Weight = r.u32("weight")
-	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys)
+	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys, MaxDeliveredMessageThrottleKeys)
 	m.OrderingKey = r.strLike("ordering_key", prev.OrderingKey)
 	m.Attempt = r.u32("attempt")
 	m.EnqueuedAtMS = r.u64("enqueued_at_ms")
@@ -472,7 +472,7 @@ func (m *ApiKeyInfo) decodeFields(r *reader, prev *ApiKeyInfo) {
 	m.KeyID = r.strLike("key_id", prev.KeyID)
 	m.Name = r.strLike("name", prev.Name)
 	m.CreatedAtMS = r.u64("created_at_ms")
-	if n := r.count("permissions", 7); n > 0 {
+	if n := r.count("permissions", 7, MaxApiKeyInfoPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -550,7 +550,7 @@ func (m *Handshake) decodeFields(r *reader, prev *Handshake) {
 	}
 	m.MaxVersion = r.u16("max_version")
 	m.MinVersion = r.u16("min_version")
-	m.Capabilities = r.strList("capabilities", prev.Capabilities)
+	m.Capabilities = r.strList("capabilities", prev.Capabilities, MaxHandshakeCapabilities)
 	m.APIKey = r.strLike("api_key", prev.APIKey)
 	m.ClientName = r.strLike("client_name", prev.ClientName)
 	m.MaxFrameSize = r.u32("max_frame_size")
@@ -575,6 +575,7 @@ func (m *HandshakeOk) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.NodeID)
 	dst = appendU32(dst, m.MaxFrameSize)
 	dst = appendString(dst, m.ServerName)
+	dst = appendU32(dst, m.MaxBatchSize)
 	return dst
 }
 
@@ -585,10 +586,13 @@ func (m *HandshakeOk) decodeFields(r *reader, prev *HandshakeOk) {
 		prev = &HandshakeOk{}
 	}
 	m.Version = r.u16("version")
-	m.Capabilities = r.strList("capabilities", prev.Capabilities)
+	m.Capabilities = r.strList("capabilities", prev.Capabilities, MaxHandshakeOkCapabilities)
 	m.NodeID = r.strLike("node_id", prev.NodeID)
 	m.MaxFrameSize = r.u32("max_frame_size")
 	m.ServerName = r.strLike("server_name", prev.ServerName)
+	if r.more() {
+		m.MaxBatchSize = r.u32("max_batch_size")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
@@ -713,7 +717,7 @@ func (m *Enqueue) AppendTo(dst []byte) []byte {
 // the list m belongs to: strings equal to prev's are shared instead of copied.
 func (m *Enqueue) decodeFields(r *reader, prev *Enqueue) {
 	_ = prev
-	if n := r.count("messages", 36); n > 0 {
+	if n := r.count("messages", 36, MaxEnqueueMessages); n > 0 {
 		m.Messages = make([]EnqueueMessage, n)
 		for i := range m.Messages {
 			s, base := r.sub("messages")
@@ -756,7 +760,7 @@ func (m *EnqueueResult) decodeFields(r *reader, prev *EnqueueResult) {
 	if prev == nil {
 		prev = &EnqueueResult{}
 	}
-	if n := r.count("results", 25); n > 0 {
+	if n := r.count("results", 25, MaxEnqueueResultResults); n > 0 {
 		var out []EnqueueItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -819,7 +823,7 @@ func (m *Subscribe) decodeFields(r *reader, prev *Subscribe) {
 	}
 	m.Queue = r.strLike("queue", prev.Queue)
 	m.Prefetch = r.u32("prefetch")
-	if n := r.count("rate_limits", 22); n > 0 {
+	if n := r.count("rate_limits", 22, MaxSubscribeRateLimits); n > 0 {
 		var out []RateLimit
 		for i := 0; i < n; i++ {
 			s, base := r.sub("rate_limits")
@@ -898,7 +902,7 @@ func (m *Delivery) AppendTo(dst []byte) []byte {
 // the list m belongs to: strings equal to prev's are shared instead of copied.
 func (m *Delivery) decodeFields(r *reader, prev *Delivery) {
 	_ = prev
-	if n := r.count("messages", 70); n > 0 {
+	if n := r.count("messages", 70, 0); n > 0 {
 		m.Messages = make([]DeliveredMessage, n)
 		for i := range m.Messages {
 			s, base := r.sub("messages")
@@ -1007,7 +1011,7 @@ func (m *Ack) decodeFields(r *reader, prev *Ack) {
 	if prev == nil {
 		prev = &Ack{}
 	}
-	if n := r.count("items", 30); n > 0 {
+	if n := r.count("items", 30, MaxAckItems); n > 0 {
 		var out []LeaseRef
 		for i := 0; i < n; i++ {
 			s, base := r.sub("items")
@@ -1066,7 +1070,7 @@ func (m *AckResult) decodeFields(r *reader, prev *AckResult) {
 	if prev == nil {
 		prev = &AckResult{}
 	}
-	if n := r.count("results", 8); n > 0 {
+	if n := r.count("results", 8, MaxAckResultResults); n > 0 {
 		var out []ItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -1125,7 +1129,7 @@ func (m *Nack) decodeFields(r *reader, prev *Nack) {
 	if prev == nil {
 		prev = &Nack{}
 	}
-	if n := r.count("items", 32); n > 0 {
+	if n := r.count("items", 32, MaxNackItems); n > 0 {
 		var out []NackItem
 		for i := 0; i < n; i++ {
 			s, base := r.sub("items")
@@ -1184,7 +1188,7 @@ func (m *NackResult) decodeFields(r *reader, prev *NackResult) {
 	if prev == nil {
 		prev = &NackResult{}
 	}
-	if n := r.count("results", 8); n > 0 {
+	if n := r.count("results", 8, MaxNackResultResults); n > 0 {
 		var out []ItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -1243,7 +1247,7 @@ func (m *RetryAfter) decodeFields(r *reader, prev *RetryAfter) {
 	if prev == nil {
 		prev = &RetryAfter{}
 	}
-	if n := r.count("items", 38); n > 0 {
+	if n := r.count("items", 38, MaxRetryAfterItems); n > 0 {
 		var out []RetryAfterItem
 		for i := 0; i < n; i++ {
 			s, base := r.sub("items")
@@ -1302,7 +1306,7 @@ func (m *RetryAfterResult) decodeFields(r *reader, prev *RetryAfterResult) {
 	if prev == nil {
 		prev = &RetryAfterResult{}
 	}
-	if n := r.count("results", 8); n > 0 {
+	if n := r.count("results", 8, MaxRetryAfterResultResults); n > 0 {
 		var out []ItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -1361,7 +1365,7 @@ func (m *ExtendLease) decodeFields(r *reader, prev *ExtendLease) {
 	if prev == nil {
 		prev = &ExtendLease{}
 	}
-	if n := r.count("items", 38); n > 0 {
+	if n := r.count("items", 38, MaxExtendLeaseItems); n > 0 {
 		var out []ExtendLeaseItem
 		for i := 0; i < n; i++ {
 			s, base := r.sub("items")
@@ -1420,7 +1424,7 @@ func (m *ExtendLeaseResult) decodeFields(r *reader, prev *ExtendLeaseResult) {
 	if prev == nil {
 		prev = &ExtendLeaseResult{}
 	}
-	if n := r.count("results", 16); n > 0 {
+	if n := r.count("results", 16, MaxExtendLeaseResultResults); n > 0 {
 		var out []ExtendLeaseItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -1479,7 +1483,7 @@ func (m *Release) decodeFields(r *reader, prev *Release) {
 	if prev == nil {
 		prev = &Release{}
 	}
-	if n := r.count("items", 30); n > 0 {
+	if n := r.count("items", 30, MaxReleaseItems); n > 0 {
 		var out []LeaseRef
 		for i := 0; i < n; i++ {
 			s, base := r.sub("items")
@@ -1538,7 +1542,7 @@ func (m *ReleaseResult) decodeFields(r *reader, prev *ReleaseResult) {
 	if prev == nil {
 		prev = &ReleaseResult{}
 	}
-	if n := r.count("results", 8); n > 0 {
+	if n := r.count("results", 8, MaxReleaseResultResults); n > 0 {
 		var out []ItemResult
 		for i := 0; i < n; i++ {
 			s, base := r.sub("results")
@@ -1725,7 +1729,7 @@ func (m *ListQueuesResult) decodeFields(r *reader, prev *ListQueuesResult) {
 	if prev == nil {
 		prev = &ListQueuesResult{}
 	}
-	if n := r.count("queues", 34); n > 0 {
+	if n := r.count("queues", 34, 0); n > 0 {
 		var out []QueueSummary
 		for i := 0; i < n; i++ {
 			s, base := r.sub("queues")
@@ -1829,7 +1833,7 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	m.Subscriptions = r.u32("subscriptions")
 	m.VisibilityTimeoutMS = r.u64("visibility_timeout_ms")
 	m.MaxAttempts = r.u32("max_attempts")
-	if n := r.count("fairness_keys", 34); n > 0 {
+	if n := r.count("fairness_keys", 34, 0); n > 0 {
 		var out []FairnessKeyStats
 		for i := 0; i < n; i++ {
 			s, base := r.sub("fairness_keys")
@@ -1862,7 +1866,7 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	} else {
 		m.FairnessKeys = nil
 	}
-	if n := r.count("throttle_keys", 38); n > 0 {
+	if n := r.count("throttle_keys", 38, 0); n > 0 {
 		var out []ThrottleKeyStats
 		for i := 0; i < n; i++ {
 			s, base := r.sub("throttle_keys")
@@ -2046,7 +2050,7 @@ func (m *ListConfigResult) decodeFields(r *reader, prev *ListConfigResult) {
 	if prev == nil {
 		prev = &ListConfigResult{}
 	}
-	if n := r.count("entries", 8); n > 0 {
+	if n := r.count("entries", 8, 0); n > 0 {
 		var out []ConfigEntry
 		for i := 0; i < n; i++ {
 			s, base := r.sub("entries")
@@ -2201,7 +2205,7 @@ func (m *CreateApiKey) decodeFields(r *reader, prev *CreateApiKey) {
 		prev = &CreateApiKey{}
 	}
 	m.Name = r.strLike("name", prev.Name)
-	if n := r.count("permissions", 7); n > 0 {
+	if n := r.count("permissions", 7, MaxCreateApiKeyPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2348,7 +2352,7 @@ func (m *ListApiKeysResult) AppendTo(dst []byte) []byte {
 // the list m belongs to: strings equal to prev's are shared instead of copied.
 func (m *ListApiKeysResult) decodeFields(r *reader, prev *ListApiKeysResult) {
 	_ = prev
-	if n := r.count("keys", 20); n > 0 {
+	if n := r.count("keys", 20, 0); n > 0 {
 		m.Keys = make([]ApiKeyInfo, n)
 		for i := range m.Keys {
 			s, base := r.sub("keys")
@@ -2393,7 +2397,7 @@ func (m *SetAcl) decodeFields(r *reader, prev *SetAcl) {
 		prev = &SetAcl{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
-	if n := r.count("permissions", 7); n > 0 {
+	if n := r.count("permissions", 7, MaxSetAclPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2496,7 +2500,7 @@ func (m *GetAclResult) decodeFields(r *reader, prev *GetAclResult) {
 	if prev == nil {
 		prev = &GetAclResult{}
 	}
-	if n := r.count("permissions", 7); n > 0 {
+	if n := r.count("permissions", 7, MaxGetAclResultPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2581,7 +2585,7 @@ func (m *TopologyResult) decodeFields(r *reader, prev *TopologyResult) {
 		prev = &TopologyResult{}
 	}
 	m.Queue = r.strLike("queue", prev.Queue)
-	if n := r.count("shards", 20); n > 0 {
+	if n := r.count("shards", 20, 0); n > 0 {
 		var out []ShardInfo
 		for i := 0; i < n; i++ {
 			s, base := r.sub("shards")

@@ -212,6 +212,7 @@ func drawHandshakeOk(t *rapid.T) *HandshakeOk {
 		Capabilities: drawList(t, "capabilities", 3, func(t *rapid.T, label string) string {
 			return rapid.StringN(0, 12, -1).Draw(t, "capabilities")
 		}),
+		MaxBatchSize: rapid.Uint32().Draw(t, "max_batch_size"),
 		MaxFrameSize: rapid.Uint32().Draw(t, "max_frame_size"),
 		NodeID:       rapid.StringN(0, 12, -1).Draw(t, "node_id"),
 		ServerName:   rapid.StringN(0, 12, -1).Draw(t, "server_name"),

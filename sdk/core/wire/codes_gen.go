@@ -25,6 +25,9 @@ const (
 	   CodeProtocolViolation (3, connection) A well-formed frame arrived where it
 	   is not allowed: any frame before Handshake, a second Handshake, a response
 	   opcode from the client, an interleaved continuation, a reused request ID.
+	   The server also closes with it a connection that sends no complete Handshake
+	   within its handshake timeout, or leaves a frame incomplete for its frame
+	   read timeout.
 	*/
 	CodeProtocolViolation Code = 3
 	// CodeUnsupportedVersion (4, connection) The peers share no protocol version.
@@ -68,14 +71,17 @@ const (
 	CodeNotSupported Code = 11
 	/*
 	   CodeInvalidArgument (12, status) A field has a value the operation does not
-	   accept; the message names the field.
+	   accept; the message names the field. Also a list over its declared maximum,
+	   or a batch request with more items than the server's max_batch_size
+	   (HandshakeOk): the request fails as a whole and the connection stays open.
 	*/
 	CodeInvalidArgument Code = 12
 	/*
 	   CodeResourceExhausted (13, status) A limit was reached (connections,
-	   subscriptions per connection, requests in flight, the reassembly budget);
-	   the message names it. For connections and the reassembly budget it comes on
-	   request ID 0 and the connection is closed.
+	   connections or failed handshakes from one address, subscriptions per
+	   connection, the reassembly budget); the message names it. For connection
+	   limits and the reassembly budget it comes on request ID 0 and the connection
+	   is closed.
 	*/
 	CodeResourceExhausted Code = 13
 	// CodeQueueNotFound (20, domain) No queue has this name.

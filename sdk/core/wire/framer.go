@@ -55,13 +55,47 @@ func (fr *FrameReader) SetMaxFrame(n int) {
 	}
 }
 
+// SetLimits changes both limits, for the frames whose headers Next has
+// not read yet: a server accepts small frames until the handshake is done
+// and its configured sizes after. Non-positive values take the protocol
+// defaults, as in NewFrameReader.
+func (fr *FrameReader) SetLimits(maxFrame, maxReassembled int) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrameSize
+	}
+	if maxReassembled <= 0 {
+		maxReassembled = MaxReassembledSize
+	}
+	fr.maxFrame, fr.maxReassembled = maxFrame, maxReassembled
+}
+
 // Reassembling returns the bytes the reader holds for a body being
 // reassembled from continuation frames (the capacity of its buffer), 0
 // when none is; a receiver bounding memory across connections charges it.
 func (fr *FrameReader) Reassembling() int { return fr.contLen }
 
 // Buffered returns the number of bytes fed and not yet returned as frames.
+// After Next has reported that it needs more bytes, they are the bytes of
+// the frame (or continuation) still arriving.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + fr.contLen }
+
+// Held returns the memory the reader holds for input still arriving, in
+// bytes: Buffered, or, when a large frame is arriving, the capacity of
+// the buffer it arrives in (which may run ahead of the bytes fed, up to
+// the frame's end). A receiver bounding memory across connections
+// charges it.
+func (fr *FrameReader) Held() int {
+	n := fr.Buffered()
+	if n > keepBuffer {
+		n = max(n, cap(fr.buf)-fr.start+fr.contLen)
+	}
+	return n
+}
+
+// keepBuffer is the largest buffer the reader keeps once it is empty; a
+// larger one, grown for a large frame, is dropped, so a connection that
+// once sent a large frame does not hold its memory while idle.
+const keepBuffer = 256 << 10
 
 // Feed appends p to the reader's buffer. p is copied. After Next has
 // failed, Feed discards p.
@@ -70,6 +104,9 @@ func (fr *FrameReader) Feed(p []byte) {
 		return
 	}
 	if fr.start > 0 && fr.start == len(fr.buf) {
+		if cap(fr.buf) > keepBuffer {
+			fr.buf = nil
+		}
 		fr.buf = fr.buf[:0]
 		fr.start = 0
 	} else if fr.start > 0 && fr.start >= cap(fr.buf)/2 {
@@ -77,7 +114,31 @@ func (fr *FrameReader) Feed(p []byte) {
 		fr.buf = fr.buf[:n]
 		fr.start = 0
 	}
+	if need := len(fr.buf) + len(p); need > cap(fr.buf) {
+		fr.grow(need)
+	}
 	fr.buf = append(fr.buf, p...)
+}
+
+// grow makes room for need bytes in buf. The capacity doubles (a large
+// frame arriving in reads of a few KiB then costs about twice its size in
+// allocations, where append's gentler growth for large slices costs four
+// or five times), but, for a large frame whose header is in, never past
+// its end: the buffer grows with the bytes fed, not with the length a
+// header claims, and a complete large frame is held in a buffer of its
+// own size.
+func (fr *FrameReader) grow(need int) {
+	c := max(2*cap(fr.buf), need, 4096)
+	if avail := fr.buf[fr.start:]; len(avail) >= HeaderSize {
+		h, _ := ParseHeader(avail)
+		if int64(h.Length) <= int64(fr.maxFrame) && h.Length > keepBuffer {
+			end := fr.start + HeaderSize + int(h.Length)
+			c = max(min(c, end), need)
+		}
+	}
+	nb := make([]byte, len(fr.buf), c)
+	copy(nb, fr.buf)
+	fr.buf = nb
 }
 
 // Next returns the next complete frame. ok is false when more bytes are

@@ -178,3 +178,71 @@ func TestContinuationLimit(t *testing.T) {
 		t.Fatalf("Next = %v; want FRAME_TOO_LARGE", err)
 	}
 }
+
+// TestFrameReaderSetLimits raises the limits between frames, as a server
+// does once the handshake is done: the small limits refuse a large header
+// at once; after SetLimits the same frame is read.
+func TestFrameReaderSetLimits(t *testing.T) {
+	big := AppendFrame(nil, 2, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 100<<10)}}})
+	small := NewFrameReader(64<<10, 64<<10)
+	small.Feed(big[:HeaderSize])
+	var ce *ConnError
+	if _, _, _, err := small.Next(); !errors.As(err, &ce) || ce.Code != CodeFrameTooLarge {
+		t.Fatalf("Next under the small limits = %v; want FRAME_TOO_LARGE", err)
+	}
+
+	fr := NewFrameReader(64<<10, 64<<10)
+	fr.Feed(AppendFrame(nil, 1, &Handshake{MaxVersion: 1, MinVersion: 1}))
+	fr.Feed(big)
+	if h, _, ok, err := fr.Next(); err != nil || !ok || h.Opcode != OpHandshake {
+		t.Fatalf("first Next = %+v %v %v; want the Handshake", h, ok, err)
+	}
+	fr.SetLimits(16<<20, 0)
+	if h, body, ok, err := fr.Next(); err != nil || !ok || h.Opcode != OpEnqueue || len(body) != len(big)-HeaderSize {
+		t.Fatalf("Next after SetLimits = %+v %v %v; want the whole Enqueue", h, ok, err)
+	}
+
+	// The reassembly limit applies to continuations too.
+	cont := NewFrameReader(64<<10, 64<<10)
+	cont.Feed(AppendFrames(nil, 3, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 100<<10)}}}, 32<<10))
+	if _, _, _, err := cont.Next(); !errors.As(err, &ce) || ce.Code != CodeFrameTooLarge {
+		t.Fatalf("continuation over the small limits = %v; want FRAME_TOO_LARGE", err)
+	}
+}
+
+// TestFrameReaderDropsLargeBuffer: after a large frame has been read, the
+// reader does not keep its buffer.
+func TestFrameReaderDropsLargeBuffer(t *testing.T) {
+	fr := NewFrameReader(0, 0)
+	fr.Feed(AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 4<<20)}}}))
+	if _, _, ok, err := fr.Next(); !ok || err != nil {
+		t.Fatalf("Next = %v %v", ok, err)
+	}
+	fr.Feed(AppendFrame(nil, 2, &Ping{}))
+	if c := cap(fr.buf); c > keepBuffer {
+		t.Fatalf("buffer capacity %d after a 4 MiB frame was read; want at most %d", c, keepBuffer)
+	}
+	if h, _, ok, err := fr.Next(); !ok || err != nil || h.Opcode != OpPing {
+		t.Fatalf("Next = %+v %v %v; want the Ping", h, ok, err)
+	}
+}
+
+// TestFrameReaderLargeFrameBuffer: a large frame fed in small reads ends in
+// a buffer of its own size, and Held reports that buffer while it arrives.
+func TestFrameReaderLargeFrameBuffer(t *testing.T) {
+	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 3<<20)}}})
+	fr := NewFrameReader(0, 0)
+	for off := 0; off < len(frame)-1; off += 64 << 10 {
+		fr.Feed(frame[off:min(off+64<<10, len(frame)-1)])
+		if h := fr.Held(); h < fr.Buffered() || h > len(frame) {
+			t.Fatalf("Held = %d with %d buffered; want between them and the frame's %d bytes", h, fr.Buffered(), len(frame))
+		}
+	}
+	if c := cap(fr.buf); c != len(frame) {
+		t.Errorf("buffer capacity %d for a frame of %d bytes; want the frame's size", c, len(frame))
+	}
+	fr.Feed(frame[len(frame)-1:])
+	if _, _, ok, err := fr.Next(); !ok || err != nil {
+		t.Fatalf("Next = %v %v", ok, err)
+	}
+}

@@ -20,6 +20,59 @@ const (
 	MinMaxFrameSize = 4096
 	// MaxReassembledSize bounds a body reassembled from continuation frames, in bytes.
 	MaxReassembledSize = 268435456
+	// MaxBatchSize is the most items one batch request may carry (the protocol's
+	// ceiling; a server announces its own in HandshakeOk.MaxBatchSize).
+	MaxBatchSize = 65536
+)
+
+// Declared list maximums, in items.
+const (
+	// MaxEnqueueMessageHeaders is the most items EnqueueMessage.Headers may hold; decoders refuse more.
+	MaxEnqueueMessageHeaders = 1024
+	// MaxEnqueueMessageThrottleKeys is the most items EnqueueMessage.ThrottleKeys may hold; decoders refuse more.
+	MaxEnqueueMessageThrottleKeys = 64
+	// MaxDeliveredMessageHeaders is the most items DeliveredMessage.Headers may hold; decoders refuse more.
+	MaxDeliveredMessageHeaders = 1026
+	// MaxDeliveredMessageThrottleKeys is the most items DeliveredMessage.ThrottleKeys may hold; decoders refuse more.
+	MaxDeliveredMessageThrottleKeys = 64
+	// MaxApiKeyInfoPermissions is the most items ApiKeyInfo.Permissions may hold; decoders refuse more.
+	MaxApiKeyInfoPermissions = 1000
+	// MaxHandshakeCapabilities is the most items Handshake.Capabilities may hold; decoders refuse more.
+	MaxHandshakeCapabilities = 64
+	// MaxHandshakeOkCapabilities is the most items HandshakeOk.Capabilities may hold; decoders refuse more.
+	MaxHandshakeOkCapabilities = 64
+	// MaxEnqueueMessages is the most items Enqueue.Messages may hold; decoders refuse more.
+	MaxEnqueueMessages = 65536
+	// MaxEnqueueResultResults is the most items EnqueueResult.Results may hold; decoders refuse more.
+	MaxEnqueueResultResults = 65536
+	// MaxSubscribeRateLimits is the most items Subscribe.RateLimits may hold; decoders refuse more.
+	MaxSubscribeRateLimits = 16
+	// MaxAckItems is the most items Ack.Items may hold; decoders refuse more.
+	MaxAckItems = 65536
+	// MaxAckResultResults is the most items AckResult.Results may hold; decoders refuse more.
+	MaxAckResultResults = 65536
+	// MaxNackItems is the most items Nack.Items may hold; decoders refuse more.
+	MaxNackItems = 65536
+	// MaxNackResultResults is the most items NackResult.Results may hold; decoders refuse more.
+	MaxNackResultResults = 65536
+	// MaxRetryAfterItems is the most items RetryAfter.Items may hold; decoders refuse more.
+	MaxRetryAfterItems = 65536
+	// MaxRetryAfterResultResults is the most items RetryAfterResult.Results may hold; decoders refuse more.
+	MaxRetryAfterResultResults = 65536
+	// MaxExtendLeaseItems is the most items ExtendLease.Items may hold; decoders refuse more.
+	MaxExtendLeaseItems = 65536
+	// MaxExtendLeaseResultResults is the most items ExtendLeaseResult.Results may hold; decoders refuse more.
+	MaxExtendLeaseResultResults = 65536
+	// MaxReleaseItems is the most items Release.Items may hold; decoders refuse more.
+	MaxReleaseItems = 65536
+	// MaxReleaseResultResults is the most items ReleaseResult.Results may hold; decoders refuse more.
+	MaxReleaseResultResults = 65536
+	// MaxCreateApiKeyPermissions is the most items CreateApiKey.Permissions may hold; decoders refuse more.
+	MaxCreateApiKeyPermissions = 1000
+	// MaxSetAclPermissions is the most items SetAcl.Permissions may hold; decoders refuse more.
+	MaxSetAclPermissions = 1000
+	// MaxGetAclResultPermissions is the most items GetAclResult.Permissions may hold; decoders refuse more.
+	MaxGetAclResultPermissions = 1000
 )
 const (
 	/*
@@ -967,6 +1020,14 @@ type HandshakeOk struct {
 	MaxFrameSize uint32
 	// ServerName (string) Server software and version, such as fila-server/0.1.0.
 	ServerName string
+	/*
+	   MaxBatchSize (u32) Most items the server accepts in one batch request (the
+	   messages of an Enqueue, the items of an Ack, Nack, RetryAfter, ExtendLease
+	   or Release); a request with more fails as a whole with INVALID_ARGUMENT.
+	   Clients split larger batches. 0 (from a server that predates this field)
+	   means the protocol's max_batch_size, 65536.
+	*/
+	MaxBatchSize uint32
 }
 
 // Opcode returns OpHandshakeOk.

@@ -21,6 +21,8 @@ func FuzzDecode(f *testing.F) {
 			f.Add(uint16(fr.Opcode()), fr.AppendTo(nil))
 		}
 	}
+	// A header list longer than its maximum, every header present.
+	f.Add(uint16(OpEnqueue), forgedHeaders(MaxEnqueueMessageHeaders+1))
 	f.Fuzz(func(t *testing.T, op uint16, body []byte) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)

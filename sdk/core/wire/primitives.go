@@ -98,6 +98,11 @@ func (r *reader) intern(b []byte) string {
 	return *slot
 }
 
+// more reports whether bytes are left to decode: an optional field (one
+// appended in a later release) is decoded only then, so an older peer's
+// shorter body gives it its zero value.
+func (r *reader) more() bool { return r.err == nil && r.off < len(r.b) }
+
 func (r *reader) fail(field, reason string) {
 	if r.err == nil {
 		r.err = &DecodeError{Frame: r.frame, Field: field, Offset: r.off, Reason: reason}
@@ -202,10 +207,10 @@ func (r *reader) strLike(field, prev string) string {
 	return r.intern(b)
 }
 
-// strList decodes a []string, returning prev itself when every element
-// equals prev's.
-func (r *reader) strList(field string, prev []string) []string {
-	n := r.count(field, 2)
+// strList decodes a []string of at most max items (0: no maximum),
+// returning prev itself when every element equals prev's.
+func (r *reader) strList(field string, prev []string, max int) []string {
+	n := r.count(field, 2, max)
 	if n == 0 {
 		if r.err == nil && prev != nil && len(prev) == 0 {
 			return prev
@@ -258,15 +263,23 @@ func (r *reader) uuid(field string) (id [16]byte) {
 }
 
 // count reads a list's u32 item count and checks that the bytes left could
-// hold that many items of at least minItem bytes each, so a forged count
-// cannot make the decoder allocate more than the body justifies.
-func (r *reader) count(field string, minItem int) int {
+// hold that many items of at least minItem bytes each (else the frame is
+// malformed), then that the count is within the list's declared maximum
+// (max items, 0 for none; else ErrListTooLong), so a forged count can make
+// the decoder allocate neither more than the body justifies nor more than
+// the protocol allows.
+func (r *reader) count(field string, minItem, max int) int {
 	n := r.u32(field)
 	if r.err != nil {
 		return 0
 	}
 	if uint64(n)*uint64(minItem) > uint64(len(r.b)-r.off) {
 		r.fail(field, "list count exceeds the bytes left")
+		return 0
+	}
+	if max > 0 && uint64(n) > uint64(max) {
+		r.fail(field, fmt.Sprintf("list of %d items exceeds the maximum of %d", n, max))
+		r.err.Err = ErrListTooLong
 		return 0
 	}
 	return int(n)

@@ -160,6 +160,12 @@ func AppendFrames(dst []byte, requestID uint32, f Frame, maxFrame int) []byte {
 // ErrShortBuffer is returned by ParseHeader for fewer than HeaderSize bytes.
 var ErrShortBuffer = errors.New("wire: short buffer")
 
+// ErrListTooLong is the cause of a *DecodeError for a list whose count
+// exceeds the list's declared maximum (the Max* constants). The frame
+// itself is well formed, so a receiver may refuse the request alone (the
+// broker answers INVALID_ARGUMENT) and keep the connection.
+var ErrListTooLong = errors.New("wire: list exceeds its maximum")
+
 // A DecodeError describes a malformed frame body: which frame, which field,
 // at which byte offset, and what was wrong.
 type DecodeError struct {
@@ -167,7 +173,13 @@ type DecodeError struct {
 	Field  string // field being decoded, such as "messages[3].payload"; may be empty
 	Offset int    // byte offset in the body where decoding failed
 	Reason string
+	// Err is the cause when it is one a receiver may act on
+	// (ErrListTooLong), else nil.
+	Err error
 }
+
+// Unwrap returns e.Err.
+func (e *DecodeError) Unwrap() error { return e.Err }
 
 func (e *DecodeError) Error() string {
 	if e.Field != "" {

@@ -1,0 +1,180 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeConn returns a connection from addr, as the accept loop makes it.
+func fakeConn(t *testing.T, addr string) *conn {
+	t.Helper()
+	c := &conn{}
+	ap := netip.MustParseAddrPort(addr)
+	c.addr, c.hasAddr = addrKey(net.TCPAddrFromAddrPort(ap))
+	return c
+}
+
+func testAdmission(cfg Config) (*admission, *time.Time) {
+	now := time.Unix(1000, 0)
+	a := newAdmission(&cfg)
+	a.now = func() time.Time { return now }
+	return a, &now
+}
+
+func TestAddrKey(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.2:5000", "127.0.0.2/32"},
+		{"[::ffff:10.0.0.1]:5000", "10.0.0.1/32"},
+		{"[2001:db8:1:2:3:4:5:6]:5000", "2001:db8:1:2::/64"},
+	} {
+		c := fakeConn(t, tc.addr)
+		if !c.hasAddr || c.addr.String() != tc.want {
+			t.Errorf("addrKey(%s) = %v, %v; want %s", tc.addr, c.addr, c.hasAddr, tc.want)
+		}
+	}
+	if _, ok := addrKey(&net.UnixAddr{Name: "/tmp/s"}); ok {
+		t.Errorf("addrKey(unix) is ok; want no per-address limits")
+	}
+}
+
+// TestHandshakingPoolEvictsOldest: the pool of connections still
+// handshaking never refuses a newcomer; it closes the oldest instead.
+func TestHandshakingPoolEvictsOldest(t *testing.T) {
+	a, _ := testAdmission(Config{MaxHandshaking: 3})
+	var cs []*conn
+	for i := range 5 {
+		c := fakeConn(t, fmt.Sprintf("10.0.0.1:%d", 1000+i))
+		refusal, evict := a.admit(c)
+		if refusal != "" {
+			t.Fatalf("admit %d refused: %s", i, refusal)
+		}
+		switch {
+		case i < 3 && evict != nil:
+			t.Fatalf("admit %d evicted with room in the pool", i)
+		case i >= 3 && evict != cs[i-3]:
+			t.Fatalf("admit %d evicted %p; want the oldest, %p", i, evict, cs[i-3])
+		}
+		cs = append(cs, c)
+	}
+	if r := a.handshaken(cs[0]); !strings.Contains(r, "evicted") {
+		t.Errorf("handshaken(evicted) = %q; want a refusal", r)
+	}
+	if r := a.handshaken(cs[4]); r != "" {
+		t.Errorf("handshaken(newest) = %q", r)
+	}
+	if h, e, _ := a.counts(); h != 2 || e != 1 {
+		t.Errorf("handshaking, established = %d, %d; want 2, 1", h, e)
+	}
+	for _, c := range cs {
+		a.closed(c)
+	}
+	if h, e, n := a.counts(); h != 0 || e != 0 || n != 0 {
+		t.Errorf("after every close: handshaking %d, established %d, addresses %d; want 0", h, e, n)
+	}
+}
+
+// TestMaxConnectionsCountsEstablished: server.max_connections is checked
+// at handshake, against handshaken connections only.
+func TestMaxConnectionsCountsEstablished(t *testing.T) {
+	a, _ := testAdmission(Config{MaxHandshaking: 100, MaxConnections: 2})
+	var cs []*conn
+	for i := range 4 {
+		c := fakeConn(t, fmt.Sprintf("10.0.0.1:%d", 2000+i))
+		if r, _ := a.admit(c); r != "" {
+			t.Fatalf("admit %d refused: %s", i, r)
+		}
+		cs = append(cs, c)
+	}
+	if a.handshaken(cs[0]) != "" || a.handshaken(cs[1]) != "" {
+		t.Fatal("first two handshakes refused")
+	}
+	if r := a.handshaken(cs[2]); !strings.Contains(r, "more than 2 connections") {
+		t.Fatalf("third handshake = %q; want refused", r)
+	}
+	a.closed(cs[2])
+	a.closed(cs[0])
+	if r := a.handshaken(cs[3]); r != "" {
+		t.Fatalf("handshake after a close = %q", r)
+	}
+}
+
+func TestConnectionsPerAddress(t *testing.T) {
+	a, _ := testAdmission(Config{MaxHandshaking: 100, MaxConnectionsPerAddress: 2})
+	c1, c2 := fakeConn(t, "10.0.0.1:1"), fakeConn(t, "10.0.0.1:2")
+	a.admit(c1)
+	a.admit(c2)
+	if r, _ := a.admit(fakeConn(t, "10.0.0.1:3")); !strings.Contains(r, "more than 2 connections from 10.0.0.1") {
+		t.Fatalf("third from one address = %q; want refused", r)
+	}
+	if r, _ := a.admit(fakeConn(t, "10.0.0.2:3")); r != "" {
+		t.Fatalf("another address refused: %s", r)
+	}
+	a.closed(c1)
+	if r, _ := a.admit(fakeConn(t, "10.0.0.1:4")); r != "" {
+		t.Fatalf("after a close: %s", r)
+	}
+}
+
+// TestHandshakeFailureBucket: an address may fail burst handshakes, then
+// rate a second; while its bucket is empty its connections are refused,
+// and other addresses are not affected.
+func TestHandshakeFailureBucket(t *testing.T) {
+	a, now := testAdmission(Config{MaxHandshaking: 100, HandshakeFailureRate: 2, HandshakeFailureBurst: 3})
+	attempt := func(addr string) (refused bool) {
+		c := fakeConn(t, addr)
+		if r, _ := a.admit(c); r != "" {
+			return true
+		}
+		a.failed(c)
+		a.closed(c)
+		return false
+	}
+	for i := range 3 {
+		if attempt("10.0.0.1:1") {
+			t.Fatalf("attempt %d refused within the burst", i)
+		}
+	}
+	if !attempt("10.0.0.1:1") {
+		t.Fatal("attempt after the burst admitted; want refused")
+	}
+	if attempt("10.0.0.2:1") {
+		t.Fatal("another address refused")
+	}
+	*now = now.Add(500 * time.Millisecond) // one token at 2 a second
+	if attempt("10.0.0.1:1") {
+		t.Fatal("refused after a token refilled")
+	}
+	if !attempt("10.0.0.1:1") {
+		t.Fatal("admitted with the bucket empty again")
+	}
+	// A successful handshake costs nothing.
+	*now = now.Add(time.Hour)
+	for range 10 {
+		c := fakeConn(t, "10.0.0.1:1")
+		if r, _ := a.admit(c); r != "" {
+			t.Fatalf("refused: %s", r)
+		}
+		a.handshaken(c)
+		a.closed(c)
+	}
+}
+
+// TestAddressTableBounded: addresses that failed and left are
+// remembered, but never more than maxIdleAddrs of them.
+func TestAddressTableBounded(t *testing.T) {
+	a, _ := testAdmission(Config{MaxHandshaking: 100, HandshakeFailureRate: 1, HandshakeFailureBurst: 5})
+	for i := range 3 * maxIdleAddrs {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		c := fakeConn(t, netip.AddrPortFrom(ip, 1).String())
+		a.admit(c)
+		a.failed(c)
+		a.closed(c)
+		if _, _, n := a.counts(); n > maxIdleAddrs {
+			t.Fatalf("after %d addresses the table holds %d; want at most %d", i+1, n, maxIdleAddrs)
+		}
+	}
+}

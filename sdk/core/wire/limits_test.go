@@ -1,0 +1,138 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// TestListMaximums encodes each bounded list at its maximum and one past
+// it: the first decodes, the second fails with ErrListTooLong.
+func TestListMaximums(t *testing.T) {
+	headers := func(n int) []MessageHeader { return make([]MessageHeader, n) }
+	strs := func(n int) []string { return make([]string, n) }
+	perms := func(n int) []Permission {
+		ps := make([]Permission, n)
+		for i := range ps {
+			ps[i].Kind = PermissionKindProduce
+		}
+		return ps
+	}
+	for _, tc := range []struct {
+		name  string
+		max   int
+		frame func(n int) Frame
+	}{
+		{"Enqueue.messages", MaxEnqueueMessages, func(n int) Frame { return &Enqueue{Messages: make([]EnqueueMessage, n)} }},
+		{"EnqueueMessage.headers", MaxEnqueueMessageHeaders, func(n int) Frame {
+			return &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Headers: headers(n)}}}
+		}},
+		{"EnqueueMessage.throttle_keys", MaxEnqueueMessageThrottleKeys, func(n int) Frame {
+			return &Enqueue{Messages: []EnqueueMessage{{Queue: "q", ThrottleKeys: strs(n)}}}
+		}},
+		{"Delivery headers", MaxDeliveredMessageHeaders, func(n int) Frame {
+			return &Delivery{Messages: []DeliveredMessage{{Queue: "q", Headers: headers(n)}}}
+		}},
+		{"Ack.items", MaxAckItems, func(n int) Frame { return &Ack{Items: make([]LeaseRef, n)} }},
+		{"Nack.items", MaxNackItems, func(n int) Frame { return &Nack{Items: make([]NackItem, n)} }},
+		{"RetryAfter.items", MaxRetryAfterItems, func(n int) Frame { return &RetryAfter{Items: make([]RetryAfterItem, n)} }},
+		{"ExtendLease.items", MaxExtendLeaseItems, func(n int) Frame { return &ExtendLease{Items: make([]ExtendLeaseItem, n)} }},
+		{"Release.items", MaxReleaseItems, func(n int) Frame { return &Release{Items: make([]LeaseRef, n)} }},
+		{"AckResult.results", MaxAckResultResults, func(n int) Frame { return &AckResult{Results: make([]ItemResult, n)} }},
+		{"Subscribe.rate_limits", MaxSubscribeRateLimits, func(n int) Frame { return &Subscribe{Queue: "q", RateLimits: make([]RateLimit, n)} }},
+		{"Handshake.capabilities", MaxHandshakeCapabilities, func(n int) Frame { return &Handshake{Capabilities: strs(n)} }},
+		{"CreateApiKey.permissions", MaxCreateApiKeyPermissions, func(n int) Frame { return &CreateApiKey{Name: "k", Permissions: perms(n)} }},
+		{"SetAcl.permissions", MaxSetAclPermissions, func(n int) Frame { return &SetAcl{KeyID: "k", Permissions: perms(n)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := tc.frame(tc.max)
+			if err := New(at.Opcode()).Decode(at.AppendTo(nil)); err != nil {
+				t.Fatalf("Decode(%d items) = %v; want success", tc.max, err)
+			}
+			over := tc.frame(tc.max + 1)
+			err := New(over.Opcode()).Decode(over.AppendTo(nil))
+			var de *DecodeError
+			if !errors.As(err, &de) || !errors.Is(err, ErrListTooLong) {
+				t.Fatalf("Decode(%d items) = %v; want a *DecodeError wrapping ErrListTooLong", tc.max+1, err)
+			}
+			if want := fmt.Sprintf("exceeds the maximum of %d", tc.max); !contains(de.Reason, want) {
+				t.Errorf("reason %q does not say %q", de.Reason, want)
+			}
+		})
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// forgedHeaders returns an Enqueue body of one message whose header list
+// claims count headers and really holds them (empty key and value, 8
+// bytes each), so only the declared maximum can refuse it.
+func forgedHeaders(count int) []byte {
+	var msg []byte
+	msg = appendString(msg, "q")
+	msg = binary.BigEndian.AppendUint32(msg, uint32(count))
+	for range count {
+		msg = append(msg, 0, 0, 0, 4, 0, 0, 0, 0) // struct of 4 bytes: two empty strings
+	}
+	msg = appendBytes(msg, nil) // payload
+	msg = appendString(msg, "") // fairness_key
+	msg = appendU32(msg, 0)     // weight
+	msg = appendU32(msg, 0)     // throttle_keys
+	msg = appendU64(msg, 0)     // delay_ms
+	msg = appendString(msg, "") // idempotency_key
+	msg = appendString(msg, "") // ordering_key
+	body := binary.BigEndian.AppendUint32(nil, 1)
+	body = binary.BigEndian.AppendUint32(body, uint32(len(msg)))
+	return append(body, msg...)
+}
+
+// TestForgedHeaderCountRefusedBeforeAllocating decodes a message with
+// 300,000 headers, every byte of them present (2.4 MB, a body that fits
+// the default max frame size): the decoder must refuse the count before it
+// allocates the list, not decode the headers and leave the broker to count
+// them.
+func TestForgedHeaderCountRefusedBeforeAllocating(t *testing.T) {
+	body := forgedHeaders(300_000)
+	var m Enqueue
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := m.Decode(body)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrListTooLong) {
+		t.Fatalf("Decode = %v; want ErrListTooLong", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
+		t.Fatalf("refusing %d headers allocated %d bytes; want the count refused before allocating", 300_000, alloc)
+	}
+	allocs := testing.AllocsPerRun(10, func() { m.Decode(body) })
+	if allocs > 16 {
+		t.Fatalf("refusing the count took %.0f allocations; want a few, not one per header", allocs)
+	}
+}
+
+// TestOptionalFieldFromOlderPeer: a HandshakeOk from a broker that
+// predates max_batch_size ends before it, and decodes with it zero.
+func TestOptionalFieldFromOlderPeer(t *testing.T) {
+	full := (&HandshakeOk{Version: 1, NodeID: "n", MaxFrameSize: 4096, ServerName: "s", MaxBatchSize: 7}).AppendTo(nil)
+	old := full[:len(full)-4]
+	var m HandshakeOk
+	if err := m.Decode(old); err != nil || m.MaxBatchSize != 0 || m.ServerName != "s" {
+		t.Fatalf("Decode(older body) = %+v, %v; want MaxBatchSize 0 and the rest", m, err)
+	}
+	if err := m.Decode(full[:len(full)-2]); err == nil {
+		t.Fatalf("Decode(body ending inside max_batch_size) succeeded; want truncated")
+	}
+	if err := m.Decode(full); err != nil || m.MaxBatchSize != 7 {
+		t.Fatalf("Decode(full) = %+v, %v", m, err)
+	}
+}
