@@ -138,6 +138,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			BackoffBase:       cfg.Queue.BackoffBase,
 			BackoffMax:        cfg.Queue.BackoffMax,
 			DedupWindow:       cfg.Queue.DedupWindow,
+			MaxUnsettled:      cfg.Server.MaxUnsettled,
 		},
 		Logger:  log.With("component", "shard"),
 		Failure: server.FailureHook(hooks),

@@ -55,6 +55,12 @@ type ServerConfig struct {
 	// is closed right after accept. Zero means no cap
 	// (max_connections, default 10000).
 	MaxConnections int
+	// MaxUnsettled caps the deliveries one subscription may hold unsettled
+	// (leased and not yet acked, nacked, retried, released or expired),
+	// whatever credit its client grants; a Subscribe with prefetch 0 is
+	// granted this much credit, and a larger prefetch is granted this
+	// much (max_unsettled, default 1000, from 1 to 4294967295).
+	MaxUnsettled int
 	// ReassemblyBudget bounds the bytes all connections together may hold
 	// for requests arriving in continuation frames (requests larger than
 	// max_frame_size); a connection that would take the total over it is
@@ -205,6 +211,7 @@ func Default() Config {
 			MaxMessageSize:   16 * Megabyte,
 			MaxFrameSize:     16 * Megabyte,
 			MaxConnections:   10000,
+			MaxUnsettled:     1000,
 			ReassemblyBudget: 256 * Megabyte,
 			ShutdownTimeout:  10 * time.Second,
 		},

@@ -80,6 +80,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.max_message_size":       `"16MB"`,
 		"server.max_frame_size":         `"16MB"`,
 		"server.max_connections":        `10000`,
+		"server.max_unsettled":          `1000`,
 		"server.reassembly_budget":      `"256MB"`,
 		"server.memory_limit":           `"0B"`,
 		"server.shutdown_timeout":       `"10s"`,
@@ -132,6 +133,7 @@ node_id = "node-a"
 max_message_size = "1MB"
 max_frame_size = "64KiB"
 max_connections = 50
+max_unsettled = 200
 reassembly_budget = "64MB"
 memory_limit = "1GB"
 shutdown_timeout = "2s"
@@ -180,7 +182,7 @@ func fullConfig() Config {
 	return Config{
 		Server: ServerConfig{
 			ListenAddr: "127.0.0.1:6000", NodeID: "node-a", MaxMessageSize: 1 << 20,
-			MaxFrameSize: 64 << 10, MaxConnections: 50, ReassemblyBudget: 64 << 20, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
+			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxUnsettled: 200, ReassemblyBudget: 64 << 20, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
 		},
 		Storage: StorageConfig{
 			DataDir: "/var/lib/fila", SegmentSize: 128 << 20, CacheSize: 0, Repair: true, UnsafeNoSync: true,

@@ -61,11 +61,10 @@ type outItem struct {
 // subscription is a connection's view of one of its subscriptions. It is
 // the shard's Sink for it.
 type subscription struct {
-	c         *conn
-	id        sched.SubID
-	reqID     uint32
-	queue     string
-	unlimited bool // prefetch 0: credit follows what the socket takes
+	c     *conn
+	id    sched.SubID
+	reqID uint32
+	queue string
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -313,20 +312,12 @@ func (c *conn) writeLoop() {
 
 		buf = buf[:0]
 		closeAfter := false
-		var credits map[*subscription]uint32
 		ended := 0
 		for i := range batch {
 			it := &batch[i]
 			switch {
 			case it.sub != nil:
-				var n int
-				buf, n = c.appendDeliveries(buf, it.sub, it.msgs)
-				if it.sub.unlimited && n > 0 {
-					if credits == nil {
-						credits = map[*subscription]uint32{}
-					}
-					credits[it.sub] += uint32(n)
-				}
+				buf = c.appendDeliveries(buf, it.sub, it.msgs)
 			case it.frame != nil:
 				buf = wire.AppendFrames(buf, it.reqID, it.frame, int(c.peerMaxFrame.Load()))
 			}
@@ -350,9 +341,6 @@ func (c *conn) writeLoop() {
 			c.inflight.Add(int32(-ended))
 			c.maybeFinishGoAway()
 		}
-		for sub, n := range credits {
-			c.s.sh.AddCredit(c.ctx, sub.id, n)
-		}
 		if closeAfter {
 			c.close()
 			return
@@ -364,18 +352,15 @@ func (c *conn) writeLoop() {
 }
 
 // appendDeliveries reads the messages' bodies and appends Delivery frames
-// of at most the peer's max frame size. It returns how many messages it
-// wrote; a message whose record is gone (acked or deleted meanwhile) is
-// skipped.
-func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Delivered) ([]byte, int) {
+// of at most the peer's max frame size. A message whose record is gone
+// (acked or deleted meanwhile) is skipped.
+func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Delivered) []byte {
 	maxFrame := int(c.peerMaxFrame.Load())
 	var d wire.Delivery
 	size := 0
-	n := 0
 	flush := func() {
 		if len(d.Messages) > 0 {
 			buf = wire.AppendFrames(buf, sub.reqID, &d, maxFrame)
-			n += len(d.Messages)
 			d.Messages = d.Messages[:0]
 			size = 0
 		}
@@ -427,7 +412,18 @@ func (c *conn) appendDeliveries(buf []byte, sub *subscription, msgs []sched.Deli
 		size += est
 	}
 	flush()
-	return buf, n
+	return buf
+}
+
+// Expired implements shard.Sink: the client hears of the leases that
+// ended, and of the credit they gave back, before any delivery that
+// spends it (both go through the same ordered queue).
+func (s *subscription) Expired(_ sched.SubID, leases []sched.ExpiredLease) {
+	f := &wire.LeaseExpired{Leases: make([]wire.ExpiredLease, len(leases))}
+	for i, l := range leases {
+		f.Leases[i] = wire.ExpiredLease{ID: l.ID, Lease: l.Lease}
+	}
+	s.c.push(outItem{reqID: s.reqID, frame: f})
 }
 
 // Deliver implements shard.Sink.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -477,19 +478,20 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		c.fail(id, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is an open subscription", id))
 		return nil
 	}
-	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue, unlimited: f.Prefetch == 0}
+	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue}
 	c.subs[id] = sub
 	c.mu.Unlock()
 
+	// Prefetch 0 asks for as much as the broker allows: the scheduler
+	// grants its cap on unsettled deliveries, as it does to a larger ask.
 	credit := f.Prefetch
-	if sub.unlimited {
-		credit = c.s.cfg.UnlimitedWindow
+	if credit == 0 {
+		credit = math.MaxUint32
 	}
 	limits := make([]sched.RateLimit, len(f.RateLimits))
 	for i, l := range f.RateLimits {
 		limits[i] = sched.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
 	}
-	prefetch := f.Prefetch
 	err := c.s.sh.Subscribe(c.ctx, sub.id, f.Queue, credit, limits, sub, func(v any) {
 		if err := asErr(v); err != nil {
 			c.mu.Lock()
@@ -498,7 +500,8 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 			c.respondErr(id, err)
 			return
 		}
-		c.respond(id, &wire.SubscribeOk{Prefetch: prefetch})
+		granted, _ := v.(sched.Subscribed)
+		c.respond(id, &wire.SubscribeOk{Prefetch: granted.Credit})
 	})
 	if err != nil {
 		c.mu.Lock()
@@ -536,8 +539,8 @@ func (c *conn) credit(f *wire.Credit) {
 			Message: fmt.Sprintf("credit for subscription %d, which is not open", f.Subscription)}})
 		return
 	}
-	if sub.unlimited || f.Credits == 0 {
-		return // the window follows the socket; nothing to add
+	if f.Credits == 0 {
+		return
 	}
 	c.s.sh.AddCredit(c.ctx, sub.id, f.Credits)
 }

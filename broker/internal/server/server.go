@@ -56,10 +56,6 @@ type Config struct {
 	MaxInFlight int
 	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
 	MaxSubscriptions int
-	// UnlimitedWindow is the number of deliveries in the pipe for a
-	// subscription without a prefetch limit: credit is replenished as
-	// deliveries are written to the socket. 0 means 256.
-	UnlimitedWindow uint32
 	// HandshakeTimeout bounds the wait for the first frame; 0 means 10s.
 	HandshakeTimeout time.Duration
 	// TLS, when not nil, is used for every accepted connection.
@@ -95,9 +91,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = 1024
-	}
-	if c.UnlimitedWindow == 0 {
-		c.UnlimitedWindow = 256
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
