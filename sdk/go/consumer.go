@@ -294,7 +294,9 @@ func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
 //
 // It stops when ctx is done (yielding ctx.Err()), or when the subscription
 // ends (yielding why, unless it was closed with Close). Breaking out of the
-// loop leaves the subscription open.
+// loop leaves the subscription open: it keeps receiving up to its
+// prefetch, and deliveries nobody reads expire, each counting a failed
+// attempt, and make room for more. Close a subscription you are done with.
 func (s *Subscription) Messages(ctx context.Context) iter.Seq2[*Delivery, error] {
 	return func(yield func(*Delivery, error) bool) {
 		for {
