@@ -82,7 +82,7 @@ type brokerRun struct {
 
 	// Delivery credit, by subscription, as the client granted it: a
 	// broker may never have delivered more than granted.
-	granted   map[uint32]uint64 // prefetch plus Credit frames; absent for unlimited
+	granted   map[uint32]uint64 // prefetch (or the cap granted for 0) plus Credit frames and expired leases; absent for unlimited
 	delivered map[uint32]uint64
 	opened    map[uint32]bool // SubscribeOk received
 }
@@ -274,8 +274,18 @@ func (r *brokerRun) place(in *inbound, frames []*expected, deliveries map[uint32
 	}
 	if ok, isOK := in.f.(*wire.SubscribeOk); isOK {
 		r.opened[in.h.RequestID] = true
-		if g, limited := r.granted[in.h.RequestID]; limited && uint64(ok.Prefetch) < g {
+		g, limited := r.granted[in.h.RequestID]
+		switch {
+		case limited && uint64(ok.Prefetch) < g:
 			r.granted[in.h.RequestID] = uint64(ok.Prefetch) // the broker capped it
+		case !limited && ok.Prefetch > 0:
+			r.granted[in.h.RequestID] = uint64(ok.Prefetch) // prefetch 0: the broker's cap
+		}
+	}
+	if e, isExp := in.f.(*wire.LeaseExpired); isExp {
+		// The broker gave the credit of each expired lease back.
+		if _, limited := r.granted[in.h.RequestID]; limited {
+			r.granted[in.h.RequestID] += uint64(len(e.Leases))
 		}
 	}
 	var cand *expected

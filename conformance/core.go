@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,7 +43,7 @@ func ReplayCore(t *Transcript, opts CoreOptions) (changed bool, err error) {
 	if _, err := t.CheckHex(false); err != nil {
 		return false, err
 	}
-	r := &coreRun{t: t, opts: opts, b: newBindings()}
+	r := &coreRun{t: t, opts: opts, b: newBindings(), held: map[uint32][]uint64{}}
 	r.run()
 	if opts.Rewrite {
 		return r.changed, nil
@@ -63,6 +64,11 @@ type coreRun struct {
 	out    []byte   // written by the core, not yet matched
 	events []string // reported by the core, not yet matched
 	state  core.State
+	pos    int // index in t.Blocks of the block being replayed
+	// held lists, by subscription, the leases of the deliveries the core
+	// reported and the replay has not settled, in delivery order, less
+	// those the broker expired: what a Credit frame may settle.
+	held map[uint32][]uint64
 
 	mm      []*Mismatch
 	changed bool
@@ -92,6 +98,7 @@ func (r *coreRun) run() {
 			r.checkEvents(nil)
 		}
 		blocks = append(blocks, bl)
+		r.pos = i
 		if !r.step(bl) {
 			return
 		}
@@ -247,7 +254,7 @@ func (r *coreRun) invoke(bl *Block) bool {
 	case *wire.Unsubscribe:
 		_, err = r.c.Unsubscribe(f.Subscription)
 	case *wire.Credit:
-		r.c.Settle(f.Subscription, f.Credits)
+		r.c.Settle(f.Subscription, r.settleable(f.Subscription, int(f.Credits))...)
 	case *wire.GoAway:
 		r.c.Close()
 	case *wire.Handshake:
@@ -267,6 +274,57 @@ func (r *coreRun) invoke(bl *Block) bool {
 		return false
 	}
 	return true
+}
+
+// settleable picks n leases of sub for a Credit frame to settle: first
+// those the transcript's next settling requests (Ack, Nack, RetryAfter,
+// Release) name, as an SDK settles a delivery just before acking it; then
+// the oldest the core holds. It takes them from r.held.
+func (r *coreRun) settleable(sub uint32, n int) []uint64 {
+	held := r.held[sub]
+	var pick []uint64
+	take := func(l uint64) {
+		if i := slices.Index(held, l); i >= 0 && len(pick) < n {
+			pick = append(pick, l)
+			held = slices.Delete(held, i, i+1)
+		}
+	}
+	for _, bl := range r.t.Blocks[r.pos+1:] {
+		if len(pick) == n {
+			break
+		}
+		if bl.kind != bClientFrame {
+			continue
+		}
+		f, err := bl.frame.frame(r.b)
+		if err != nil {
+			continue // names values not bound yet
+		}
+		switch f := f.(type) {
+		case *wire.Ack:
+			for _, it := range f.Items {
+				take(it.Lease)
+			}
+		case *wire.Release:
+			for _, it := range f.Items {
+				take(it.Lease)
+			}
+		case *wire.Nack:
+			for _, it := range f.Items {
+				take(it.Lease)
+			}
+		case *wire.RetryAfter:
+			for _, it := range f.Items {
+				take(it.Lease)
+			}
+		}
+	}
+	for len(pick) < n && len(held) > 0 {
+		pick = append(pick, held[0])
+		held = held[1:]
+	}
+	r.held[sub] = held
+	return pick
 }
 
 // drain collects the core's Readys: bytes into out, events into events.
@@ -325,8 +383,19 @@ func (r *coreRun) record(rd core.Ready) {
 		ids := make([]string, len(d.Messages))
 		for i := range d.Messages {
 			ids[i] = rn.value("id", reflect.Value{}, reflect.ValueOf(d.Messages[i].ID))
+			r.held[d.Subscription] = append(r.held[d.Subscription], d.Messages[i].Lease)
 		}
 		r.events = append(r.events, fmt.Sprintf("delivery sub=%d ids=[%s]", d.Subscription, strings.Join(ids, " ")))
+	}
+	for _, e := range rd.Expired {
+		ids := make([]string, len(e.Leases))
+		for i, l := range e.Leases {
+			ids[i] = rn.value("id", reflect.Value{}, reflect.ValueOf(l.ID))
+			if held := r.held[e.Subscription]; slices.Contains(held, l.Lease) {
+				r.held[e.Subscription] = slices.DeleteFunc(held, func(x uint64) bool { return x == l.Lease })
+			}
+		}
+		r.events = append(r.events, fmt.Sprintf("expired sub=%d ids=[%s]", e.Subscription, strings.Join(ids, " ")))
 	}
 	for _, e := range rd.Ended {
 		line := fmt.Sprintf("ended sub=%d", e.Subscription)

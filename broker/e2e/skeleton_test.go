@@ -198,6 +198,12 @@ func TestCrashRecovery(t *testing.T) {
 			break
 		}
 	}
+	// Done with it: left open, the client would subscribe it again after
+	// the restart, and it would keep taking messages that nobody reads
+	// (their leases expire and give its credit back).
+	if err := sub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	srv.Kill()
 	srv.Restart(t)
 

@@ -19,6 +19,7 @@ var (
 	brokerOnly = []string{"broker"}
 	coreBroker = []string{"core", "broker"}
 	authOn     = []string{"FILA_AUTH_ENABLED=true", "FILA_AUTH_BOOTSTRAP_APIKEY=" + bootstrapKey}
+	smallCap   = []string{"FILA_SERVER_MAX_UNSETTLED=2"}
 )
 
 // bootstrapKey is the bootstrap API key of the brokers started with auth
@@ -992,8 +993,11 @@ request ID, acks and credits interleave, and both are closed.`,
 	},
 	{
 		Name: "credit/unlimited",
-		Doc: `A subscription with prefetch 0 has no credit limit: SubscribeOk grants 0,
-the client sends no Credit frames, and every message is delivered.`,
+		Doc: `Prefetch 0 asks for as much as the broker allows, not for everything:
+SubscribeOk grants the broker's cap on unsettled deliveries (max_unsettled,
+2 on this broker), two of the three messages are delivered, and the third
+follows once an ack returns a credit (Credit 1, sent before the Ack).`,
+		BrokerEnv: smallCap,
 		Run: func(ctx context.Context, s *conformance.Session) error {
 			c, err := connect(ctx, s)
 			if err != nil {
@@ -1005,19 +1009,69 @@ the client sends no Credit frames, and every message is delivered.`,
 			st.want("send", second(c.Producer().SendBatch(ctx, []*fila.Message{
 				fila.NewMessage(q, []byte("u1")), fila.NewMessage(q, []byte("u2")), fila.NewMessage(q, []byte("u3")),
 			})), nil)
-			sub, err := c.Consumer().Subscribe(ctx, q)
+			sub, err := c.Consumer().Subscribe(ctx, q, fila.Prefetch(0))
 			if err != nil {
 				return err
 			}
+			st.check("granted", sub.Prefetch() == 2, "granted %d; want the cap, 2", sub.Prefetch())
 			var ds []*fila.Delivery
-			for range 3 {
+			for range 2 {
 				d, err := next(ctx, sub)
 				if err != nil {
 					return err
 				}
 				ds = append(ds, d)
 			}
-			st.want("ack all", c.Consumer().AckAll(ctx, ds), nil)
+			st.want("ack u1", ds[0].Ack(ctx), nil)
+			d, err := next(ctx, sub)
+			if err != nil {
+				return err
+			}
+			st.check("third", string(d.Payload()) == "u3", "got %q", d.Payload())
+			st.want("ack u2 and u3", c.Consumer().AckAll(ctx, []*fila.Delivery{ds[1], d}), nil)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "credit/lease_expiry_returns_credit",
+		Doc: `Credit comes back when a lease ends without a settle. With prefetch 2
+and a 1s visibility timeout, two deliveries are held unsettled until
+their leases expire (a 1-minute backoff keeps them from coming back).
+The broker gives their credit back and says so with LeaseExpired before
+it delivers the next two messages with that credit. An Ack of an expired
+delivery gets LEASE_EXPIRED and returns no credit (no Credit frame
+before it); acks of the new deliveries return theirs.`,
+		BrokerEnv: shortLease,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			q := "cr.lease-expiry"
+			var st steps
+			st.want("create", c.Admin().CreateQueue(ctx, fila.NewQueueSpec(q).Backoff(time.Minute, time.Minute)), nil)
+			st.want("send", second(c.Producer().SendBatch(ctx, []*fila.Message{
+				fila.NewMessage(q, []byte("e1")), fila.NewMessage(q, []byte("e2")),
+				fila.NewMessage(q, []byte("e3")), fila.NewMessage(q, []byte("e4")),
+			})), nil)
+			sub, err := c.Consumer().Subscribe(ctx, q, fila.Prefetch(2))
+			if err != nil {
+				return err
+			}
+			var ds []*fila.Delivery
+			for range 4 {
+				d, err := next(ctx, sub)
+				if err != nil {
+					return err
+				}
+				ds = append(ds, d)
+			}
+			st.check("after the expiry", string(ds[2].Payload()) == "e3" && string(ds[3].Payload()) == "e4",
+				"got %q and %q", ds[2].Payload(), ds[3].Payload())
+			st.want("ack expired e1", ds[0].Ack(ctx), fila.ErrLeaseExpired)
+			st.want("ack e3", ds[2].Ack(ctx), nil)
+			st.want("ack e4", ds[3].Ack(ctx), nil)
 			st.want("close", c.Close(), nil)
 			return st.err
 		},

@@ -98,6 +98,16 @@ type DeliveryBatch struct {
 	Messages     []wire.DeliveredMessage
 }
 
+// An Expiry reports deliveries of a subscription whose leases ended
+// without a settle (the broker's LeaseExpired). The core has counted each
+// as settled: the broker gave its credit back itself, and a later Settle
+// of it returns nothing. The application may still be working on one; an
+// Ack of it gets LEASE_EXPIRED, and the message may be delivered again.
+type Expiry struct {
+	Subscription uint32
+	Leases       []wire.ExpiredLease
+}
+
 // A SubscriptionEnd reports that a subscription will receive nothing more:
 // Err is nil after Unsubscribe, else why the broker ended it (a
 // *RequestError) or ErrConnectionLost.
@@ -124,6 +134,10 @@ type Ready struct {
 	Completions []Completion
 	// Deliveries are messages pushed to subscriptions, in arrival order.
 	Deliveries []DeliveryBatch
+	// Expired are deliveries whose leases ended without a settle, in
+	// arrival order. A delivery in Deliveries of the same Ready may be
+	// among them.
+	Expired []Expiry
 	// Ended are subscriptions that will receive nothing more.
 	Ended []SubscriptionEnd
 	// Redirects are requests the broker redirected to its leader. Each also
@@ -206,13 +220,16 @@ type group struct {
 type subscription struct {
 	active bool // SubscribeOk received
 	// Credit accounting. With prefetch > 0 the invariant is
-	// outstanding + held + unreturned == prefetch + debt, where outstanding
-	// is what the broker may still deliver, held is what the application
-	// has not settled, unreturned is settled credit not yet granted back,
-	// and debt is credit to withhold after a prefetch decrease.
+	// outstanding + len(held) + unreturned == prefetch + debt, where
+	// outstanding is what the broker may still deliver, held the leases
+	// of the deliveries the application has not settled and that have not
+	// expired, unreturned is settled credit not yet granted back, and debt
+	// is credit to withhold: after a prefetch decrease, or when the broker
+	// gave back the credit of an expired lease that the application had
+	// already settled.
 	prefetch    uint32
 	outstanding uint32
-	held        uint32
+	held        map[uint64]struct{}
 	unreturned  uint32
 	debt        uint32
 	unsubReq    uint32 // request ID of an Unsubscribe in flight, 0 if none
@@ -247,6 +264,7 @@ type Conn struct {
 	out         []byte
 	completions []Completion
 	deliveries  []DeliveryBatch
+	expired     []Expiry
 	ended       []SubscriptionEnd
 	redirects   []Redirect
 
@@ -412,9 +430,11 @@ func (c *Conn) Enqueue(msgs []wire.EnqueueMessage) (uint32, error) {
 }
 
 // Subscribe queues a Subscribe and returns the subscription's ID (its
-// request ID). prefetch is the credit granted to the broker: 0 asks for no
-// credit limit. The Completion carries SubscribeOk or the failure;
-// deliveries follow in DeliveryBatches with this ID.
+// request ID). prefetch is the credit granted to the broker, the most
+// deliveries the application holds unsettled: 0 asks for as much as the
+// broker allows (fila-server grants its max_unsettled, 1000 by default).
+// The Completion carries SubscribeOk, with the credit the broker granted,
+// or the failure; deliveries follow in DeliveryBatches with this ID.
 func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit) (uint32, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
@@ -423,7 +443,7 @@ func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit)
 	id := c.allocID()
 	p := &pending{op: wire.OpSubscribe, req: f}
 	c.pending[id] = p
-	c.subs[id] = &subscription{prefetch: prefetch, outstanding: prefetch}
+	c.subs[id] = &subscription{prefetch: prefetch, outstanding: prefetch, held: map[uint64]struct{}{}}
 	c.transmit(id, p)
 	return id, nil
 }
@@ -447,18 +467,28 @@ func (c *Conn) Unsubscribe(sub uint32) (uint32, error) {
 	return id, nil
 }
 
-// Settle reports that the application has finished with n deliveries of
-// sub (acked, nacked, retried or abandoned), so their credit can return to
-// the broker. Credit goes back in Credit frames of at least a quarter of the
-// prefetch, so a busy subscription sends few of them.
-func (c *Conn) Settle(sub uint32, n uint32) {
+// Settle reports that the application has finished with the deliveries
+// of sub that carried leases (acked, nacked, retried, released or
+// abandoned), so their credit can return to the broker. Credit goes back
+// in Credit frames of at least a quarter of the prefetch, so a busy
+// subscription sends few of them. A lease that is not held (settled
+// before, expired, or never delivered to sub) returns nothing: the credit
+// of an expired lease came back with its LeaseExpired. Settle it before
+// sending the Ack (or other request) that settles it at the broker, so
+// the credit travels first.
+func (c *Conn) Settle(sub uint32, leases ...uint64) {
 	s, ok := c.subs[sub]
-	if !ok || n == 0 {
+	if !ok {
 		return
 	}
-	n = min(n, s.held)
-	s.held -= n
-	if s.prefetch == 0 {
+	var n uint32
+	for _, l := range leases {
+		if _, held := s.held[l]; held {
+			delete(s.held, l)
+			n++
+		}
+	}
+	if n == 0 || s.prefetch == 0 {
 		return
 	}
 	s.unreturned += n
@@ -509,13 +539,13 @@ func (c *Conn) grant(id uint32, s *subscription, n uint32) {
 }
 
 // Credit returns sub's credit state: what the broker may still deliver and
-// what the application holds unsettled.
+// how many deliveries the application holds unsettled (not expired).
 func (c *Conn) Credit(sub uint32) (outstanding, held uint32, ok bool) {
 	s, ok := c.subs[sub]
 	if !ok {
 		return 0, 0, false
 	}
-	return s.outstanding, s.held, true
+	return s.outstanding, uint32(len(s.held)), true
 }
 
 // Close queues a GoAway: no new requests are accepted; the shell closes the
@@ -657,6 +687,8 @@ func (c *Conn) handle(h wire.Header, body []byte) error {
 		return nil
 	case *wire.Delivery:
 		return c.deliver(h.RequestID, f)
+	case *wire.LeaseExpired:
+		return c.leaseExpired(h.RequestID, f)
 	}
 	switch op.Kind() {
 	case wire.KindRequest, wire.KindOneway:
@@ -805,14 +837,52 @@ func (c *Conn) deliver(sub uint32, d *wire.Delivery) error {
 		return violation("delivery for subscription %d, which is not open", sub)
 	}
 	n := uint32(len(d.Messages))
-	if s.prefetch > 0 {
-		if n > s.outstanding {
-			return violation("delivery of %d messages to subscription %d exceeds its credit %d", n, sub, s.outstanding)
+	if s.prefetch > 0 && n > s.outstanding {
+		return violation("delivery of %d messages to subscription %d exceeds its credit %d", n, sub, s.outstanding)
+	}
+	for i := range d.Messages {
+		l := d.Messages[i].Lease
+		if _, dup := s.held[l]; dup {
+			return violation("delivery to subscription %d reuses lease %d, which it holds", sub, l)
 		}
+		s.held[l] = struct{}{}
+	}
+	if s.prefetch > 0 {
 		s.outstanding -= n
 	}
-	s.held += n
 	c.deliveries = append(c.deliveries, DeliveryBatch{Subscription: sub, Messages: d.Messages})
+	return nil
+}
+
+// leaseExpired counts the deliveries whose leases the broker ended as
+// settled: the broker gave their credit back itself.
+func (c *Conn) leaseExpired(sub uint32, f *wire.LeaseExpired) error {
+	s, ok := c.subs[sub]
+	if !ok || !s.active {
+		return violation("LeaseExpired for subscription %d, which is not open", sub)
+	}
+	for _, l := range f.Leases {
+		_, held := s.held[l.Lease]
+		if held {
+			delete(s.held, l.Lease)
+		}
+		if s.prefetch == 0 {
+			continue
+		}
+		s.outstanding++
+		if !held {
+			// The application settled it before the expiry reached us
+			// (its Ack crossed the expiry): its credit came back twice,
+			// once from the broker and once, or soon, from us. Keep it
+			// from being returned, or withhold one later.
+			if s.unreturned > 0 {
+				s.unreturned--
+			} else {
+				s.debt++
+			}
+		}
+	}
+	c.expired = append(c.expired, Expiry{Subscription: sub, Leases: f.Leases})
 	return nil
 }
 
@@ -852,7 +922,7 @@ func (c *Conn) fail(err error) {
 // HasReady reports whether Ready has anything for the shell.
 func (c *Conn) HasReady() bool {
 	return len(c.out) > 0 || len(c.completions) > 0 || len(c.deliveries) > 0 ||
-		len(c.ended) > 0 || len(c.redirects) > 0 || c.dirty
+		len(c.expired) > 0 || len(c.ended) > 0 || len(c.redirects) > 0 || c.dirty
 }
 
 // Ready returns what the core has for the shell. The shell writes Out, acts
@@ -862,6 +932,7 @@ func (c *Conn) Ready() Ready {
 		Out:         c.out,
 		Completions: c.completions,
 		Deliveries:  c.deliveries,
+		Expired:     c.expired,
 		Ended:       c.ended,
 		Redirects:   c.redirects,
 		Deadline:    c.deadline(),
@@ -878,6 +949,7 @@ func (c *Conn) Advance(rd Ready) {
 	c.out = c.out[:copy(c.out, c.out[len(rd.Out):])]
 	c.completions = trim(c.completions, len(rd.Completions))
 	c.deliveries = trim(c.deliveries, len(rd.Deliveries))
+	c.expired = trim(c.expired, len(rd.Expired))
 	c.ended = trim(c.ended, len(rd.Ended))
 	c.redirects = trim(c.redirects, len(rd.Redirects))
 	if rd.State != nil {

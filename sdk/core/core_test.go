@@ -22,11 +22,13 @@ type harness struct {
 	deliveries  []DeliveryBatch
 	ended       []SubscriptionEnd
 	redirects   []Redirect
+	expired     []Expiry
 	state       *State
+	settled     map[uint64]bool // leases settled with settle
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
-	h := &harness{t: t, c: New(cfg), now: 1000}
+	h := &harness{t: t, c: New(cfg), now: 1000, settled: map[uint64]bool{}}
 	h.c.Tick(h.now)
 	return h
 }
@@ -39,6 +41,7 @@ func (h *harness) drain() {
 		h.deliveries = append(h.deliveries, rd.Deliveries...)
 		h.ended = append(h.ended, rd.Ended...)
 		h.redirects = append(h.redirects, rd.Redirects...)
+		h.expired = append(h.expired, rd.Expired...)
 		if rd.State != nil {
 			st := *rd.State
 			h.state = &st
@@ -183,12 +186,40 @@ func TestInterleavedResponses(t *testing.T) {
 	}
 }
 
+// nextLease numbers the leases of the deliveries the tests make, so that
+// no two share one.
+var nextLease uint64
+
 func delivery(n int) *wire.Delivery {
 	d := &wire.Delivery{}
 	for i := 0; i < n; i++ {
-		d.Messages = append(d.Messages, wire.DeliveredMessage{Queue: "q", ID: [16]byte{byte(i)}, Attempt: 1})
+		nextLease++
+		d.Messages = append(d.Messages, wire.DeliveredMessage{Queue: "q", ID: [16]byte{byte(i)}, Attempt: 1, Lease: nextLease})
 	}
 	return d
+}
+
+// settle settles the n oldest deliveries of sub that the harness has not
+// settled yet, as an application acking in order would.
+func (h *harness) settle(sub uint32, n int) {
+	h.t.Helper()
+	h.drain()
+	var leases []uint64
+	for _, d := range h.deliveries {
+		if d.Subscription != sub {
+			continue
+		}
+		for _, m := range d.Messages {
+			if len(leases) < n && !h.settled[m.Lease] {
+				h.settled[m.Lease] = true
+				leases = append(leases, m.Lease)
+			}
+		}
+	}
+	if len(leases) < n {
+		h.t.Fatalf("settle %d of subscription %d: only %d unsettled", n, sub, len(leases))
+	}
+	h.c.Settle(sub, leases...)
 }
 
 func subscribe(t *testing.T, h *harness, queue string, prefetch uint32) uint32 {
@@ -221,7 +252,7 @@ func TestTwoSubscriptionsIndependentCredit(t *testing.T) {
 	}
 	// a is out of credit: one more delivery is a protocol violation.
 	// First settle: a's credit returns (threshold prefetch/4 = 1).
-	h.c.Settle(a, 2)
+	h.settle(a, 2)
 	fs := h.sent()
 	if len(fs) != 1 {
 		t.Fatalf("after settling 2: sent %+v; want one Credit", fs)
@@ -250,12 +281,12 @@ func TestCreditBatching(t *testing.T) {
 	s := subscribe(t, h, "q", 100)
 	h.mustServe(s, delivery(100))
 	for i := 0; i < 24; i++ {
-		h.c.Settle(s, 1)
+		h.settle(s, 1)
 	}
 	if fs := h.sent(); len(fs) != 0 {
 		t.Fatalf("credit sent before a quarter of the prefetch was settled: %+v", fs)
 	}
-	h.c.Settle(s, 1)
+	h.settle(s, 1)
 	fs := h.sent()
 	if len(fs) != 1 || fs[0].f.(*wire.Credit).Credits != 25 {
 		t.Fatalf("sent %+v; want Credit 25", fs)
@@ -271,11 +302,11 @@ func TestSetPrefetch(t *testing.T) {
 	if err := h.c.SetPrefetch(s, 4); err != nil {
 		t.Fatal(err)
 	}
-	h.c.Settle(s, 4)
+	h.settle(s, 4)
 	if fs := h.sent(); len(fs) != 0 {
 		t.Fatalf("credit granted while paying debt: %+v", fs)
 	}
-	h.c.Settle(s, 4)
+	h.settle(s, 4)
 	fs := h.sent()
 	if len(fs) != 1 || fs[0].f.(*wire.Credit).Credits != 4 {
 		t.Fatalf("sent %+v; want Credit 4", fs)
@@ -293,12 +324,143 @@ func TestSetPrefetch(t *testing.T) {
 	}
 }
 
+// TestLeaseExpiredReturnsCredit: a subscription whose whole window
+// expired unsettled gets its credit back from the broker's LeaseExpired,
+// keeps receiving, and a late settle of an expired delivery returns
+// nothing.
+func TestLeaseExpiredReturnsCredit(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.handshake()
+	s := subscribe(t, h, "q", 5)
+	d := delivery(5)
+	h.mustServe(s, d)
+	if out, held, _ := h.c.Credit(s); out != 0 || held != 5 {
+		t.Fatalf("credit = %d/%d; want 0 outstanding, 5 held", out, held)
+	}
+	exp := &wire.LeaseExpired{}
+	for _, m := range d.Messages {
+		exp.Leases = append(exp.Leases, wire.ExpiredLease{ID: m.ID, Lease: m.Lease})
+	}
+	h.mustServe(s, exp)
+	h.drain()
+	if len(h.expired) != 1 || h.expired[0].Subscription != s || len(h.expired[0].Leases) != 5 {
+		t.Fatalf("Expired = %+v; want the 5 leases of subscription %d", h.expired, s)
+	}
+	if out, held, _ := h.c.Credit(s); out != 5 || held != 0 {
+		t.Fatalf("after LeaseExpired: credit = %d/%d; want 5 outstanding, 0 held", out, held)
+	}
+	// The returned credit is spent by the next deliveries.
+	h.mustServe(s, delivery(5))
+	// A late settle of the expired deliveries returns no credit.
+	for _, m := range d.Messages {
+		h.c.Settle(s, m.Lease)
+	}
+	if fs := h.sent(); len(fs) != 0 {
+		t.Fatalf("settling expired deliveries sent %+v; want nothing", fs)
+	}
+	if err := checkCredit(h.c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseExpiredAfterSettle: an expiry that crosses the application's
+// settle (the Ack reached the broker after the lease ended) returns the
+// credit once, not twice.
+func TestLeaseExpiredAfterSettle(t *testing.T) {
+	t.Run("credit not yet returned", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.handshake()
+		s := subscribe(t, h, "q", 8) // Credit in steps of 2
+		d := delivery(1)
+		h.mustServe(s, d)
+		h.settle(s, 1) // 1 unreturned: below the step
+		h.mustServe(s, &wire.LeaseExpired{Leases: []wire.ExpiredLease{{Lease: d.Messages[0].Lease}}})
+		if out, held, _ := h.c.Credit(s); out != 8 || held != 0 {
+			t.Fatalf("credit = %d/%d; want 8 outstanding, 0 held", out, held)
+		}
+		h.mustServe(s, delivery(2))
+		h.settle(s, 2)
+		fs := h.sent()
+		if len(fs) != 1 || fs[0].f.(*wire.Credit).Credits != 2 {
+			t.Fatalf("sent %+v; want Credit 2", fs)
+		}
+		if err := checkCredit(h.c, s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("credit already returned", func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.handshake()
+		s := subscribe(t, h, "q", 1)
+		d := delivery(1)
+		h.mustServe(s, d)
+		h.settle(s, 1)
+		if fs := h.sent(); len(fs) != 1 {
+			t.Fatalf("sent %+v; want Credit 1", fs)
+		}
+		// The broker got the credit twice: it may deliver 2, and the
+		// core withholds the next credit.
+		h.mustServe(s, &wire.LeaseExpired{Leases: []wire.ExpiredLease{{Lease: d.Messages[0].Lease}}})
+		h.mustServe(s, delivery(2))
+		h.settle(s, 1)
+		if fs := h.sent(); len(fs) != 0 {
+			t.Fatalf("sent %+v; want the credit withheld", fs)
+		}
+		h.settle(s, 1)
+		if fs := h.sent(); len(fs) != 1 || fs[0].f.(*wire.Credit).Credits != 1 {
+			t.Fatalf("sent %+v; want Credit 1", fs)
+		}
+		if out, held, _ := h.c.Credit(s); out != 1 || held != 0 {
+			t.Fatalf("credit = %d/%d; want 1 outstanding, 0 held", out, held)
+		}
+	})
+}
+
+func TestLeaseExpiredUnknownSubscription(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.handshake()
+	if err := h.serve(7, &wire.LeaseExpired{Leases: []wire.ExpiredLease{{Lease: 1}}}); err == nil {
+		t.Fatal("LeaseExpired for no subscription accepted")
+	}
+}
+
+// TestPrefetchZeroGrantedCap: prefetch 0 asks for as much as the broker
+// allows; the broker grants its cap, and credit then works as for any
+// prefetch.
+func TestPrefetchZeroGrantedCap(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.handshake()
+	id, _ := h.c.Subscribe("q", 0, nil)
+	h.sent()
+	h.mustServe(id, &wire.SubscribeOk{Prefetch: 8})
+	h.mustServe(id, delivery(8))
+	if err := h.serve(id, delivery(1)); err == nil {
+		t.Fatal("delivery beyond the granted credit accepted")
+	}
+}
+
+func TestPrefetchZeroGrantedCapReturnsCredit(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.handshake()
+	id, _ := h.c.Subscribe("q", 0, nil)
+	h.sent()
+	h.mustServe(id, &wire.SubscribeOk{Prefetch: 8})
+	h.mustServe(id, delivery(8))
+	h.settle(id, 2)
+	fs := h.sent()
+	if len(fs) != 1 || fs[0].f.(*wire.Credit).Credits != 2 {
+		t.Fatalf("sent %+v; want Credit 2", fs)
+	}
+}
+
+// TestUnlimitedCredit: a broker that grants 0 for prefetch 0 (an older
+// one) sets no limit; no credit is returned.
 func TestUnlimitedCredit(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.handshake()
 	s := subscribe(t, h, "q", 0)
 	h.mustServe(s, delivery(1000))
-	h.c.Settle(s, 1000)
+	h.settle(s, 1000)
 	if fs := h.sent(); len(fs) != 0 {
 		t.Fatalf("credit sent for an unlimited subscription: %+v", fs)
 	}
@@ -580,7 +742,7 @@ func TestDeterministic(t *testing.T) {
 			h.c.Enqueue([]wire.EnqueueMessage{{Queue: "q", Payload: []byte{byte(i)}}})
 		}
 		h.mustServe(s, delivery(10))
-		h.c.Settle(s, 7)
+		h.settle(s, 7)
 		h.now = h.now.Add(2 * time.Second)
 		h.c.Tick(h.now)
 		h.drain()
@@ -595,11 +757,11 @@ func TestPayloadOutlivesAdvance(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.handshake()
 	s := subscribe(t, h, "q", 0)
-	d := &wire.Delivery{Messages: []wire.DeliveredMessage{{Queue: "q", Payload: []byte("hello")}}}
+	d := &wire.Delivery{Messages: []wire.DeliveredMessage{{Queue: "q", Payload: []byte("hello"), Lease: 1}}}
 	h.mustServe(s, d)
 	p := h.deliveries[0].Messages[0].Payload
 	// More traffic reuses the reader's buffer.
-	h.mustServe(s, &wire.Delivery{Messages: []wire.DeliveredMessage{{Queue: "q", Payload: []byte("XXXXX")}}})
+	h.mustServe(s, &wire.Delivery{Messages: []wire.DeliveredMessage{{Queue: "q", Payload: []byte("XXXXX"), Lease: 2}}})
 	if !bytes.Equal(p, []byte("hello")) {
 		t.Fatalf("payload = %q after more input; want hello", p)
 	}

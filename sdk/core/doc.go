@@ -18,6 +18,7 @@
 //			write(rd.Out)                  // 1. write all of Out, in order
 //			for _, cp := range rd.Completions { ... } // responses by request ID
 //			for _, d := range rd.Deliveries { ... }   // messages by subscription
+//			for _, e := range rd.Expired { ... }      // leases that ended unsettled
 //			c.Advance(rd)                  // 2. then Advance
 //		}
 //		n := read(buf)                     // wait for bytes, a request, or rd.Deadline
@@ -39,8 +40,11 @@
 //     connection-scoped: close the connection. Every request still in flight
 //     is completed with ErrConnectionLost in that Ready.
 //  5. Report each delivery the application has finished with (acked,
-//     nacked, retried) with Settle, so its subscription's credit is
-//     replenished.
+//     nacked, retried, released) with Settle(sub, lease), before sending
+//     the request that settles it, so its subscription's credit is
+//     replenished. Settling a delivery whose lease expired (Ready.Expired)
+//     is harmless: the broker already gave its credit back, and the core
+//     does not return it twice.
 //
 // # Batches and the handshake
 //
@@ -60,8 +64,10 @@
 // # What the core does with unexpected input
 //
 // A frame the core cannot decode, a response to a request it did not send,
-// a delivery beyond a subscription's credit or to a subscription it does not
-// have, or a frame over the max frame size is a connection error
+// a delivery beyond a subscription's credit, reusing a lease the
+// subscription holds, or to a subscription it does not have, a LeaseExpired
+// for a subscription it does not have, or a frame over the max frame size
+// is a connection error
 // (*wire.ConnError). A frame with an opcode the core does not know is
 // ignored and counted (Stats.UnknownFrames), so a newer server may add
 // informational pushes without breaking older clients.

@@ -9,7 +9,7 @@ import (
 // FuzzReceive feeds arbitrary server bytes, in arbitrary splits, to a
 // handshaken connection with a subscription and requests in flight. The
 // core must never panic, must fail the connection on any error it returns,
-// and must keep its credit accounting within the prefetch.
+// and must keep its credit invariant (checkCredit), expiries included.
 func FuzzReceive(f *testing.F) {
 	seed := func(frames ...func([]byte) []byte) []byte {
 		var b []byte
@@ -23,6 +23,9 @@ func FuzzReceive(f *testing.F) {
 		func(b []byte) []byte { return wire.AppendFrame(b, 1, &wire.HandshakeOk{Version: 1}) },
 		func(b []byte) []byte { return wire.AppendFrame(b, 2, &wire.SubscribeOk{Prefetch: 4}) },
 		func(b []byte) []byte { return wire.AppendFrame(b, 2, delivery(2)) },
+		func(b []byte) []byte {
+			return wire.AppendFrame(b, 2, &wire.LeaseExpired{Leases: []wire.ExpiredLease{{Lease: 1}, {Lease: 7}}})
+		},
 		func(b []byte) []byte {
 			return wire.AppendFrame(b, 3, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{}}})
 		},
@@ -49,12 +52,14 @@ func FuzzReceive(f *testing.F) {
 			for c.HasReady() {
 				rd := c.Ready()
 				for _, d := range rd.Deliveries {
-					c.Settle(d.Subscription, uint32(len(d.Messages)))
+					for _, m := range d.Messages {
+						c.Settle(d.Subscription, m.Lease)
+					}
 				}
 				c.Advance(rd)
 			}
-			if out, held, ok := c.Credit(sub); ok && out+held > 4 {
-				t.Fatalf("credit outstanding %d + held %d exceeds prefetch 4", out, held)
+			if err := checkCredit(c, sub); err != nil {
+				t.Fatalf("credit invariant: %v", err)
 			}
 		}
 	})

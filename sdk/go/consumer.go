@@ -20,12 +20,22 @@ type Consumer struct {
 // A SubscribeOption configures Subscribe.
 type SubscribeOption func(*Subscription)
 
+// DefaultPrefetch is the prefetch of a subscription opened without the
+// Prefetch option: enough deliveries in flight to keep a consumer busy
+// across a network round trip, few enough that a consumer that falls
+// behind leaves the rest of the backlog ready for the others rather than
+// leased to it until the leases expire.
+const DefaultPrefetch = 100
+
 // Prefetch grants the broker n delivery credits: at most n deliveries of
-// the subscription are unsettled at a time; a credit returns as a delivery
-// is acked, nacked or retried (in Credit frames of at least n/4, so a busy
-// subscription sends few). 0, the default, sets no limit, which suits a
-// consumer that settles at once. The broker may grant less than asked; see
-// Subscription.Prefetch.
+// the subscription are unsettled at a time. A credit returns as a delivery
+// is acked, nacked, retried or released (in Credit frames of at least n/4,
+// so a busy subscription sends few), and the broker gives one back itself
+// when a delivery's lease expires unsettled. Without this option the
+// prefetch is DefaultPrefetch (100). 0 asks for as much as the broker
+// allows: fila-server grants its cap on unsettled deliveries per
+// subscription ([server] max_unsettled, 1000 by default), which also bounds
+// any larger n. See Subscription.Prefetch for what was granted.
 func Prefetch(n uint32) SubscribeOption { return func(s *Subscription) { s.want = n } }
 
 // RateLimit declares a named limit on the subscription: the broker
@@ -56,6 +66,7 @@ func (c *Consumer) Subscribe(ctx context.Context, queue string, opts ...Subscrib
 		stop:   make(chan struct{}),
 		pumped: make(chan struct{}),
 		ch:     make(chan *Delivery),
+		want:   DefaultPrefetch,
 	}
 	for _, o := range opts {
 		o(s)
@@ -224,7 +235,9 @@ func (s *Subscription) pump() {
 func (s *Subscription) Queue() string { return s.queue }
 
 // Prefetch returns the delivery credit the broker granted: the prefetch
-// asked for or less; 0 means unlimited.
+// asked for or less (fila-server grants at most its max_unsettled, and
+// that much for a prefetch of 0). 0 means no limit, which only an older
+// broker grants.
 func (s *Subscription) Prefetch() uint32 { return s.granted.Load() }
 
 // SetPrefetch changes the subscription's credit limit to n: an increase is
@@ -282,7 +295,9 @@ func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
 //
 // It stops when ctx is done (yielding ctx.Err()), or when the subscription
 // ends (yielding why, unless it was closed with Close). Breaking out of the
-// loop leaves the subscription open.
+// loop leaves the subscription open: it keeps receiving up to its
+// prefetch, and deliveries nobody reads expire, each counting a failed
+// attempt, and make room for more. Close a subscription you are done with.
 func (s *Subscription) Messages(ctx context.Context) iter.Seq2[*Delivery, error] {
 	return func(yield func(*Delivery, error) bool) {
 		for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fila-mq/fila/sdk/core"
 	"github.com/fila-mq/fila/sdk/core/wire"
@@ -98,19 +99,37 @@ func (l *loop) resubscribe(s *Subscription) {
 	l.inflight[id] = &inflight{resub: s}
 }
 
-// submit takes one op: sends it, adds it to the Enqueue batch, or keeps it
-// for the next session.
 // settle returns the credit of deliveries of this client's current
 // session. Deliveries of another session (before a reconnect) or of
 // another client are skipped: their credit is not this connection's.
 func (l *loop) settle(ds []*Delivery) {
-	for _, d := range ds {
-		if d.s.c == l.c && d.epoch == l.s.epoch && d.s.epoch == l.s.epoch {
-			l.s.conn.Settle(d.s.id, 1)
+	mine := func(d *Delivery) bool { return d.s.c == l.c && d.epoch == l.s.epoch && d.s.epoch == l.s.epoch }
+	if len(ds) == 1 {
+		// The common case: one delivery, nothing to group.
+		if mine(ds[0]) {
+			l.s.conn.Settle(ds[0].s.id, ds[0].m.Lease)
 		}
+		return
+	}
+	// Settle each subscription's deliveries together, so their credit
+	// goes back in one Credit frame.
+	var leases []uint64
+	for i, d := range ds {
+		if !mine(d) || slices.ContainsFunc(ds[:i], func(p *Delivery) bool { return p.s == d.s && mine(p) }) {
+			continue // not ours, or settled with the first of its subscription
+		}
+		leases = leases[:0]
+		for _, o := range ds[i:] {
+			if o.s == d.s && mine(o) {
+				leases = append(leases, o.m.Lease)
+			}
+		}
+		l.s.conn.Settle(d.s.id, leases...)
 	}
 }
 
+// submit takes one op: sends it, adds it to the Enqueue batch, or keeps it
+// for the next session.
 func (l *loop) submit(o *op) {
 	if err := o.ctx.Err(); err != nil {
 		o.answer(result{err: err})
@@ -377,6 +396,8 @@ func (l *loop) handle(rd core.Ready) {
 			s.push(d.Messages, l.s.epoch)
 		}
 	}
+	// rd.Expired needs nothing here: the core has taken the expired
+	// deliveries' credit back, and an Ack of one gets LEASE_EXPIRED.
 	for _, e := range rd.Ended {
 		s, ok := l.subs[e.Subscription]
 		if !ok {

@@ -139,6 +139,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			BackoffMax:        cfg.Queue.BackoffMax,
 			DedupWindow:       cfg.Queue.DedupWindow,
 			MaxLeaseExtension: cfg.Queue.MaxLeaseExtension,
+			MaxUnsettled:      cfg.Server.MaxUnsettled,
 		},
 		Logger:  log.With("component", "shard"),
 		Failure: server.FailureHook(hooks),

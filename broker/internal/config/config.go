@@ -79,6 +79,12 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the time from accept to a complete Handshake
 	// frame (handshake_timeout, default 10s).
 	HandshakeTimeout time.Duration
+	// MaxUnsettled caps the deliveries one subscription may hold unsettled
+	// (leased and not yet acked, nacked, retried, released or expired),
+	// whatever credit its client grants; a Subscribe with prefetch 0 is
+	// granted this much credit, and a larger prefetch is granted this
+	// much (max_unsettled, default 1000, from 1 to 4294967295).
+	MaxUnsettled int
 	// ReassemblyBudget bounds the bytes all connections together may hold
 	// for requests still arriving: a frame received in part (beyond its
 	// first 64 KiB) and the frames of a continuation; a connection that
@@ -255,6 +261,7 @@ func Default() Config {
 			MaxMessageSize:           16 * Megabyte,
 			MaxFrameSize:             16 * Megabyte,
 			MaxConnections:           10000,
+			MaxUnsettled:             1000,
 			MaxHandshaking:           1024,
 			MaxConnectionsPerAddress: 1000,
 			HandshakeFailureRate:     10,

@@ -80,6 +80,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.max_message_size":            `"16MB"`,
 		"server.max_frame_size":              `"16MB"`,
 		"server.max_connections":             `10000`,
+		"server.max_unsettled":               `1000`,
 		"server.max_handshaking":             `1024`,
 		"server.max_connections_per_address": `1000`,
 		"server.handshake_failure_rate":      `10`,
@@ -147,6 +148,7 @@ max_connections_per_address = 20
 handshake_failure_rate = 2
 handshake_failure_burst = 5
 handshake_timeout = "3s"
+max_unsettled = 200
 reassembly_budget = "64MB"
 max_outbound_size = "1MB"
 write_timeout = "5s"
@@ -200,7 +202,7 @@ func fullConfig() Config {
 	return Config{
 		Server: ServerConfig{
 			ListenAddr: "127.0.0.1:6000", NodeID: "node-a", MaxMessageSize: 1 << 20,
-			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxHandshaking: 64, MaxConnectionsPerAddress: 20,
+			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxUnsettled: 200, MaxHandshaking: 64, MaxConnectionsPerAddress: 20,
 			HandshakeFailureRate: 2, HandshakeFailureBurst: 5, HandshakeTimeout: 3 * time.Second,
 			ReassemblyBudget: 64 << 20, MaxOutboundSize: 1 << 20, WriteTimeout: 5 * time.Second, FrameReadTimeout: 7 * time.Second,
 			MaxBatchSize: 512, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,

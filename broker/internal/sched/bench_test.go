@@ -42,7 +42,8 @@ func BenchmarkSchedule(b *testing.B) {
 	for _, nkeys := range []int{1, 10, 10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", nkeys), func(b *testing.B) {
 			keys := benchKeys(nkeys)
-			s := New(Config{MaxDeliveryBatch: 4096})
+			// Nothing is acked: lift the cap on unsettled deliveries.
+			s := New(Config{MaxDeliveryBatch: 4096, MaxUnsettled: math.MaxUint32})
 			s.Tick(t0)
 			s.CreateQueue(1, QueueSpec{Name: "q"})
 			// Every key backlogged for the whole run: b.N messages, at

@@ -22,11 +22,11 @@ import (
 //
 // Commands (arguments are key=value; lists are key=(a,b)):
 //
-//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D]
+//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D] [max-unsettled=N]
 //	create-queue name=Q [vis=D] [max-attempts=N] [backoff=(base,max)] [dedup=D] [on-failure]
 //	delete-queue name=Q
 //	enqueue queue=Q [key=K] [weight=N] [size=N] [throttle=(a,b)] [order=O] [idem=I] [delay=D] [n=N]
-//	subscribe sub=N queue=Q [credit=N] [limit=(name,limit,period[,burst])]
+//	subscribe sub=N queue=Q [credit=N|max] [limit=(name,limit,period[,burst])]
 //	unsubscribe sub=N [release]
 //	credit sub=N n=N
 //	ack|nack|retry|extend queue=Q ids=(m1,…) [lease=N] [reason=R] [delay=D] [dur=D] [durs=(D1,…)]
@@ -35,6 +35,7 @@ import (
 //	set-throttle key=K rate=R burst=B   /   remove-throttle key=K
 //	tick D          advance the clock by D
 //	ready [brief]   print the Ready (brief: deliveries as ids and keys), then Advance
+//	pump            decide deliveries (HasReady) without taking the Ready
 //	stats queue=Q   /   list-queues
 //	restart         rebuild the scheduler from the records persisted so far
 //
@@ -197,6 +198,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			MaxDeliveryBatch:  int(a.int("batch", 0)),
 			DedupWindow:       a.dur("dedup", 0),
 			MaxLeaseExtension: a.dur("max-lease", 0),
+			MaxUnsettled:      int(a.int("max-unsettled", 0)),
 		}
 		*h = *newHarness(h.cfg)
 		return "ok"
@@ -248,7 +250,11 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			}
 			limits = append(limits, rl)
 		}
-		h.s.Subscribe(ref, SubID(a.int("sub", 0)), a.str("queue", ""), uint32(a.int("credit", 0)), limits)
+		var credit uint32 = math.MaxUint32 // credit=max
+		if a.str("credit", "") != "max" {
+			credit = uint32(a.int("credit", 0))
+		}
+		h.s.Subscribe(ref, SubID(a.int("sub", 0)), a.str("queue", ""), credit, limits)
 	case "unsubscribe":
 		h.s.Unsubscribe(ref, SubID(a.int("sub", 0)), a.has("release"))
 	case "credit":
@@ -320,6 +326,10 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		return "now " + rel(h.s.Now())
 	case "ready":
 		return h.ready(a.has("brief"))
+	case "pump":
+		// Decide deliveries (HasReady) without taking the Ready.
+		h.s.HasReady()
+		return "ok"
 	case "stats":
 		h.s.QueueStats(ref, a.str("queue", ""))
 	case "list-queues":
@@ -356,6 +366,8 @@ func fmtValue(v any) string {
 		return "ok"
 	case error:
 		return fmtErr(v)
+	case Subscribed:
+		return fmt.Sprintf("subscribed credit=%d", v.Credit)
 	case QueueCreated:
 		return fmt.Sprintf("created %s (dlq %s)", v.Name, v.DLQ)
 	case Redriven:
@@ -438,6 +450,13 @@ func (h *harness) ready(brief bool) string {
 	}
 	if len(rd.Replies) > 0 {
 		fmt.Fprintf(&b, "replies: %d\n", len(rd.Replies))
+	}
+	for _, e := range rd.Expired {
+		fmt.Fprintf(&b, "expired sub %d:", e.Sub)
+		for _, l := range e.Leases {
+			fmt.Fprintf(&b, " %s(lease=%d)", idName(l.ID), l.Lease)
+		}
+		b.WriteByte('\n')
 	}
 	for _, d := range rd.Deliveries {
 		if brief {

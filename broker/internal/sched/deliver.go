@@ -89,11 +89,14 @@ func (s *Sched) deliver(sb *sub, m *msg) {
 		lb.b.Take(now, 1)
 	}
 	m.state = stLeased
+	m.flags |= fFresh
 	q.leased++
 	s.lease++
 	m.lease = s.lease
 	s.setTimer(m, s.now.Add(q.vis))
 	leaseLink(&sb.leases, m)
+	m.slot = sb.slot
+	sb.held++
 	s.cur.dl = append(s.cur.dl, pendingDelivery{s: sb, m: m, lease: m.lease})
 	sb.credit--
 	sb.batch++
@@ -102,7 +105,7 @@ func (s *Sched) deliver(sb *sub, m *msg) {
 		s.subOut(sb)
 		sb.capped = true
 		s.capped = append(s.capped, sb)
-	case sb.credit == 0:
+	case !s.canTake(sb):
 		s.subOut(sb)
 	default:
 		q.elig = sb.next
@@ -277,10 +280,7 @@ func (s *Sched) wake(b *tbucket) {
 	for b.subs != nil {
 		sb := b.subs
 		s.unparkSub(sb)
-		if sb.credit > 0 {
-			s.subIn(sb)
-			s.markDirty(sb.q)
-		}
+		s.resume(sb)
 		woke = true
 	}
 	if woke && !b.woke {

@@ -30,7 +30,7 @@
 //		if s.HasReady() {
 //			rd := s.Ready()
 //			store.Apply(rd.Persist)   // 1. durable, as one atomic group
-//			release(rd.Replies, rd.Deliveries, rd.Ended)   // 2. then send
+//			release(rd.Replies, rd.Expired, rd.Deliveries, rd.Ended) // 2. then send
 //			runHooks(rd.Failures)     // answers come back as s.Decide
 //			timer.Reset(rd.Deadline)  // 3. wake up by then (0: no timer)
 //			s.Advance(rd)
@@ -42,8 +42,10 @@
 //  1. Write Persist durably as one atomic group before releasing anything
 //     of the same Ready: an enqueue's reply promises the message is
 //     stored, an ack's reply that it is gone. (Persist before send.)
-//  2. Release Replies (one per command that took a Ref, in command order)
-//     and Deliveries; deliver Failures to the on_failure hooks.
+//  2. Release Replies (one per command that took a Ref, in command order),
+//     Expired, then Deliveries: a subscription hears of the leases that
+//     ended, and of the credit they gave back, before the deliveries that
+//     may spend it. Deliver Failures to the on_failure hooks.
 //  3. Call Tick no later than Deadline. Leases, delays, backoffs, token
 //     refills and idempotency windows all run off that one timer; there
 //     is no polling.
@@ -85,9 +87,12 @@
 // and a retried message keeps its place at the head.
 //
 // Subscriptions on a queue share its deliveries round robin among those
-// with credit (and tokens, for their declared rate limits). A queue
-// without credit anywhere does no scheduling work; an idle fairness key
-// costs nothing and keeps no deficit.
+// with credit (and tokens, for their declared rate limits) that hold fewer
+// than Config.MaxUnsettled leases. Credit is spent one per delivery and
+// comes back with AddCredit, or by itself when a lease expires (reported
+// in Ready.Expired); the cap holds whatever credit a subscription has. A
+// queue without credit anywhere does no scheduling work; an idle fairness
+// key costs nothing and keeps no deficit.
 //
 // # Messages
 //

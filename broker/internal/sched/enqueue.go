@@ -261,10 +261,8 @@ func (s *Sched) leave(m *msg) {
 		q.delayed--
 		s.timers.remove(m)
 	case stLeased:
-		q.leased--
 		s.timers.remove(m)
-		leaseUnlink(m)
-		m.lease = 0
+		s.endLease(m)
 	case stDeciding:
 		q.delayed--
 	}

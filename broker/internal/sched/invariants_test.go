@@ -29,6 +29,13 @@ func checkInvariants(s *Sched, pumped bool) error {
 		}
 	}
 	leases := make(map[uint64]*msg)
+	heldBy := make(map[*sub]uint32)
+	fresh := make(map[*msg]bool)
+	for _, p := range s.cur.dl {
+		if p.m.state == stLeased && p.m.lease == p.lease {
+			fresh[p.m] = true
+		}
+	}
 	for name, q := range s.queues {
 		if q.name != name || q.deleted {
 			return fmt.Errorf("queue %s: registered as %s (deleted %v)", q.name, name, q.deleted)
@@ -47,6 +54,9 @@ func checkInvariants(s *Sched, pumped bool) error {
 			}
 			lrefs[m.lane]++
 			krefs[m.lane.key]++
+			if (m.flags&fFresh != 0) != fresh[m] {
+				return fmt.Errorf("queue %s: message %s: fresh flag %v, delivered in the Ready being built %v", name, formatID(id), m.flags&fFresh != 0, fresh[m])
+			}
 			switch m.state {
 			case stReady:
 				ready++
@@ -71,7 +81,19 @@ func checkInvariants(s *Sched, pumped bool) error {
 					return fmt.Errorf("lease %d held by %s and %s", m.lease, formatID(other.id), formatID(id))
 				}
 				leases[m.lease] = m
-				// The lease ring must reach exactly one sentinel.
+				if m.slot == 0 {
+					// Its subscription closed: in no ring.
+					if m.next != nil || m.prev != nil {
+						return fmt.Errorf("queue %s: leased message %s of a closed subscription still linked", name, formatID(id))
+					}
+					break
+				}
+				if int(m.slot) >= len(s.slots) || s.slots[m.slot] == nil || s.slots[m.slot].q != q {
+					return fmt.Errorf("queue %s: leased message %s: slot %d names no subscription of the queue", name, formatID(id), m.slot)
+				}
+				heldBy[s.slots[m.slot]]++
+				// The lease ring must reach exactly one sentinel, its
+				// subscription's.
 				sentinels := 0
 				for x := m.next; x != m; x = x.next {
 					if x == nil {
@@ -79,6 +101,9 @@ func checkInvariants(s *Sched, pumped bool) error {
 					}
 					if x.lane == nil {
 						sentinels++
+						if x != &s.slots[m.slot].leases {
+							return fmt.Errorf("queue %s: leased message %s: in the lease ring of another subscription than slot %d's", name, formatID(id), m.slot)
+						}
 					}
 				}
 				if sentinels != 1 {
@@ -193,14 +218,23 @@ func checkInvariants(s *Sched, pumped bool) error {
 			if s.subs[id] != sb || sb.q != q || sb.closed {
 				return fmt.Errorf("queue %s: subscription %d misfiled", name, id)
 			}
+			if sb.slot == 0 || s.slots[sb.slot] != sb {
+				return fmt.Errorf("queue %s: subscription %d: slot %d does not name it", name, id, sb.slot)
+			}
+			if sb.held != heldBy[sb] {
+				return fmt.Errorf("queue %s: subscription %d: held %d, leases naming it %d", name, id, sb.held, heldBy[sb])
+			}
+			if sb.held > s.maxHeld {
+				return fmt.Errorf("queue %s: subscription %d holds %d leases, above the cap %d", name, id, sb.held, s.maxHeld)
+			}
 			switch sb.state {
 			case subIdle:
-				if sb.credit > 0 && !sb.capped {
-					return fmt.Errorf("queue %s: subscription %d idle with credit %d", name, id, sb.credit)
+				if s.canTake(sb) && !sb.capped {
+					return fmt.Errorf("queue %s: subscription %d idle with credit %d and %d leases held", name, id, sb.credit, sb.held)
 				}
 			case subEligible:
-				if sb.credit == 0 || sb.capped {
-					return fmt.Errorf("queue %s: subscription %d eligible without credit", name, id)
+				if !s.canTake(sb) || sb.capped {
+					return fmt.Errorf("queue %s: subscription %d eligible without credit %d or with %d leases held", name, id, sb.credit, sb.held)
 				}
 			case subParked:
 				if sb.tb == nil || sb.tb.q != q {
@@ -231,6 +265,11 @@ func checkInvariants(s *Sched, pumped bool) error {
 			if inHeap != ok || ok && Time(next) != q.dnext {
 				return fmt.Errorf("queue %s: in expiry heap %v at %v; first expiry %v (%v)", name, inHeap, q.dnext, next, ok)
 			}
+		}
+	}
+	for i, sb := range s.slots {
+		if sb != nil && (s.subs[sb.id] != sb || sb.slot != uint32(i)) {
+			return fmt.Errorf("slot %d names subscription %d, which is closed or elsewhere", i, sb.id)
 		}
 	}
 	for name, b := range s.buckets {

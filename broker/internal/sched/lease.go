@@ -313,9 +313,17 @@ func (s *Sched) fire(m *msg) {
 		m.state = stNone
 		s.makeReady(m)
 	case stLeased:
-		q.leased--
-		leaseUnlink(m)
-		m.lease = 0
+		// The lease ends without a settle: its credit goes back to the
+		// subscription, which is told unless the delivery never left
+		// this Ready.
+		lease, fresh := m.lease, m.flags&fFresh != 0
+		if sb := s.endLease(m); sb != nil {
+			sb.credit = uint32(min(uint64(sb.credit)+1, math.MaxUint32))
+			s.resume(sb)
+			if !fresh {
+				s.cur.exp = append(s.cur.exp, pendingExpiry{s: sb, id: m.id, lease: lease})
+			}
+		}
 		m.state = stNone
 		s.fail(m, ReasonLeaseExpired, failNack, 0)
 	}

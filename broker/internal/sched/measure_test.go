@@ -123,7 +123,8 @@ func TestWeightedShares(t *testing.T) {
 // minute with the shell ticking exactly at each Deadline.
 func TestThrottleAccuracy(t *testing.T) {
 	for _, c := range []struct{ rate, burst float64 }{{1, 1}, {10, 5}, {100, 200}, {1000, 100}} {
-		p := newPropSched(Config{})
+		// Nothing is acked: lift the cap on unsettled deliveries.
+		p := newPropSched(Config{MaxUnsettled: math.MaxUint32})
 		p.s.SetThrottle("api", c.rate, c.burst)
 		p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q"})
 		need := int(c.burst+c.rate*60) + 10

@@ -183,6 +183,7 @@ func (s *Sched) dropQueue(q *queue) {
 	for _, id := range sortedKeys(q.subs, func(a, b SubID) int { return cmp.Compare(a, b) }) {
 		sb := q.subs[id]
 		s.closeSub(sb)
+		s.orphanLeases(sb)
 		s.cur.ended = append(s.cur.ended, SubEnded{Sub: id, Err: ended})
 	}
 	ms := slices.SortedFunc(q.msgs.all(), func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })

@@ -43,8 +43,10 @@ func TestRandomized(t *testing.T) {
 	r := &randomRun{
 		t:      t,
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		h:      newHarness(Config{Quantum: 500, MaxDeliveryBatch: 7, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second}),
+		h:      newHarness(Config{Quantum: 500, MaxDeliveryBatch: 7, MaxUnsettled: 5, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second}),
 		leases: make(map[[16]byte]Delivered),
+		credit: make(map[SubID]int64),
+		handed: make(map[uint64]SubID),
 		acked:  make(map[[16]byte]bool),
 		idem:   make(map[string]dedupModel),
 	}
@@ -71,6 +73,12 @@ type randomRun struct {
 	idem     map[string]dedupModel  // queue + key → first accepted
 	failures []Failure
 	last     string
+	// The credit model: each open subscription's credit as the shell
+	// sees it (granted, plus AddCredit, minus deliveries, plus reported
+	// expiries), and the leases handed out and not yet ended, by
+	// subscription.
+	credit map[SubID]int64
+	handed map[uint64]SubID
 	// counters for the log
 	enqueued, delivered, restarts int
 }
@@ -106,6 +114,11 @@ func (r *randomRun) step(i int) {
 		q := randQueues[r.pick(len(randQueues))]
 		r.last = "delete-queue " + q
 		s.DeleteQueue(ref, q)
+		for id := range r.credit {
+			if s.subs[id] == nil {
+				delete(r.credit, id) // ended with the queue
+			}
+		}
 		for k := range r.idem {
 			if k[:1] == q {
 				delete(r.idem, k)
@@ -125,14 +138,22 @@ func (r *randomRun) step(i int) {
 		}
 		r.last = fmt.Sprintf("subscribe %d %s", id, q)
 		s.Subscribe(ref, id, q, uint32(r.pick(8)), limits)
+		if v, ok := s.cur.replies[len(s.cur.replies)-1].Value.(Subscribed); ok {
+			r.credit[id] = int64(v.Credit)
+		}
 	case op < 40:
 		id := SubID(r.pick(6) + 1)
 		r.last = fmt.Sprintf("unsubscribe %d", id)
 		s.Unsubscribe(ref, id, r.pick(2) == 0)
+		delete(r.credit, id)
 	case op < 50:
 		id := SubID(r.pick(6) + 1)
 		r.last = fmt.Sprintf("credit %d", id)
-		s.AddCredit(id, uint32(r.pick(10)))
+		n := r.pick(10)
+		s.AddCredit(id, uint32(n))
+		if _, open := r.credit[id]; open {
+			r.credit[id] += int64(n)
+		}
 	case op < 66:
 		r.settle(ref)
 	case op < 69:
@@ -187,6 +208,8 @@ func (r *randomRun) step(i int) {
 		h.restart(r.t)
 		r.restarts++
 		r.leases = make(map[[16]byte]Delivered)
+		clear(r.credit)
+		clear(r.handed)
 		r.failures = nil
 		for id := range r.acked {
 			for _, q := range h.s.queues {
@@ -260,22 +283,32 @@ func (r *randomRun) settle(ref Ref) {
 	d := r.leases[ids[r.pick(len(ids))]]
 	lr := LeaseRef{Queue: d.Queue, ID: d.ID, Lease: d.Lease}
 	s := r.h.s
-	switch r.pick(5) {
+	ended := func() {
+		delete(r.leases, d.ID)
+		if err := s.cur.replies[len(s.cur.replies)-1].Value.([]error)[0]; err == nil {
+			delete(r.handed, d.Lease)
+		}
+	}
+	switch r.pick(6) {
 	case 0, 1:
 		r.last = "ack " + idName(d.ID)
 		s.Ack(ref, []LeaseRef{lr})
 		if err := s.cur.replies[len(s.cur.replies)-1].Value.([]error)[0]; err == nil {
 			r.acked[d.ID] = true
 		}
-		delete(r.leases, d.ID)
+		ended()
 	case 2:
 		r.last = "nack " + idName(d.ID)
 		s.Nack(ref, []NackItem{{LeaseRef: lr, Reason: "r"}})
-		delete(r.leases, d.ID)
+		ended()
 	case 3:
 		r.last = "retry " + idName(d.ID)
 		s.RetryAfter(ref, []RetryItem{{LeaseRef: lr, Delay: r.dur(time.Second)}})
-		delete(r.leases, d.ID)
+		ended()
+	case 5:
+		r.last = "release " + idName(d.ID)
+		s.Release(ref, []LeaseRef{lr})
+		ended()
 	case 4:
 		r.last = "extend " + idName(d.ID)
 		s.ExtendLease(ref, []ExtendItem{{LeaseRef: lr, Duration: r.dur(5 * time.Second)}})
@@ -298,6 +331,18 @@ func (r *randomRun) ready() {
 				r.h.kv[string(m.Key)] = slices.Clone(m.Value)
 			}
 		}
+		for _, e := range rd.Expired {
+			if _, open := r.credit[e.Sub]; !open {
+				r.t.Fatalf("expiry reported to closed subscription %d", e.Sub)
+			}
+			for _, l := range e.Leases {
+				if sub, ok := r.handed[l.Lease]; !ok || sub != e.Sub {
+					r.t.Fatalf("expiry of %s lease %d reported to subscription %d; handed to %d (%v)", idName(l.ID), l.Lease, e.Sub, sub, ok)
+				}
+				delete(r.handed, l.Lease)
+				r.credit[e.Sub]++
+			}
+		}
 		seen := make(map[[16]byte]bool)
 		for _, d := range rd.Deliveries {
 			if s.subs[d.Sub] == nil {
@@ -316,10 +361,21 @@ func (r *randomRun) ready() {
 				}
 				m.Key = nil
 				r.leases[m.ID] = m
+				r.handed[m.Lease] = d.Sub
+				r.credit[d.Sub]--
 				r.delivered++
 			}
 		}
 		r.failures = append(r.failures, rd.Failures...)
+		for id, want := range r.credit {
+			sb := s.subs[id]
+			if sb == nil {
+				r.t.Fatalf("subscription %d: closed; the shell counts it open", id)
+			}
+			if int64(sb.credit) != want {
+				r.t.Fatalf("subscription %d: credit %d; the shell counts %d", id, sb.credit, want)
+			}
+		}
 		s.Advance(rd)
 	}
 }

@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"math"
+	"slices"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched/drr"
@@ -16,6 +18,7 @@ const (
 	DefaultMaxAttempts       = 3
 	DefaultMaxDeliveryBatch  = 1024
 	DefaultMaxLeaseExtension = 12 * time.Hour
+	DefaultMaxUnsettled      = 1000
 )
 
 // Config holds the broker-wide scheduler settings. Zero (or negative)
@@ -43,6 +46,11 @@ type Config struct {
 	// MaxDeliveryBatch bounds the messages delivered to one subscription
 	// in one Ready (default 1024); the rest follow in the next Ready.
 	MaxDeliveryBatch int
+	// MaxUnsettled caps the deliveries one subscription may hold
+	// unsettled (leased to it) at a time, whatever credit it was given
+	// ([server] max_unsettled, default 1000, at most 2^32-1). Subscribe
+	// grants at most this much initial credit.
+	MaxUnsettled int
 	// LeaseBase is the lease token before the first delivery's; each
 	// delivery takes the next. The shell derives it from the boot time so
 	// that tokens are never reused across restarts.
@@ -75,6 +83,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxDeliveryBatch <= 0 {
 		c.MaxDeliveryBatch = DefaultMaxDeliveryBatch
 	}
+	if c.MaxUnsettled <= 0 {
+		c.MaxUnsettled = DefaultMaxUnsettled
+	}
+	c.MaxUnsettled = min(c.MaxUnsettled, math.MaxUint32)
 	return c
 }
 
@@ -94,6 +106,12 @@ type Sched struct {
 	unsorted []*queue            // queues whose restored keys need sorting
 	lease    uint64              // last lease token handed out
 	tseq     uint64              // last msg.tseq
+
+	// slots maps msg.slot to the open subscription holding the lease
+	// (slot 0 is none); freeSlots lists the slots to reuse.
+	slots     []*sub
+	freeSlots []uint32
+	maxHeld   uint32 // Config.MaxUnsettled
 
 	dirty  []*queue   // queues to pump
 	woke   []*tbucket // buckets that woke waiters in this pump
@@ -121,7 +139,9 @@ func New(cfg Config) *Sched {
 		buckets: make(map[string]*tbucket),
 		tsets:   make(map[string]*tset),
 		reasons: make(map[*msg]string),
+		slots:   []*sub{nil},
 	}
+	s.maxHeld = uint32(s.cfg.MaxUnsettled)
 	s.lease = s.cfg.LeaseBase
 	s.cur = &s.bufs[0]
 	return s
@@ -166,13 +186,13 @@ func (s *Sched) Tick(now Time) {
 func (s *Sched) Now() Time { return s.now }
 
 // HasReady reports whether Ready has anything for the shell: mutations,
-// replies, deliveries, failures, ended subscriptions, or a Deadline other
+// replies, deliveries, expired leases, failures, ended subscriptions, or a Deadline other
 // than the one in the last Ready. It runs the pending scheduling work,
 // so it is where deliveries are decided.
 func (s *Sched) HasReady() bool {
 	s.pumpAll()
 	b := s.cur
-	return len(b.persist) > 0 || len(b.replies) > 0 || len(b.dl) > 0 ||
+	return len(b.persist) > 0 || len(b.replies) > 0 || len(b.dl) > 0 || len(b.exp) > 0 ||
 		len(b.failures) > 0 || len(b.ended) > 0 || s.deadline() != s.lastDeadline
 }
 
@@ -184,9 +204,11 @@ func (s *Sched) Ready() Ready {
 	s.pumpAll()
 	b := s.cur
 	s.group(b)
+	s.groupExpired(b)
 	rd := Ready{
 		Persist:    b.persist,
 		Replies:    b.replies,
+		Expired:    b.expired,
 		Deliveries: b.dels,
 		Failures:   b.failures,
 		Ended:      b.ended,
@@ -197,7 +219,7 @@ func (s *Sched) Ready() Ready {
 	s.cur.reset()
 	for _, sb := range s.capped {
 		sb.capped = false
-		if !sb.closed && sb.credit > 0 && sb.state == subIdle {
+		if !sb.closed && s.canTake(sb) && sb.state == subIdle {
 			s.subIn(sb)
 			s.markDirty(sb.q)
 		}
@@ -274,6 +296,10 @@ type readyBuf struct {
 	out      []Delivered
 	dels     []Delivery
 	counts   []int
+	exp      []pendingExpiry
+	expOut   []ExpiredLease
+	expired  []Expiry
+	ecounts  []int
 	failures []Failure
 	ended    []SubEnded
 	arena    []byte
@@ -288,6 +314,15 @@ type readyBuf struct {
 type pendingDelivery struct {
 	s     *sub
 	m     *msg
+	lease uint64
+}
+
+// pendingExpiry is a lease of an open subscription that ended without a
+// settle in the current Ready; it is reported unless the subscription
+// closes before the Ready is taken.
+type pendingExpiry struct {
+	s     *sub
+	id    [16]byte
 	lease uint64
 }
 
@@ -307,6 +342,12 @@ func (b *readyBuf) reset() {
 	clear(b.dels)
 	b.dels = b.dels[:0]
 	b.counts = b.counts[:0]
+	clear(b.exp)
+	b.exp = b.exp[:0]
+	b.expOut = b.expOut[:0]
+	b.ecounts = b.ecounts[:0]
+	clear(b.expired)
+	b.expired = b.expired[:0]
 	clear(b.failures)
 	b.failures = b.failures[:0]
 	clear(b.ended)
@@ -354,6 +395,7 @@ func (s *Sched) group(b *readyBuf) {
 		if p.s.closed || p.m.state != stLeased || p.m.lease != p.lease {
 			continue
 		}
+		p.m.flags &^= fFresh
 		if p.s.group < 0 {
 			p.s.group = int32(len(b.dels))
 			b.dels = append(b.dels, Delivery{Sub: p.s.id})
@@ -389,6 +431,51 @@ func (s *Sched) group(b *readyBuf) {
 	}
 	for _, p := range b.dl {
 		p.s.group = -1
+	}
+}
+
+// groupExpired turns the pending expiries into per-subscription Expired,
+// in the order of each subscription's first expiry, dropping those of
+// subscriptions closed since.
+func (s *Sched) groupExpired(b *readyBuf) {
+	if len(b.exp) == 0 {
+		return
+	}
+	n := 0
+	for _, p := range b.exp {
+		if p.s.closed {
+			continue
+		}
+		if p.s.egroup < 0 {
+			p.s.egroup = int32(len(b.expired))
+			b.expired = append(b.expired, Expiry{Sub: p.s.id})
+			b.ecounts = append(b.ecounts, 0)
+		}
+		b.ecounts[p.s.egroup]++
+		n++
+	}
+	off := 0
+	for i, c := range b.ecounts {
+		b.ecounts[i] = off
+		off += c
+	}
+	b.expOut = slices.Grow(b.expOut[:0], n)[:n]
+	for _, p := range b.exp {
+		if p.s.closed {
+			continue
+		}
+		i := b.ecounts[p.s.egroup]
+		b.ecounts[p.s.egroup]++
+		b.expOut[i] = ExpiredLease{ID: p.id, Lease: p.lease}
+	}
+	start := 0
+	for i := range b.expired {
+		end := b.ecounts[i]
+		b.expired[i].Leases = b.expOut[start:end:end]
+		start = end
+	}
+	for _, p := range b.exp {
+		p.s.egroup = -1
 	}
 }
 

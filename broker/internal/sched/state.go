@@ -37,6 +37,7 @@ const (
 	fState                    // a state record exists in storage
 	fListed                   // in its lane's list
 	fReason                   // has a last failure reason in Sched.reasons
+	fFresh                    // leased in the Ready being built, not yet handed out
 )
 
 // msg is the in-memory state of one stored message: 96 bytes, no strings
@@ -60,6 +61,9 @@ type msg struct {
 	hidx       int32  // index in Sched.timers, -1 if not in it
 	state      msgState
 	flags      uint8
+	// slot is, while leased, the Sched.slots index of the subscription
+	// holding the lease; 0 once that subscription has closed.
+	slot uint32
 }
 
 // before orders timers by deadline, then by when they were set, so that
@@ -265,7 +269,7 @@ func (b *tbucket) removeWaiter(l *lane) {
 type subState uint8
 
 const (
-	subIdle     subState = iota // no credit, or at MaxDeliveryBatch for this Ready
+	subIdle     subState = iota // no credit, MaxUnsettled leases held, or at MaxDeliveryBatch for this Ready
 	subEligible                 // in its queue's ring
 	subParked                   // waiting for a rate-limit token
 )
@@ -275,6 +279,10 @@ type sub struct {
 	id     SubID
 	q      *queue
 	credit uint32
+	// held counts the messages leased to it (its lease ring's length); it
+	// takes deliveries only while held < Sched.maxHeld.
+	held   uint32
+	slot   uint32 // its index in Sched.slots
 	limits []*tbucket
 	// leases is the sentinel of the ring of messages leased to it.
 	leases msg
@@ -287,6 +295,7 @@ type sub struct {
 	capped     bool // in Sched.capped
 	closed     bool
 	group      int32 // index in the Ready's Deliveries while grouping
+	egroup     int32 // index in the Ready's Expired while grouping
 }
 
 // A queue is a queue or a DLQ.

@@ -13,13 +13,17 @@ import (
 const MaxRateLimits = 16
 
 // Subscribe opens subscription id on queue (a DLQ included) with credit
-// deliveries of initial credit and the declared rate limits. The reply is
-// nil, or an error wrapping fault.ErrQueueNotFound, or
+// deliveries of initial credit, at most Config.MaxUnsettled, and the
+// declared rate limits. The reply is a Subscribed with the credit granted,
+// or an error wrapping fault.ErrQueueNotFound, or
 // fault.ErrInvalidArgument (an id already open, a limit with an empty or
 // repeated name, a zero limit or period, more than MaxRateLimits).
 //
-// Credit is finite: a shell offering "unlimited" grants large windows
-// with AddCredit. A rate limit's bucket is shared by the queue's
+// Credit is finite: a shell offering "as much as the broker allows" asks
+// for math.MaxUint32 and is granted Config.MaxUnsettled. Whatever credit
+// a subscription accumulates (AddCredit), it never holds more than
+// Config.MaxUnsettled leases at a time. A lease that expires gives its
+// credit back (Ready.Expired). A rate limit's bucket is shared by the queue's
 // subscriptions that declare the same name; the latest declaration sets
 // its rate (limit per period) and burst (0 means limit), keeping the
 // tokens it holds.
@@ -33,8 +37,10 @@ func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits
 		s.reply(ref, fmt.Errorf("subscribe %s: %w", queue, err))
 		return
 	}
-	sb := &sub{id: id, q: q, credit: credit, group: -1}
+	credit = min(credit, s.maxHeld)
+	sb := &sub{id: id, q: q, credit: credit, group: -1, egroup: -1}
 	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
+	s.allocSlot(sb)
 	now := int64(s.now)
 	for _, rl := range limits {
 		rate := float64(rl.Limit) / rl.Period.Seconds()
@@ -57,11 +63,73 @@ func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits
 	}
 	s.subs[id] = sb
 	q.subs[id] = sb
-	if credit > 0 {
+	if s.canTake(sb) {
 		s.subIn(sb)
 		s.markDirty(q)
 	}
-	s.reply(ref, nil)
+	s.reply(ref, Subscribed{Credit: credit})
+}
+
+// canTake reports whether sb may take a delivery, rate limits and
+// MaxDeliveryBatch aside: it has credit and holds fewer than MaxUnsettled
+// leases.
+func (s *Sched) canTake(sb *sub) bool { return sb.credit > 0 && sb.held < s.maxHeld }
+
+// allocSlot gives sb a slot in s.slots, for its leased messages to name.
+func (s *Sched) allocSlot(sb *sub) {
+	if n := len(s.freeSlots); n > 0 {
+		sb.slot = s.freeSlots[n-1]
+		s.freeSlots = s.freeSlots[:n-1]
+		s.slots[sb.slot] = sb
+		return
+	}
+	sb.slot = uint32(len(s.slots))
+	s.slots = append(s.slots, sb)
+}
+
+// orphanLeases detaches the leases sb still holds after it closed (they
+// run on and can still be settled, but belong to no subscription) and
+// frees its slot.
+func (s *Sched) orphanLeases(sb *sub) {
+	for m := sb.leases.next; m != &sb.leases; {
+		next := m.next
+		m.next, m.prev = nil, nil
+		m.slot = 0
+		m = next
+	}
+	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
+	sb.held = 0
+	s.slots[sb.slot] = nil
+	s.freeSlots = append(s.freeSlots, sb.slot)
+	sb.slot = 0
+}
+
+// endLease takes m, leased, out of its subscription's lease ring and
+// returns that subscription, or nil if it has closed. A subscription
+// that was waiting for a lease to end (MaxUnsettled) becomes eligible
+// again.
+func (s *Sched) endLease(m *msg) *sub {
+	m.queue().leased--
+	m.lease = 0
+	m.flags &^= fFresh
+	if m.slot == 0 {
+		return nil
+	}
+	sb := s.slots[m.slot]
+	m.slot = 0
+	leaseUnlink(m)
+	sb.held--
+	s.resume(sb)
+	return sb
+}
+
+// resume makes sb, open and idle, eligible again if it can take a
+// delivery.
+func (s *Sched) resume(sb *sub) {
+	if sb.state == subIdle && !sb.capped && !sb.closed && s.canTake(sb) {
+		s.subIn(sb)
+		s.markDirty(sb.q)
+	}
 }
 
 func (s *Sched) validateSubscribe(id SubID, limits []RateLimit) error {
@@ -106,6 +174,7 @@ func (s *Sched) Unsubscribe(ref Ref, id SubID, release bool) {
 	if release {
 		s.releaseLeases(sb)
 	}
+	s.orphanLeases(sb)
 	s.reply(ref, nil)
 }
 
@@ -120,7 +189,7 @@ func (s *Sched) releaseLeases(sb *sub) {
 }
 
 // closeSub takes sb out of every structure, undoing the deliveries of the
-// Ready being built.
+// Ready being built. Its lease ring stays until orphanLeases.
 func (s *Sched) closeSub(sb *sub) {
 	switch sb.state {
 	case subEligible:
@@ -130,13 +199,13 @@ func (s *Sched) closeSub(sb *sub) {
 		s.unparkSub(sb)
 		s.arm(lb)
 	}
+	sb.closed = true
 	// Last first, so that each lane gets its messages back in order.
 	for _, p := range slices.Backward(s.cur.dl) {
 		if p.s == sb && p.m.state == stLeased && p.m.lease == p.lease {
 			s.undeliver(p.m)
 		}
 	}
-	sb.closed = true
 	for _, lb := range sb.limits {
 		lb.refs--
 		if lb.refs == 0 {
@@ -172,15 +241,14 @@ func (s *Sched) undeliver(m *msg) {
 
 // AddCredit grants subscription id n more deliveries, saturating at
 // 2^32-1. An unknown id is ignored: the subscription may have ended with
-// its queue while the credit was on its way.
+// its queue while the credit was on its way. Credit does not raise
+// Config.MaxUnsettled: a subscription holding that many leases takes no
+// delivery until one of them ends, whatever its credit.
 func (s *Sched) AddCredit(id SubID, n uint32) {
 	sb := s.subs[id]
 	if sb == nil || n == 0 {
 		return
 	}
 	sb.credit = uint32(min(uint64(sb.credit)+uint64(n), math.MaxUint32))
-	if sb.state == subIdle && !sb.capped {
-		s.subIn(sb)
-		s.markDirty(sb.q)
-	}
+	s.resume(sb)
 }

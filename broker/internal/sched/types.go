@@ -208,6 +208,14 @@ type Ready struct {
 	// Replies answer the commands that took a Ref, one each, in command
 	// order.
 	Replies []Reply
+	// Expired groups by subscription the leases that ended without a
+	// settle (their visibility timeout passed) while the subscription was
+	// open, in the order of each subscription's first expiry. The
+	// scheduler has given each subscription one credit back per lease.
+	// The shell tells each subscription before its Deliveries of the same
+	// Ready, which may spend that credit. A delivery whose lease expires
+	// in the Ready that made it is dropped from both lists.
+	Expired []Expiry
 	// Deliveries group this Ready's deliveries by subscription, in the
 	// order of each subscription's first delivery.
 	Deliveries []Delivery
@@ -241,6 +249,26 @@ type Reply struct {
 type Delivery struct {
 	Sub  SubID       // the subscription
 	Msgs []Delivered // in delivery order, at most Config.MaxDeliveryBatch
+}
+
+// An Expiry is the leases of one subscription that ended without a settle
+// in a Ready.
+type Expiry struct {
+	Sub    SubID          // the subscription that held the leases
+	Leases []ExpiredLease // in expiry order
+}
+
+// ExpiredLease names one delivery whose lease ended without a settle.
+type ExpiredLease struct {
+	ID    [16]byte // the message ID
+	Lease uint64   // the lease token of the delivery (Delivered.Lease)
+}
+
+// Subscribed is Subscribe's result.
+type Subscribed struct {
+	// Credit is the initial credit granted: the credit asked for, at most
+	// Config.MaxUnsettled.
+	Credit uint32
 }
 
 // Delivered is one message leased to a subscription.

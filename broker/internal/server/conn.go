@@ -107,11 +107,10 @@ type outItem struct {
 // subscription is a connection's view of one of its subscriptions. It is
 // the shard's Sink for it.
 type subscription struct {
-	c         *conn
-	id        sched.SubID
-	reqID     uint32
-	queue     string
-	unlimited bool // prefetch 0: credit follows what the socket takes
+	c     *conn
+	id    sched.SubID
+	reqID uint32
+	queue string
 
 	// ended is set when the broker ended the subscription (its key lost
 	// consume on the queue, the key was revoked, the queue was deleted):
@@ -205,8 +204,12 @@ func (c *conn) push(it outItem) {
 // calls wake after unlocking. After the connection closed, items are
 // dropped.
 func (c *conn) pushLocked(it outItem) {
+	if it.frame != nil {
+		it.size = frameCost(it.frame)
+	}
 	if !c.closed {
 		c.out = append(c.out, it)
+		c.outBytes += it.size
 	}
 }
 
@@ -596,7 +599,6 @@ func (c *conn) writeLoop() {
 		}
 
 		closeAfter := false
-		var credits map[*subscription]uint32
 		written := 0 // batch[:written] are on the socket
 		var err error
 		for i := range batch {
@@ -606,14 +608,7 @@ func (c *conn) writeLoop() {
 				// Ended by the broker: the leases of these deliveries
 				// were released.
 			case it.sub != nil:
-				var n int
-				n, err = c.appendDeliveries(w, it.sub, it.msgs)
-				if it.sub.unlimited && n > 0 {
-					if credits == nil {
-						credits = map[*subscription]uint32{}
-					}
-					credits[it.sub] += uint32(n)
-				}
+				_, err = c.appendDeliveries(w, it.sub, it.msgs)
 			case it.frame != nil:
 				w.buf = wire.AppendFrames(w.buf, it.reqID, it.frame, int(c.peerMaxFrame.Load()))
 			}
@@ -642,9 +637,6 @@ func (c *conn) writeLoop() {
 			}
 			c.close()
 			return
-		}
-		for sub, n := range credits {
-			c.s.sh.AddCredit(c.ctx, sub.id, n)
 		}
 		if closeAfter {
 			c.close()
@@ -749,6 +741,24 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []sched.De
 		size += est
 	}
 	return n, flush()
+}
+
+// Expired implements shard.Sink: the client hears of the leases that
+// ended, and of the credit they gave back, before any delivery that
+// spends it (both go through the same ordered queue). Nothing is sent
+// for a subscription the broker has ended: the client has forgotten it.
+func (s *subscription) Expired(_ sched.SubID, leases []sched.ExpiredLease) {
+	f := &wire.LeaseExpired{Leases: make([]wire.ExpiredLease, len(leases))}
+	for i, l := range leases {
+		f.Leases[i] = wire.ExpiredLease{ID: l.ID, Lease: l.Lease}
+	}
+	c := s.c
+	c.mu.Lock()
+	if !s.ended.Load() {
+		c.pushLocked(outItem{reqID: s.reqID, frame: f})
+	}
+	c.mu.Unlock()
+	c.wake()
 }
 
 // Deliver implements shard.Sink.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -672,7 +673,7 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		c.fail(id, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is an open subscription", id))
 		return nil
 	}
-	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue, unlimited: f.Prefetch == 0}
+	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue}
 	c.subs[id] = sub
 	c.mu.Unlock()
 	// Check the key once the subscription is where an ACL change looks
@@ -685,15 +686,16 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		return err
 	}
 
+	// Prefetch 0 asks for as much as the broker allows: the scheduler
+	// grants its cap on unsettled deliveries, as it does to a larger ask.
 	credit := f.Prefetch
-	if sub.unlimited {
-		credit = c.s.cfg.UnlimitedWindow
+	if credit == 0 {
+		credit = math.MaxUint32
 	}
 	limits := make([]sched.RateLimit, len(f.RateLimits))
 	for i, l := range f.RateLimits {
 		limits[i] = sched.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
 	}
-	prefetch := f.Prefetch
 	err := c.s.sh.Subscribe(c.ctx, sub.id, f.Queue, credit, limits, sub, func(v any) {
 		err := asErr(v)
 		release := false
@@ -715,7 +717,8 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		if err != nil {
 			c.pushLocked(outItem{reqID: id, frame: errorFrame(err), request: true})
 		} else if !release {
-			c.pushLocked(outItem{reqID: id, frame: &wire.SubscribeOk{Prefetch: prefetch}, request: true})
+			granted, _ := v.(sched.Subscribed)
+			c.pushLocked(outItem{reqID: id, frame: &wire.SubscribeOk{Prefetch: granted.Credit}, request: true})
 		}
 		c.mu.Unlock()
 		c.wake()
@@ -771,8 +774,8 @@ func (c *conn) credit(f *wire.Credit) {
 		}
 		return
 	}
-	if sub.unlimited || f.Credits == 0 {
-		return // the window follows the socket; nothing to add
+	if f.Credits == 0 {
+		return
 	}
 	c.s.sh.AddCredit(c.ctx, sub.id, f.Credits)
 }

@@ -99,10 +99,6 @@ type Config struct {
 	MaxBatchSize int
 	// MaxSubscriptions bounds subscriptions per connection; 0 means 1024.
 	MaxSubscriptions int
-	// UnlimitedWindow is the number of deliveries in the pipe for a
-	// subscription without a prefetch limit: credit is replenished as
-	// deliveries are written to the socket. 0 means 256.
-	UnlimitedWindow uint32
 	// HandshakeTimeout bounds the time from accept to a complete
 	// Handshake frame; 0 means 10s.
 	HandshakeTimeout time.Duration
@@ -158,9 +154,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = 1024
-	}
-	if c.UnlimitedWindow == 0 {
-		c.UnlimitedWindow = 256
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second

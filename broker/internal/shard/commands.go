@@ -41,8 +41,10 @@ func (sh *Shard) Enqueue(ctx context.Context, items []sched.EnqueueItem, done fu
 	})
 }
 
-// Subscribe opens a subscription whose deliveries go to sink; done
-// receives the reply (nil or an error).
+// Subscribe opens a subscription whose deliveries go to sink with credit
+// deliveries of initial credit (math.MaxUint32: as much as the scheduler
+// allows, Config.Sched.MaxUnsettled); done receives the reply, a
+// sched.Subscribed with the credit granted, or an error.
 func (sh *Shard) Subscribe(ctx context.Context, sub sched.SubID, queue string, credit uint32, limits []sched.RateLimit, sink Sink, done func(v any)) error {
 	return sh.do(ctx, func() {
 		sh.sinks[sub] = sink
@@ -70,7 +72,8 @@ func (sh *Shard) Unsubscribe(ctx context.Context, sub sched.SubID, release bool,
 	})
 }
 
-// AddCredit grants a subscription n more deliveries.
+// AddCredit grants a subscription n more deliveries. It never lets the
+// subscription hold more than Config.Sched.MaxUnsettled leases.
 func (sh *Shard) AddCredit(ctx context.Context, sub sched.SubID, n uint32) error {
 	return sh.do(ctx, func() { sh.s.AddCredit(sub, n) })
 }

@@ -40,10 +40,15 @@ type Storage interface {
 	Scan(start, end []byte, fn func(key, value []byte) error) error
 }
 
-// A Sink receives a subscription's deliveries and its end. Its methods are
-// called from the goroutine that completes storage groups and must not
-// block.
+// A Sink receives a subscription's deliveries, its expired leases and its
+// end. Its methods are called from the goroutine that completes storage
+// groups and must not block.
 type Sink interface {
+	// Expired reports leases of the subscription that ended without a
+	// settle; the scheduler has given back one credit for each. It is
+	// called before Deliver for the deliveries that may spend that credit.
+	// leases is the sink's to keep.
+	Expired(sub sched.SubID, leases []sched.ExpiredLease)
 	// Deliver hands over messages leased to the subscription. msgs and its
 	// fields are the sink's to keep.
 	Deliver(sub sched.SubID, msgs []sched.Delivered)
@@ -325,6 +330,11 @@ func (sh *Shard) flush(timer *time.Timer) {
 				rel.replies = append(rel.replies, reply{cb, ownReply(r.Value)})
 			}
 		}
+		for _, e := range rd.Expired {
+			if sink := sh.sinks[e.Sub]; sink != nil {
+				rel.expired = append(rel.expired, expiry{sink, e.Sub, slices.Clone(e.Leases)})
+			}
+		}
 		for _, d := range rd.Deliveries {
 			sink := sh.sinks[d.Sub]
 			if sink == nil {
@@ -394,16 +404,24 @@ type delivery struct {
 	msgs []sched.Delivered
 }
 
+type expiry struct {
+	sink   Sink
+	sub    sched.SubID
+	leases []sched.ExpiredLease
+}
+
 type ended struct {
 	sink Sink
 	sub  sched.SubID
 	err  error
 }
 
-// release is what a Ready lets out once its group is durable.
+// release is what a Ready lets out once its group is durable, in this
+// order: replies, expired leases, deliveries, ended subscriptions.
 type release struct {
 	batch      *store.Batch // the group, returned to batchPool once durable
 	replies    []reply
+	expired    []expiry
 	deliveries []delivery
 	ended      []ended
 	failures   []sched.Failure
@@ -427,6 +445,11 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 		}
 		for _, rp := range r.replies {
 			rp.cb(rp.v)
+		}
+		// Expiries first: a delivery of this Ready may spend the credit
+		// they gave back.
+		for _, e := range r.expired {
+			e.sink.Expired(e.sub, e.leases)
 		}
 		for _, d := range r.deliveries {
 			d.sink.Deliver(d.sub, d.msgs)

@@ -251,7 +251,7 @@ func fill(b []byte) {
 type consumeSpec struct {
 	queue     string
 	consumers int    // clients, one subscription each
-	prefetch  uint32 // credit per subscription; 0 is unlimited
+	prefetch  uint32 // credit per subscription; 0 is the broker's cap
 	ackBatch  int    // deliveries per AckAll
 	// count stops the consumers once they have taken this many
 	// deliveries in all; duration stops them after this long. Either

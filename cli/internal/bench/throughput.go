@@ -21,7 +21,7 @@ func (f *loadFlags) register(cmd *cobra.Command, producers, consumers bool) {
 	}
 	if consumers {
 		fl.IntVar(&f.consumers, "consumers", 1, "consumer clients, one connection and subscription each")
-		fl.Uint32Var(&f.prefetch, "prefetch", 1024, "delivery credit per subscription (0: unlimited)")
+		fl.Uint32Var(&f.prefetch, "prefetch", 1024, "delivery credit per subscription (0: as much as the broker allows, its max_unsettled)")
 	}
 	fl.IntVar(&f.size, "size", 1024, "payload bytes per message")
 	fl.IntVar(&f.batch, "batch", 64, "messages per SendBatch; deliveries per AckAll")

@@ -141,7 +141,7 @@ it takes, so on an empty queue it does not return until interrupted.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&count, "count", 0, "stop after this many deliveries (0: until interrupted)")
-	f.Uint32Var(&prefetch, "prefetch", 0, "most deliveries leased at a time (0: no limit; with --no-ack or --release, 0 means --count)")
+	f.Uint32Var(&prefetch, "prefetch", 0, "most deliveries leased at a time (0: as many as the broker allows, its max_unsettled; with --no-ack or --release, 0 means --count)")
 	f.BoolVar(&noAck, "no-ack", false, "do not settle deliveries: leave their leases to expire, which counts as a failed attempt")
 	f.BoolVar(&release, "release", false, "give deliveries back unsettled when done, attempt and headers unchanged: a peek")
 	f.StringVar(&nack, "nack", "", "nack each delivery with this reason instead of acking it")

@@ -205,6 +205,21 @@ func (m *DeliveredMessage) decodeFields(r *reader, prev *DeliveredMessage) {
 	m.Lease = r.u64("lease")
 }
 
+func (m *ExpiredLease) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendUUID(dst, m.ID)
+	dst = appendU64(dst, m.Lease)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ExpiredLease) decodeFields(r *reader, prev *ExpiredLease) {
+	_ = prev
+	m.ID = r.uuid("id")
+	m.Lease = r.u64("lease")
+}
+
 func (m *LeaseRef) appendTo(dst []byte) []byte {
 	dst, at := beginStruct(dst)
 	dst = appendString(dst, m.Queue)
@@ -925,6 +940,65 @@ func (m *Delivery) decodeFields(r *reader, prev *Delivery) {
 func (m *Delivery) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "Delivery")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *LeaseExpired) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(m.Leases)))
+	for i := range m.Leases {
+		dst = m.Leases[i].appendTo(dst)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *LeaseExpired) decodeFields(r *reader, prev *LeaseExpired) {
+	if prev == nil {
+		prev = &LeaseExpired{}
+	}
+	if n := r.count("leases", 28, 0); n > 0 {
+		var out []ExpiredLease
+		for i := 0; i < n; i++ {
+			s, base := r.sub("leases")
+			var x ExpiredLease
+			var p *ExpiredLease
+			if i < len(prev.Leases) {
+				p = &prev.Leases[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "leases", i)
+				break
+			}
+			if out == nil && len(prev.Leases) == n && x == prev.Leases[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]ExpiredLease, n)
+				copy(out, prev.Leases[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Leases = prev.Leases
+		} else {
+			m.Leases = out
+		}
+	} else {
+		m.Leases = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *LeaseExpired) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "LeaseExpired")
 	r.strs = &strs
 	m.decodeFields(&r, nil)
 	return r.result()

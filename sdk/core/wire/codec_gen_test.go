@@ -68,6 +68,13 @@ func drawDeliveredMessage(t *rapid.T) *DeliveredMessage {
 	}
 }
 
+func drawExpiredLease(t *rapid.T) *ExpiredLease {
+	return &ExpiredLease{
+		ID:    drawUUID(t, "id"),
+		Lease: rapid.Uint64().Draw(t, "lease"),
+	}
+}
+
 func drawLeaseRef(t *rapid.T) *LeaseRef {
 	return &LeaseRef{
 		ID:    drawUUID(t, "id"),
@@ -273,6 +280,12 @@ func drawSubscribeOk(t *rapid.T) *SubscribeOk {
 func drawDelivery(t *rapid.T) *Delivery {
 	return &Delivery{Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) DeliveredMessage {
 		return *drawDeliveredMessage(t)
+	})}
+}
+
+func drawLeaseExpired(t *rapid.T) *LeaseExpired {
+	return &LeaseExpired{Leases: drawList(t, "leases", 3, func(t *rapid.T, label string) ExpiredLease {
+		return *drawExpiredLease(t)
 	})}
 }
 
@@ -593,6 +606,11 @@ var roundTripCases = []struct {
 		return drawDelivery(t)
 	},
 	name: "Delivery",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawLeaseExpired(t)
+	},
+	name: "LeaseExpired",
 }, {
 	draw: func(t *rapid.T) Frame {
 		return drawCredit(t)

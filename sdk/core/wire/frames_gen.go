@@ -110,6 +110,8 @@ const (
 	OpSubscribeOk Opcode = 0x0104
 	// OpDelivery is the opcode of Delivery (push).
 	OpDelivery Opcode = 0x0106
+	// OpLeaseExpired is the opcode of LeaseExpired (push).
+	OpLeaseExpired Opcode = 0x0114
 	// OpCredit is the opcode of Credit (oneway).
 	OpCredit Opcode = 0x0105
 	// OpUnsubscribe is the opcode of Unsubscribe (request).
@@ -223,6 +225,8 @@ func (o Opcode) String() string {
 		return "SubscribeOk"
 	case OpDelivery:
 		return "Delivery"
+	case OpLeaseExpired:
+		return "LeaseExpired"
 	case OpCredit:
 		return "Credit"
 	case OpUnsubscribe:
@@ -353,6 +357,8 @@ func (o Opcode) Kind() FrameKind {
 	case OpSubscribeOk:
 		return KindResponse
 	case OpDelivery:
+		return KindPush
+	case OpLeaseExpired:
 		return KindPush
 	case OpCredit:
 		return KindOneway
@@ -526,6 +532,8 @@ func New(op Opcode) Frame {
 		return new(SubscribeOk)
 	case OpDelivery:
 		return new(Delivery)
+	case OpLeaseExpired:
+		return new(LeaseExpired)
 	case OpCredit:
 		return new(Credit)
 	case OpUnsubscribe:
@@ -776,6 +784,14 @@ type DeliveredMessage struct {
 	   name it, so a late reply to an expired lease cannot touch the message's next
 	   lease.
 	*/
+	Lease uint64
+}
+
+// ExpiredLease is an is one delivery whose lease ended without a settle.
+type ExpiredLease struct {
+	// ID (uuid) Message ID.
+	ID [16]byte
+	// Lease (u64) The lease that ended, from the delivery.
 	Lease uint64
 }
 
@@ -1140,8 +1156,14 @@ type Subscribe struct {
 	// Queue (string) Queue to consume.
 	Queue string
 	/*
-	   Prefetch (u32) Initial delivery credit; 0 means unlimited. The broker spends
-	   one per delivered message and stops at zero.
+	   Prefetch (u32) Initial delivery credit: the most deliveries the subscription
+	   may hold unsettled. The broker spends one credit per delivered message and
+	   stops at zero; the client grants more with Credit as it settles deliveries,
+	   and the broker returns one itself for each delivery whose lease ends without
+	   a settle (LeaseExpired). 0 asks for as much as the broker allows: its cap on
+	   unsettled deliveries per subscription (fila-server: [server] max_unsettled,
+	   default 1000), granted in SubscribeOk. Independently of the credit granted,
+	   the broker never leases more than its cap to one subscription at a time.
 	*/
 	Prefetch uint32
 	/*
@@ -1162,9 +1184,11 @@ The subscription is open; deliveries follow on the same request ID.
 */
 type SubscribeOk struct {
 	/*
-	   Prefetch (u32) Credit granted: the requested prefetch or less (the server
-	   may cap it); when the client asked for 0 (unlimited) the server may answer 0
-	   or impose a limit. Granting more than asked is a protocol violation.
+	   Prefetch (u32) Credit granted: the requested prefetch or less (fila-server
+	   grants at most its cap on unsettled deliveries); when the client asked for
+	   0, the broker's cap (an older broker may answer 0: no limit at all).
+	   Granting more than asked is a protocol violation. The client counts credit
+	   from this value and returns it with Credit frames as it settles deliveries.
 	*/
 	Prefetch uint32
 }
@@ -1189,11 +1213,38 @@ func (*Delivery) Opcode() Opcode {
 }
 
 /*
+LeaseExpired is the body of a LeaseExpired frame (opcode 0x0114, push).
+Leases of a subscription that ended without a settle (their visibility
+timeout passed), on the Subscribe's request ID. The broker has returned one
+credit to the subscription for each: the client counts each delivery as
+settled and must not return its credit again (an Ack, Nack, RetryAfter,
+Release or ExtendLease of it gets LEASE_EXPIRED, or MESSAGE_NOT_FOUND once
+the message has left the queue). The expiry counts as a failed attempt: the
+message is retried or dead-lettered by the queue's policy. If the client had
+already settled one (its Ack crossed the expiry), the broker and the client
+have both returned that credit: the client withholds one credit from what it
+returns next. The broker sends this frame before any Delivery that spends
+the returned credit, never for a delivery it did not send, and never after
+UnsubscribeOk.
+*/
+type LeaseExpired struct {
+	// Leases ([]ExpiredLease) The deliveries whose leases ended, in expiry order.
+	Leases []ExpiredLease
+}
+
+// Opcode returns OpLeaseExpired.
+func (*LeaseExpired) Opcode() Opcode {
+	return OpLeaseExpired
+}
+
+/*
 Credit is the body of a Credit frame (opcode 0x0105, oneway). Grant a
-subscription more delivery credit. Sent with request_id 0; there is no
-response. An unknown subscription gets an Error with SUBSCRIPTION_NOT_FOUND
-on the subscription's ID; a subscription whose key no longer holds consume
-on its queue ends with an Error FORBIDDEN on its ID.
+subscription more delivery credit, typically one per delivery the
+application settled. Sent with request_id 0; there is no response. An
+unknown subscription gets an Error with SUBSCRIPTION_NOT_FOUND on the
+subscription's ID; a subscription whose key no longer holds consume on its
+queue ends with an Error FORBIDDEN on its ID. Credit beyond the broker's cap
+on unsettled deliveries is kept but does not raise the cap.
 */
 type Credit struct {
 	// Subscription (u32) Request ID of the Subscribe.
@@ -1209,8 +1260,8 @@ func (*Credit) Opcode() Opcode {
 
 /*
 Unsubscribe is the body of a Unsubscribe frame (opcode 0x0107, request).
-Close a subscription. No delivery follows UnsubscribeOk; messages already
-delivered keep their leases.
+Close a subscription. No Delivery or LeaseExpired follows UnsubscribeOk;
+messages already delivered keep their leases and can still be settled.
 */
 type Unsubscribe struct {
 	// Subscription (u32) Request ID of the Subscribe.
