@@ -88,6 +88,10 @@ type Shard struct {
 	done     chan struct{}
 	failed   atomic.Pointer[error]
 
+	// failWork carries failures to the on_failure workers. It is never
+	// closed: storage completions, which send to it, may still run after
+	// Close. The workers stop when the loop has (done); a send never
+	// blocks, and none is made once the loop has stopped.
 	failWork chan failureJob
 	wg       sync.WaitGroup
 
@@ -217,12 +221,14 @@ func (sh *Shard) now() sched.Time {
 // shell can compile their hooks.
 func (sh *Shard) RestoredSpecs() []sched.QueueSpec { return sh.restored }
 
-// Close stops the shard after the commands already queued. Replies still
-// waiting for storage are released when their groups complete.
+// Close stops the shard after the commands already queued, and its
+// on_failure workers. Replies still waiting for storage are released when
+// their groups complete, which may be after Close returns; failures they
+// carry are then left to recovery (a restart finds the messages failed
+// and undecided, as after a crash).
 func (sh *Shard) Close() {
 	sh.stopOnce.Do(func() { close(sh.stop) })
 	<-sh.done
-	close(sh.failWork)
 	sh.wg.Wait()
 }
 
@@ -436,6 +442,11 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 		}
 		for _, f := range r.failures {
 			select {
+			case <-sh.done:
+				return // stopped: nothing can decide any more
+			default:
+			}
+			select {
 			case sh.failWork <- failureJob{f}:
 			default:
 				// Workers are saturated: decide by the default policy
@@ -455,9 +466,16 @@ func (sh *Shard) storageFailed(err error) {
 	}
 }
 
+// failureWorker runs on_failure hooks until the shard loop stops.
 func (sh *Shard) failureWorker() {
 	defer sh.wg.Done()
-	for job := range sh.failWork {
+	for {
+		var job failureJob
+		select {
+		case job = <-sh.failWork:
+		case <-sh.done:
+			return
+		}
 		d := sched.DefaultDecision(job.f.Policy, job.f.Attempts)
 		if sh.cfg.Failure != nil {
 			rec, err := sh.st.Get(job.f.Key)
