@@ -53,10 +53,14 @@ type Options struct {
 	// a negative value disables the cache.
 	CacheSize int64
 
-	// Repair makes Open cut the log at the first corrupt record instead of
-	// failing, deleting everything after it. Every dropped group is logged.
-	// Without Repair, corruption anywhere but in the final, unacknowledged
-	// commit makes Open fail with an error naming the segment and offset.
+	// Repair makes Open go on past damage and missing data instead of
+	// failing: it drops only the damaged records (or, when it cannot tell
+	// how many entries a damaged region held, the rest of that segment),
+	// keeps every later record, and starts without a missing or truncated
+	// tail. Every dropped record is logged (recover.go). Without Repair,
+	// damage anywhere but in the final, unacknowledged commit, or a log
+	// that ends before its last durable record, makes Open fail with an
+	// error naming the segment, offset and records.
 	Repair bool
 
 	// UnsafeNoSync skips every fsync: a crash of the machine (not only of
@@ -189,6 +193,8 @@ type Disk struct {
 	lock   *os.File
 	log    *wal.Log
 	hooks  hooks
+	marker *markerFile
+	rec    recoveryState // during Open only
 
 	// mu guards index and segs and the segments' accounting. The committer
 	// is the only goroutine that changes index or appends to segs.
@@ -273,6 +279,12 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 		d.cache.buf = make([]byte, opts.CacheSize)
 	}
 	fail := func(err error) (*Disk, error) {
+		if d.log != nil {
+			d.log.Close()
+		}
+		if d.marker != nil {
+			d.marker.f.Close()
+		}
 		for _, s := range d.segs {
 			s.release()
 		}
@@ -282,6 +294,7 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 	if err := d.recover(); err != nil {
 		return fail(err)
 	}
+	d.rec = recoveryState{}
 	d.log, err = wal.Open(dir, &wal.Options{
 		NoSync:           true,
 		SegmentSize:      int(opts.SegmentSize),
@@ -296,12 +309,26 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 	first, err1 := d.log.FirstIndex()
 	last, err2 := d.log.LastIndex()
 	if err := errors.Join(err1, err2); err != nil {
-		d.log.Close()
 		return fail(err)
 	}
 	if first != d.segs[0].index || last != d.lastIndex {
-		d.log.Close()
 		return fail(fmt.Errorf("log holds records %d..%d; recovered %d..%d", first, last, d.segs[0].index, d.lastIndex))
+	}
+	// What recovery read may still be only in the page cache (the last
+	// process died before its fsync): make it durable before the marker
+	// says it is.
+	if !opts.UnsafeNoSync {
+		if err := d.log.Sync(); err != nil {
+			return fail(fmt.Errorf("sync log: %w", err))
+		}
+		if err := syncDir(dir); err != nil {
+			return fail(fmt.Errorf("sync directory: %w", err))
+		}
+	}
+	tail := d.segs[len(d.segs)-1]
+	d.marker, err = openMarker(dir, marker{last: d.lastIndex, tailIndex: tail.index, tailSize: tail.size}, opts.UnsafeNoSync)
+	if err != nil {
+		return fail(fmt.Errorf("durable-position marker: %w", err))
 	}
 	d.nextCompact.Store(opts.SegmentSize)
 	go d.run()
@@ -527,9 +554,26 @@ func (d *Disk) commit(reqs []request) {
 		d.finish(reqs, d.fail(err))
 		return
 	}
+	d.writeMarker(idx)
 	d.lastIndex = idx
 	d.publish(reqs)
 	d.finish(reqs, nil)
+}
+
+// writeMarker records idx, just made durable, in the durable-position
+// marker (marker.go). A failed marker write weakens the lost-tail check
+// only: it is logged once and otherwise ignored. Runs on the committer
+// goroutine.
+func (d *Disk) writeMarker(idx uint64) {
+	w := d.writes[len(d.writes)-1]
+	err := d.marker.write(marker{last: idx, tailIndex: w.s.index, tailSize: w.size})
+	if err == nil && len(d.writes) > 1 && !d.opts.UnsafeNoSync {
+		err = d.marker.f.Sync()
+	}
+	if err != nil && !d.marker.failed {
+		d.marker.failed = true
+		d.logger.Warn("store: writing the durable-position marker failed; the lost-tail check may miss the newest records", "err", err)
+	}
 }
 
 // cycle starts a new segment whose first record has index. Runs on the
@@ -876,6 +920,10 @@ func (d *Disk) Close() error {
 		d.compactMu.Lock() // an explicit Compact may still be running
 		err := d.log.Close()
 		d.compactMu.Unlock()
+		if !d.opts.UnsafeNoSync && d.sticky() == nil {
+			err = errors.Join(err, d.marker.f.Sync())
+		}
+		err = errors.Join(err, d.marker.f.Close())
 		d.mu.Lock()
 		d.closed = true
 		for _, s := range d.segs {
