@@ -87,6 +87,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"storage.segment_size":          `"8MB"`,
 		"storage.cache_size":            `"16MB"`,
 		"storage.repair":                `false`,
+		"storage.reserve_size":          `"64MB"`,
 		"storage.unsafe_no_sync":        `false`,
 		"scheduler.quantum":             `1000`,
 		"queue.visibility_timeout":      `"30s"`,
@@ -141,6 +142,7 @@ data_dir = "/var/lib/fila"
 segment_size = "128MB"
 cache_size = "0"
 repair = true
+reserve_size = "0"
 unsafe_no_sync = true
 
 [scheduler]

@@ -2,12 +2,14 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/store"
 )
@@ -15,12 +17,13 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // gateStore is a store.Mem whose group completions the test holds back
-// and releases.
+// and releases, and whose Health the test sets.
 type gateStore struct {
 	*store.Mem
-	mu   sync.Mutex
-	hold bool
-	held []func()
+	mu     sync.Mutex
+	hold   bool
+	held   []func()
+	health store.Health
 }
 
 func (g *gateStore) ApplyAsync(b *store.Batch, done func(error)) {
@@ -32,6 +35,12 @@ func (g *gateStore) ApplyAsync(b *store.Batch, done func(error)) {
 	}
 	g.mu.Unlock()
 	g.Mem.ApplyAsync(b, done)
+}
+
+func (g *gateStore) Health() store.Health {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.health
 }
 
 func (g *gateStore) holding() int {
@@ -128,6 +137,40 @@ func TestCloseWhileFailureCompletes(t *testing.T) {
 	}
 	sh.Close()
 	st.releaseAll() // before the fix: send on the closed failure channel
+}
+
+// TestEnqueueRefusedWhileFull: while the store reports its disk full, an
+// enqueue is refused with an error wrapping store.ErrNoSpace and
+// fault.ErrResourceExhausted, and nothing reaches the scheduler; once the
+// store is no longer full, enqueues succeed again.
+func TestEnqueueRefusedWhileFull(t *testing.T) {
+	st := &gateStore{Mem: store.NewMem()}
+	defer st.Close()
+	sh, err := Open(Config{Logger: quiet}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) })
+
+	st.mu.Lock()
+	st.health.Full = true
+	st.mu.Unlock()
+	v := enqueue(t, sh, "q")
+	if err := asError(v); !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, fault.ErrResourceExhausted) {
+		t.Fatalf("Enqueue while full = %v; want an error wrapping store.ErrNoSpace", v)
+	}
+	stats := call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, "q") })
+	if qs, ok := stats.(sched.QueueStats); !ok || qs.Ready != 0 {
+		t.Fatalf("QueueStats after a refused enqueue = %+v; want no message", stats)
+	}
+
+	st.mu.Lock()
+	st.health.Full = false
+	st.mu.Unlock()
+	if v := enqueue(t, sh, "q"); asError(v) != nil {
+		t.Fatalf("Enqueue after space returned = %v", v)
+	}
 }
 
 func asError(v any) error {

@@ -25,9 +25,14 @@
 //     ends before its last durable group (the durable-position marker,
 //     marker.go), unless Options.Repair is set; repair drops only what is
 //     damaged or missing, and logs each record it drops.
-//  6. A failed write or fsync is sticky: every later Apply fails, so the
-//     store never reports durability it does not have. Reads go on serving
-//     the last durable state.
+//  6. A failed fsync, or a write that failed for another reason than a
+//     lack of space, is sticky: every later Apply fails, so the store never
+//     reports durability it does not have, and Failed is closed. Reads go
+//     on serving the last durable state.
+//  7. A write that failed for lack of space is undone and does not stop
+//     the store: it refuses the groups marked RefuseWhenFull while the disk
+//     is full, writes the others from its reserve, and accepts growth again
+//     once space returns (space.go; Health reports the condition).
 //
 // Get and Scan may run concurrently with Apply from any goroutine.
 //
@@ -47,5 +52,5 @@
 // next one. There is no non-durable mode except Options.UnsafeNoSync.
 //
 // Recovery is described in recover.go, the durable-position marker in
-// marker.go, space reclamation in compact.go.
+// marker.go, space reclamation in compact.go, a full disk in space.go.
 package store

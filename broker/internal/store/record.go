@@ -236,10 +236,21 @@ var ErrTooLarge = errors.New("store: mutation group too large")
 // per mutation. The zero Batch is empty and ready to use; a Batch is not
 // safe for concurrent use.
 type Batch struct {
-	data []byte // headerRoom bytes reserved, then the mutations
-	n    int
-	err  error
+	data   []byte // headerRoom bytes reserved, then the mutations
+	n      int
+	err    error
+	growth bool // RefuseWhenFull
 }
+
+// RefuseWhenFull marks the batch as growth: a group the store may refuse
+// while the disk is full (Disk.Health().Full) rather than write it from
+// the space it keeps for groups that must get through. Apply then fails
+// with ErrNoSpace and nothing of the group is written. Mark groups whose
+// caller changes no state until Apply succeeds and that add data, such as
+// a new configuration entry; leave unmarked the groups that settle state
+// already decided (an ack's delete), which the store writes while any
+// space is left. Reset clears the mark.
+func (b *Batch) RefuseWhenFull() { b.growth = true }
 
 func (b *Batch) grow() {
 	if b.data == nil {
@@ -311,6 +322,7 @@ func (b *Batch) Reset() {
 	}
 	b.n = 0
 	b.err = nil
+	b.growth = false
 }
 
 // check returns the error a Put or Delete recorded, or ErrTooLarge if the
