@@ -11,7 +11,13 @@
 //	fila-server [--config PATH] [--print-config]
 //
 // On SIGINT or SIGTERM it stops accepting, tells clients to go away, waits
-// up to [server] shutdown_timeout for requests in flight, and exits.
+// up to [server] shutdown_timeout for requests in flight, and exits 0.
+//
+// If the storage fails for good (a failed fsync, an I/O error other than a
+// full disk), it exits at once with status 1 and one ERROR line naming the
+// cause: nothing more can be made durable, and a restart recovers from the
+// durable log. A full disk is not fatal: new messages are refused until
+// space is freed, and everything else goes on (docs/operations.md).
 package main
 
 import (
@@ -104,6 +110,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		CacheSize:    cacheSize(cfg.Storage.CacheSize),
 		Repair:       cfg.Storage.Repair,
 		UnsafeNoSync: cfg.Storage.UnsafeNoSync,
+		ReserveSize:  cfg.Storage.ReserveSize,
 		Logger:       log.With("component", "store"),
 	})
 	if err != nil {
@@ -207,6 +214,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout)
 	case err := <-serveErr:
 		return err
+	case <-st.Failed():
+		// Requests in flight cannot complete: exit now, without the
+		// graceful shutdown. The deferred closes only release files.
+		return fmt.Errorf("storage failed; exiting so that a restart recovers from the durable log: %w", st.Health().Err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
@@ -230,6 +241,7 @@ type storeKV struct{ st *store.Disk }
 func (kv storeKV) Put(key, value []byte) error {
 	var b store.Batch
 	b.Put(key, value)
+	b.RefuseWhenFull() // a new config entry or key can wait for space
 	return kv.st.Apply(&b)
 }
 

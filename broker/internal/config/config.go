@@ -136,10 +136,20 @@ type StorageConfig struct {
 	// CacheSize bounds the memory in bytes used to cache payloads read back
 	// from the log; zero disables the cache (cache_size, default 16MB).
 	CacheSize int64
-	// Repair lets startup cut the log at the first corrupt record, losing
-	// every record after it, instead of refusing to start. A torn final
-	// record is always cut, with or without Repair (repair, default false).
+	// Repair lets startup go on past damage and missing data instead of
+	// refusing to start: it drops only the damaged records (at worst the
+	// rest of the damaged segment) and keeps every other, starts without a
+	// log tail that is missing or truncated, and logs exactly what it
+	// dropped. A torn final record (a crash mid-write) is always cut, with
+	// or without Repair (repair, default false).
 	Repair bool
+	// ReserveSize is the space in bytes the broker preallocates in the data
+	// directory (a file named RESERVE) and frees when the disk fills, so
+	// that acks, lease state and compaction still have room while new
+	// messages are refused; zero disables it, and a full disk then stalls
+	// every write until space is freed (reserve_size, default 64MB, up to
+	// 1TB).
+	ReserveSize int64
 	// UnsafeNoSync skips fsync: acknowledged writes can be lost on a crash or
 	// power failure. For benchmarks and throwaway tests only
 	// (unsafe_no_sync, default false).
@@ -278,6 +288,7 @@ func Default() Config {
 			DataDir:     "data",
 			SegmentSize: 8 * Megabyte,
 			CacheSize:   16 * Megabyte,
+			ReserveSize: 64 * Megabyte,
 		},
 		Scheduler: SchedulerConfig{Quantum: 1000},
 		Queue: QueueConfig{

@@ -98,6 +98,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"storage.cache_size":                 `"16MB"`,
 		"storage.repair":                     `false`,
 		"storage.unsafe_no_sync":             `false`,
+		"storage.reserve_size":               `"64MB"`,
 		"scheduler.quantum":                  `1000`,
 		"queue.visibility_timeout":           `"30s"`,
 		"queue.max_attempts":                 `3`,
@@ -162,6 +163,7 @@ data_dir = "/var/lib/fila"
 segment_size = "128MB"
 cache_size = "0"
 repair = true
+reserve_size = "0"
 unsafe_no_sync = true
 
 [scheduler]

@@ -147,6 +147,9 @@ var fields = []field{
 		sizeIn(0, Terabyte, func(c *Config) int64 { return c.Storage.CacheSize })},
 	{"storage", "repair", kindBool,
 		func(c *Config) any { return &c.Storage.Repair }, nil},
+	{"storage", "reserve_size", kindSize,
+		func(c *Config) any { return &c.Storage.ReserveSize },
+		sizeIn(0, Terabyte, func(c *Config) int64 { return c.Storage.ReserveSize })},
 	{"storage", "unsafe_no_sync", kindBool,
 		func(c *Config) any { return &c.Storage.UnsafeNoSync }, nil},
 

@@ -2,8 +2,10 @@ package shard
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/store"
 )
 
 // Call runs cmd on the shard goroutine with a fresh Ref; done receives the
@@ -26,9 +28,15 @@ func (sh *Shard) Post(ctx context.Context, cmd func(s *sched.Sched)) error {
 
 // Enqueue assigns each item a new message ID (UUIDv7, increasing in
 // enqueue order) and enqueues the batch; done receives the scheduler's
-// reply: []sched.EnqueueResult, or an error.
+// reply: []sched.EnqueueResult, or an error. While the storage reports its
+// disk full, done receives an error wrapping store.ErrNoSpace (and so
+// fault.ErrResourceExhausted) and nothing is enqueued.
 func (sh *Shard) Enqueue(ctx context.Context, items []sched.EnqueueItem, done func(v any)) error {
 	return sh.do(ctx, func() {
+		if sh.st.Health().Full {
+			done(fmt.Errorf("shard: enqueue of %d messages refused: %w", len(items), store.ErrNoSpace))
+			return
+		}
 		for i := range items {
 			id, err := NewID()
 			if err != nil {

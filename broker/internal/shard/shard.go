@@ -33,11 +33,16 @@ import (
 // Storage is what the shard needs of the storage engine. The contract
 // (stated in full in package store): a group applied with ApplyAsync is
 // atomic and durable before done runs, groups complete in submission
-// order, and Get and Scan see every completed group.
+// order, and Get and Scan see every completed group. Health is read once
+// per enqueue command and must be cheap: while it reports Full, the shard
+// refuses enqueues (store.ErrNoSpace) before they reach the scheduler,
+// and the store writes the groups the shard still submits (acks, lease
+// state) from its reserve.
 type Storage interface {
 	ApplyAsync(b *store.Batch, done func(error))
 	Get(key []byte) ([]byte, error)
 	Scan(start, end []byte, fn func(key, value []byte) error) error
+	Health() store.Health
 }
 
 // A Sink receives a subscription's deliveries, its expired leases and its
@@ -93,6 +98,10 @@ type Shard struct {
 	done     chan struct{}
 	failed   atomic.Pointer[error]
 
+	// failWork carries failures to the on_failure workers. It is never
+	// closed: storage completions, which send to it, may still run after
+	// Close. The workers stop when the loop has (done); a send never
+	// blocks, and none is made once the loop has stopped.
 	failWork chan failureJob
 	wg       sync.WaitGroup
 
@@ -119,10 +128,11 @@ const (
 // byte limit still goes alone); release runs on the store's completion
 // goroutine.
 type inflight struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	groups int
-	bytes  int64
+	mu      sync.Mutex
+	cond    sync.Cond
+	groups  int
+	bytes   int64
+	unbound bool // Close: stop waiting, the store may be waiting for space
 }
 
 func (f *inflight) acquire(size int64) {
@@ -130,11 +140,23 @@ func (f *inflight) acquire(size int64) {
 	if f.cond.L == nil {
 		f.cond.L = &f.mu
 	}
-	for f.groups > 0 && (f.groups >= maxGroupsInFlight || f.bytes+size > maxBytesInFlight) {
+	for !f.unbound && f.groups > 0 && (f.groups >= maxGroupsInFlight || f.bytes+size > maxBytesInFlight) {
 		f.cond.Wait()
 	}
 	f.groups++
 	f.bytes += size
+	f.mu.Unlock()
+}
+
+// unbind lets every acquire through from now on, so that a shard loop
+// waiting for the store (which may wait for free space until it is closed)
+// can finish its last flush and stop.
+func (f *inflight) unbind() {
+	f.mu.Lock()
+	f.unbound = true
+	if f.cond.L != nil {
+		f.cond.Broadcast()
+	}
 	f.mu.Unlock()
 }
 
@@ -222,12 +244,15 @@ func (sh *Shard) now() sched.Time {
 // shell can compile their hooks.
 func (sh *Shard) RestoredSpecs() []sched.QueueSpec { return sh.restored }
 
-// Close stops the shard after the commands already queued. Replies still
-// waiting for storage are released when their groups complete.
+// Close stops the shard after the commands already queued, and its
+// on_failure workers. Replies still waiting for storage are released when
+// their groups complete, which may be after Close returns; failures they
+// carry are then left to recovery (a restart finds the messages failed
+// and undecided, as after a crash).
 func (sh *Shard) Close() {
 	sh.stopOnce.Do(func() { close(sh.stop) })
+	sh.inflight.unbind()
 	<-sh.done
-	close(sh.failWork)
 	sh.wg.Wait()
 }
 
@@ -459,6 +484,11 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 		}
 		for _, f := range r.failures {
 			select {
+			case <-sh.done:
+				return // stopped: nothing can decide any more
+			default:
+			}
+			select {
 			case sh.failWork <- failureJob{f}:
 			default:
 				// Workers are saturated: decide by the default policy
@@ -469,18 +499,28 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 	}
 }
 
-// storageFailed records a storage failure. The store's errors are sticky:
-// nothing more can be made durable, so the shard stops accepting commands
-// and the process should exit (the server's supervisor does).
+// storageFailed records a storage failure. The shard submits no group the
+// store may refuse, so a failed group means the store failed for good (or
+// closed): its scheduler is ahead of what is durable, so the shard refuses
+// every later command. The owner of the store acts on the failure
+// (fila-server exits, and a restart recovers from the durable log) and
+// logs it; the shard only notes it at debug level.
 func (sh *Shard) storageFailed(err error) {
 	if sh.failed.CompareAndSwap(nil, &err) {
-		sh.log.Error("storage failed; refusing further commands", "err", err)
+		sh.log.Debug("storage failed; refusing further commands", "err", err)
 	}
 }
 
+// failureWorker runs on_failure hooks until the shard loop stops.
 func (sh *Shard) failureWorker() {
 	defer sh.wg.Done()
-	for job := range sh.failWork {
+	for {
+		var job failureJob
+		select {
+		case job = <-sh.failWork:
+		case <-sh.done:
+			return
+		}
 		d := sched.DefaultDecision(job.f.Policy, job.f.Attempts)
 		if sh.cfg.Failure != nil {
 			rec, err := sh.st.Get(job.f.Key)

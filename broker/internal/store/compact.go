@@ -71,7 +71,8 @@ func (d *Disk) compactLoop() {
 			return
 		case <-d.compactc:
 		}
-		if err := d.Compact(); err != nil && !errors.Is(err, ErrClosed) {
+		// After the store failed for good, its owner reports the failure.
+		if err := d.Compact(); err != nil && !errors.Is(err, ErrClosed) && d.sticky() == nil {
 			d.logger.Error("store: compaction failed", "err", err)
 		}
 	}
@@ -126,7 +127,10 @@ func (d *Disk) compactPass() (bool, error) {
 		}
 	}
 	d.mu.RUnlock()
-	if err := d.log.TruncateFront(last.lastIndex()); err != nil {
+	d.logMu.RLock()
+	err = d.log.TruncateFront(last.lastIndex())
+	d.logMu.RUnlock()
+	if err != nil {
 		return false, fmt.Errorf("store: compact: truncate log before %d: %w", last.lastIndex(), err)
 	}
 	if !d.opts.UnsafeNoSync {

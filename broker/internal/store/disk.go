@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/tidwall/btree"
@@ -53,16 +54,28 @@ type Options struct {
 	// a negative value disables the cache.
 	CacheSize int64
 
-	// Repair makes Open cut the log at the first corrupt record instead of
-	// failing, deleting everything after it. Every dropped group is logged.
-	// Without Repair, corruption anywhere but in the final, unacknowledged
-	// commit makes Open fail with an error naming the segment and offset.
+	// Repair makes Open go on past damage and missing data instead of
+	// failing: it drops only the damaged records (or, when it cannot tell
+	// how many entries a damaged region held, the rest of that segment),
+	// keeps every later record, and starts without a missing or truncated
+	// tail. Every dropped record is logged (recover.go). Without Repair,
+	// damage anywhere but in the final, unacknowledged commit, or a log
+	// that ends before its last durable record, makes Open fail with an
+	// error naming the segment, offset and records.
 	Repair bool
 
 	// UnsafeNoSync skips every fsync: a crash of the machine (not only of
 	// the process) may lose acknowledged groups or leave a log that Open
 	// rejects. For tests and benchmarks only.
 	UnsafeNoSync bool
+
+	// ReserveSize is the size in bytes of the reserve file kept in the
+	// data directory: preallocated space that the store frees when the
+	// disk fills, so that the groups that must get through (acks, lease
+	// state) and compaction still have room while growth is refused (see
+	// space.go). Zero keeps no reserve: on a full disk every write then
+	// waits for free space. fila-server's default is 64 MiB.
+	ReserveSize int64
 
 	// CompactionThreshold is the live ratio (bytes of live records over
 	// bytes of log) at or below which a prefix of the oldest segments is
@@ -121,6 +134,8 @@ type Stats struct {
 	CacheMisses uint64 // values read from the segment files
 
 	PendingGroups int // groups submitted and not yet durable
+
+	Full bool // the data disk is full (Health().Full)
 }
 
 // entry is one key of the index: where its value lies in the log. The
@@ -169,9 +184,14 @@ type segWrite struct {
 // hooks inject faults in tests. An error from a hook is treated like the
 // I/O error it simulates.
 type hooks struct {
-	afterWrite     func() error // after a commit's write, before its fsync
-	beforeTruncate func() error // compaction: copies durable, log not yet truncated
+	afterWrite     func() error          // after a commit's write, before its fsync
+	beforeTruncate func() error          // compaction: copies durable, log not yet truncated
+	freeSpace      func() (int64, error) // replaces statfs of the data directory
 }
+
+// testFaults installs fault hooks in every store the process opens; set
+// only by builds with the filafaults tag (faults_on.go).
+var testFaults func(*hooks)
 
 // Disk is the durable implementation: a log of mutation groups in segment files
 // (github.com/tidwall/wal) and an in-memory ordered index of keys
@@ -187,8 +207,13 @@ type Disk struct {
 	opts   Options
 	logger *slog.Logger
 	lock   *os.File
-	log    *wal.Log
 	hooks  hooks
+	// log is swapped by the committer after a failed write (restore),
+	// holding logMu; the compactor reads it holding logMu for reading.
+	logMu  sync.RWMutex
+	log    *wal.Log
+	marker *markerFile
+	rec    recoveryState // during Open only
 
 	// mu guards index and segs and the segments' accounting. The committer
 	// is the only goroutine that changes index or appends to segs.
@@ -205,7 +230,18 @@ type Disk struct {
 	queue   []request
 	closing bool
 
-	failed atomic.Pointer[error] // sticky write or fsync error
+	failed   atomic.Pointer[error] // sticky write or fsync error
+	failedc  chan struct{}         // closed when failed is set
+	failOnce sync.Once
+
+	// Disk space (space.go).
+	full       atomic.Bool
+	spaceMu    sync.Mutex // the reserve file and the end of a full episode
+	reserved   bool       // the reserve file holds ReserveSize bytes
+	fullc      chan struct{}
+	spaceDone  chan struct{}
+	checkEvery time.Duration
+	stalled    bool // committer: waiting for space was logged
 
 	// Committer state.
 	lastIndex uint64
@@ -267,12 +303,25 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 		stopc:       make(chan struct{}),
 		compactDone: make(chan struct{}),
 		autoCompact: autoCompact,
+		failedc:     make(chan struct{}),
+		fullc:       make(chan struct{}, 1),
+		spaceDone:   make(chan struct{}),
+		checkEvery:  defaultCheckEvery,
+	}
+	if testFaults != nil {
+		testFaults(&d.hooks)
 	}
 	d.qcond.L = &d.qmu
 	if opts.CacheSize > 0 {
 		d.cache.buf = make([]byte, opts.CacheSize)
 	}
 	fail := func(err error) (*Disk, error) {
+		if d.log != nil {
+			d.log.Close()
+		}
+		if d.marker != nil {
+			d.marker.f.Close()
+		}
 		for _, s := range d.segs {
 			s.release()
 		}
@@ -282,31 +331,60 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 	if err := d.recover(); err != nil {
 		return fail(err)
 	}
-	d.log, err = wal.Open(dir, &wal.Options{
-		NoSync:           true,
-		SegmentSize:      int(opts.SegmentSize),
-		SegmentCacheSize: 1,
-		AllowEmpty:       true,
-		DirPerms:         0o750,
-		FilePerms:        0o640,
-	})
+	d.rec = recoveryState{}
+	d.log, err = wal.Open(dir, d.walOptions())
 	if err != nil {
 		return fail(fmt.Errorf("open log: %w", err))
 	}
 	first, err1 := d.log.FirstIndex()
 	last, err2 := d.log.LastIndex()
 	if err := errors.Join(err1, err2); err != nil {
-		d.log.Close()
 		return fail(err)
 	}
 	if first != d.segs[0].index || last != d.lastIndex {
-		d.log.Close()
 		return fail(fmt.Errorf("log holds records %d..%d; recovered %d..%d", first, last, d.segs[0].index, d.lastIndex))
+	}
+	// What recovery read may still be only in the page cache (the last
+	// process died before its fsync): make it durable before the marker
+	// says it is.
+	if !opts.UnsafeNoSync {
+		if err := d.log.Sync(); err != nil {
+			return fail(fmt.Errorf("sync log: %w", err))
+		}
+		if err := syncDir(dir); err != nil {
+			return fail(fmt.Errorf("sync directory: %w", err))
+		}
+	}
+	tail := d.segs[len(d.segs)-1]
+	d.marker, err = openMarker(dir, marker{last: d.lastIndex, tailIndex: tail.index, tailSize: tail.size}, opts.UnsafeNoSync)
+	if err != nil {
+		return fail(fmt.Errorf("durable-position marker: %w", err))
+	}
+	d.spaceMu.Lock()
+	err = d.makeReserve()
+	d.spaceMu.Unlock()
+	if err != nil && !isNoSpace(err) {
+		return fail(err)
 	}
 	d.nextCompact.Store(opts.SegmentSize)
 	go d.run()
 	go d.compactLoop()
+	go d.spaceLoop()
+	if err != nil {
+		d.enterFull(err)
+	}
 	return d, nil
+}
+
+func (d *Disk) walOptions() *wal.Options {
+	return &wal.Options{
+		NoSync:           true,
+		SegmentSize:      int(d.opts.SegmentSize),
+		SegmentCacheSize: 1,
+		AllowEmpty:       true,
+		DirPerms:         0o750,
+		FilePerms:        0o640,
+	}
 }
 
 // seg returns the segment with id. Hold mu, or run on the committer.
@@ -318,10 +396,13 @@ func (d *Disk) seg(id uint32) *segment { return d.segs[id-d.segs[0].id] }
 // durable, so Apply of an empty batch is a cheap barrier that writes
 // nothing. b is read until Apply returns and may then be reused.
 //
-// Errors: ErrTooLarge (nothing written), ErrClosed, or the sticky error of
-// a failed write or fsync, after which every Apply fails; both of the
-// latter wrap fault.ErrUnavailable. An error means b may or may not be
-// durable; it is never partly applied.
+// Errors: ErrTooLarge (nothing written); ErrNoSpace (nothing written) for
+// a group marked RefuseWhenFull while the disk is full, or for a group
+// still waiting for space at Close; ErrClosed; or the sticky error of a
+// failed fsync or of a write that failed for another reason than space,
+// after which every Apply fails. ErrClosed and the sticky error wrap
+// fault.ErrUnavailable. After ErrClosed or the sticky error, b may or may
+// not be durable; it is never partly applied.
 func (d *Disk) Apply(b *Batch) error {
 	w := waiterPool.Get().(chan error)
 	if err := d.submit(request{b: b, wait: w}); err != nil {
@@ -462,16 +543,20 @@ func (d *Disk) sticky() error {
 	return nil
 }
 
+// fail makes err the sticky error that stops every write and closes the
+// Failed channel. The owner of the store logs it (Failed).
 func (d *Disk) fail(err error) error {
 	err = fmt.Errorf("store: %w: %w", err, fault.ErrUnavailable)
 	if d.failed.CompareAndSwap(nil, &err) {
-		d.logger.Error("store: writes stopped", "err", err)
+		d.failOnce.Do(func() { close(d.failedc) })
 	}
 	return d.sticky()
 }
 
 // commit writes reqs with one WriteBatch and one fsync, then applies them
-// to the index and completes them. Runs on the committer goroutine.
+// to the index and completes them. A write that fails for lack of space
+// is undone and retried as space.go describes. Runs on the committer
+// goroutine.
 func (d *Disk) commit(reqs []request) {
 	if err := d.sticky(); err != nil {
 		d.finish(reqs, err)
@@ -481,6 +566,77 @@ func (d *Disk) commit(reqs []request) {
 		d.filterCopies(&reqs[0])
 		d.stats.copied.Add(uint64(reqs[0].b.Size()))
 	}
+	for {
+		idx, err := d.writeCommit(reqs)
+		if err == nil {
+			if idx != d.lastIndex {
+				d.writeMarker(idx)
+				d.lastIndex = idx
+				d.publish(reqs)
+			}
+			d.stalled = false
+			d.finish(reqs, nil)
+			return
+		}
+		if !isNoSpace(err) {
+			d.finish(reqs, d.fail(err))
+			return
+		}
+		if rerr := d.restore(); rerr != nil {
+			d.finish(reqs, d.fail(fmt.Errorf("%w; restoring the log after it: %w", err, rerr)))
+			return
+		}
+		if d.enterFull(err) {
+			continue // the reserve's space is free: try again
+		}
+		// No reserve left: refuse what may be refused, wait for space for
+		// the rest.
+		var need int64
+		for i := range reqs {
+			r := &reqs[i]
+			if r.err != nil || r.b.n == 0 {
+				continue
+			}
+			if r.b.growth || r.copies != nil {
+				r.err = ErrNoSpace
+				continue
+			}
+			need += int64(r.b.Size()) + headerRoom
+		}
+		if need == 0 {
+			d.finish(reqs, nil)
+			return
+		}
+		if !d.waitSpace(need, err) {
+			d.finish(reqs, fmt.Errorf("store: closed while waiting for free space: %w", ErrNoSpace))
+			return
+		}
+	}
+}
+
+// writeMarker records idx, just made durable, in the durable-position
+// marker (marker.go). A failed marker write weakens the lost-tail check
+// only: it is logged once and otherwise ignored. Runs on the committer
+// goroutine.
+func (d *Disk) writeMarker(idx uint64) {
+	w := d.writes[len(d.writes)-1]
+	err := d.marker.write(marker{last: idx, tailIndex: w.s.index, tailSize: w.size})
+	if err == nil && len(d.writes) > 1 && !d.opts.UnsafeNoSync {
+		err = d.marker.f.Sync()
+	}
+	if err != nil && !d.marker.failed {
+		d.marker.failed = true
+		d.logger.Warn("store: writing the durable-position marker failed; the lost-tail check may miss the newest records", "err", err)
+	}
+}
+
+// writeCommit places reqs in the log and writes them with one WriteBatch
+// and one fsync. It returns the log index of the last record written
+// (d.lastIndex if there was nothing to write). A group with an error of its
+// own, or marked RefuseWhenFull while the disk is full, is skipped and
+// keeps its error in reqs[i].err. Runs on the committer goroutine.
+func (d *Disk) writeCommit(reqs []request) (uint64, error) {
+	full := d.full.Load()
 	d.wb.Clear()
 	d.places = d.places[:0]
 	d.mu.RLock()
@@ -492,12 +648,13 @@ func (d *Disk) commit(reqs []request) {
 	idx := d.lastIndex
 	for i := range reqs {
 		b := reqs[i].b
-		if err := b.check(); err != nil {
-			reqs[i].err = err
-			d.places = append(d.places, placed{})
-			continue
+		if reqs[i].err == nil {
+			reqs[i].err = b.check()
 		}
-		if b.n == 0 {
+		if reqs[i].err == nil && b.n > 0 && b.growth && full {
+			reqs[i].err = ErrNoSpace
+		}
+		if reqs[i].err != nil || b.n == 0 {
 			d.places = append(d.places, placed{})
 			continue
 		}
@@ -520,16 +677,9 @@ func (d *Disk) commit(reqs []request) {
 		}
 	}
 	if idx == d.lastIndex {
-		d.finish(reqs, nil)
-		return
+		return idx, nil
 	}
-	if err := d.write(); err != nil {
-		d.finish(reqs, d.fail(err))
-		return
-	}
-	d.lastIndex = idx
-	d.publish(reqs)
-	d.finish(reqs, nil)
+	return idx, d.write()
 }
 
 // cycle starts a new segment whose first record has index. Runs on the
@@ -848,6 +998,7 @@ func (d *Disk) Stats() Stats {
 		CacheHits:      d.stats.cacheHits.Load(),
 		CacheMisses:    d.stats.cacheMisses.Load(),
 		PendingGroups:  int(d.stats.pendingCount.Load()),
+		Full:           d.full.Load(),
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -860,10 +1011,11 @@ func (d *Disk) Stats() Stats {
 	return st
 }
 
-// Close waits for every submitted group to be durable (or to fail), stops
-// the store's goroutines and closes its files. It returns the sticky write
-// error if the store had failed, or an error closing the log. Later calls
-// return the first call's result.
+// Close waits for every submitted group to be durable (or to fail: groups
+// waiting for free space fail with ErrNoSpace), stops the store's
+// goroutines and closes its files. It returns the sticky write error if
+// the store had failed, or an error closing the log. Later calls return
+// the first call's result.
 func (d *Disk) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.stopc)
@@ -873,9 +1025,14 @@ func (d *Disk) Close() error {
 		d.qmu.Unlock()
 		<-d.runDone
 		<-d.compactDone
+		<-d.spaceDone
 		d.compactMu.Lock() // an explicit Compact may still be running
 		err := d.log.Close()
 		d.compactMu.Unlock()
+		if !d.opts.UnsafeNoSync && d.sticky() == nil {
+			err = errors.Join(err, d.marker.f.Sync())
+		}
+		err = errors.Join(err, d.marker.f.Close())
 		d.mu.Lock()
 		d.closed = true
 		for _, s := range d.segs {

@@ -20,12 +20,19 @@
 //  4. Scan and ScanKeys visit keys in ascending byte order, over one
 //     moment's state.
 //  5. Open returns exactly the state as of the last durable group. It cuts
-//     a torn final commit (which was never acknowledged) with a log line,
-//     and refuses to start on damage to anything durable unless
-//     Options.Repair is set.
-//  6. A failed write or fsync is sticky: every later Apply fails, so the
-//     store never reports durability it does not have. Reads go on serving
-//     the last durable state.
+//     a torn final commit (which was never acknowledged) with one log line,
+//     and refuses to start on damage to anything durable, or on a log that
+//     ends before its last durable group (the durable-position marker,
+//     marker.go), unless Options.Repair is set; repair drops only what is
+//     damaged or missing, and logs each record it drops.
+//  6. A failed fsync, or a write that failed for another reason than a
+//     lack of space, is sticky: every later Apply fails, so the store never
+//     reports durability it does not have, and Failed is closed. Reads go
+//     on serving the last durable state.
+//  7. A write that failed for lack of space is undone and does not stop
+//     the store: it refuses the groups marked RefuseWhenFull while the disk
+//     is full, writes the others from its reserve, and accepts growth again
+//     once space returns (space.go; Health reports the condition).
 //
 // Get and Scan may run concurrently with Apply from any goroutine.
 //
@@ -44,5 +51,6 @@
 // durable with one fsync; groups that arrive during that fsync go into the
 // next one. There is no non-durable mode except Options.UnsafeNoSync.
 //
-// Recovery is described in recover.go, space reclamation in compact.go.
+// Recovery is described in recover.go, the durable-position marker in
+// marker.go, space reclamation in compact.go, a full disk in space.go.
 package store

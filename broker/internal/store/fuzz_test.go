@@ -16,11 +16,18 @@ func FuzzVerifyRecord(f *testing.F) {
 	b.Delete([]byte("gone"))
 	f.Add(bytes.Clone(b.seal(7)))
 	f.Add([]byte{})
+	f.Add(appendPadding(nil, 40, 1)[1:])
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		commit, body, err := verifyRecord(rec)
 		if err != nil {
 			if !errors.Is(err, errRecord) {
 				t.Fatalf("verifyRecord error %v does not wrap errRecord", err)
+			}
+			return
+		}
+		if commit == 0 {
+			if len(rec) < 5 || rec[4] != recordPadding || body != len(rec) {
+				t.Fatalf("verifyRecord accepted commit 0 in a record that is no padding: %x", rec)
 			}
 			return
 		}

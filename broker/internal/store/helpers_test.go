@@ -97,3 +97,24 @@ func diffState(got, want map[string]string) string {
 }
 
 var errCrash = errors.New("simulated crash")
+
+// stateOf returns the state after applying groups in order.
+func stateOf(groups []*Batch) map[string]string {
+	st := map[string]string{}
+	for _, b := range groups {
+		muts := b.mutations()
+		for pos := 0; pos < len(muts); {
+			m, next, err := nextMutation(muts, pos)
+			if err != nil {
+				panic(err)
+			}
+			pos = next
+			if m.kind == kindDelete {
+				delete(st, string(m.key))
+			} else {
+				st[string(m.key)] = string(m.value)
+			}
+		}
+	}
+	return st
+}

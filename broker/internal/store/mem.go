@@ -175,6 +175,9 @@ func (m *Mem) Stats() Stats {
 	return Stats{Keys: m.index.Len(), Groups: m.groups, Mutations: m.muts}
 }
 
+// Health returns the zero Health: Mem is never full and never fails.
+func (m *Mem) Health() Health { return Health{} }
+
 // Compact does nothing and returns nil: Mem has no log to reclaim. It
 // exists so that Mem has every method of Disk.
 func (m *Mem) Compact() error { return nil }

@@ -28,8 +28,29 @@ import (
 //	delete: 0x02 | key length uvarint | key
 //
 // and a record holds at least one mutation.
+//
+// A padding record takes the place of records that repair dropped
+// (Options.Repair), so that every other record keeps its log index (its
+// position in the log's sequence of entries) and its byte offset:
+//
+//	+--------------+-------------+---------------------+
+//	| CRC-32C  4B  | 0xFF     1B | filler (zeros) ...  |
+//	+--------------+-------------+---------------------+
+//
+// The checksum covers the marker byte and the filler, as in a data record.
+// A padding record holds no commit index and no mutation; recovery counts
+// it as one log entry and applies nothing. Its entry may write its length
+// uvarint longer than needed (continuation bytes of zero value), so that
+// an entry of any total size from 6 bytes up can be made to fill a damaged
+// region exactly. Only repair writes padding; a broker older than the
+// padding record rejects a log that holds one (docs/compatibility.md).
 const (
 	recordVersion = 1
+	// recordPadding is the version byte of a padding record.
+	recordPadding = 0xFF
+	// minPaddingEntry is the size of the smallest padding entry: a 1-byte
+	// length, the checksum and the marker byte.
+	minPaddingEntry = 1 + 4 + 1
 
 	kindPut    = 1
 	kindDelete = 2
@@ -78,8 +99,12 @@ func uvarintLen(x uint64) int {
 }
 
 // checkRecord verifies rec's checksum and version and returns its commit
-// index and the offset of its first mutation.
+// index and the offset of its first mutation. A padding record has commit
+// index 0 (no data record has: log indexes start at 1) and body len(rec).
 func checkRecord(rec []byte) (commit uint64, body int, err error) {
+	if len(rec) >= 5 && rec[4] == recordPadding && crc32.Checksum(rec[4:], castagnoli) == binary.LittleEndian.Uint32(rec) {
+		return 0, len(rec), nil
+	}
 	if len(rec) < 6 {
 		return 0, 0, fmt.Errorf("%w: %d bytes is too short", errRecord, len(rec))
 	}
@@ -90,7 +115,7 @@ func checkRecord(rec []byte) (commit uint64, body int, err error) {
 		return 0, 0, fmt.Errorf("%w: unknown version %d", errRecord, rec[4])
 	}
 	commit, n := binary.Uvarint(rec[5:])
-	if n <= 0 {
+	if n <= 0 || commit == 0 {
 		return 0, 0, fmt.Errorf("%w: bad commit index", errRecord)
 	}
 	body = 5 + n
@@ -130,7 +155,8 @@ func nextMutation(rec []byte, pos int) (m mutation, next int, err error) {
 }
 
 // verifyRecord checks rec whole: checksum, version and every mutation. It
-// returns the commit index and the offset of the first mutation. It is the
+// returns the commit index and the offset of the first mutation (commit 0
+// and len(rec) for a padding record). It is the
 // decoder of on-disk bytes: any malformed input gives an error wrapping
 // errRecord, never a panic, and it allocates nothing.
 func verifyRecord(rec []byte) (commit uint64, body int, err error) {
@@ -144,6 +170,56 @@ func verifyRecord(rec []byte) (commit uint64, body int, err error) {
 		}
 	}
 	return commit, body, nil
+}
+
+// appendPadding appends log entries that fill exactly n bytes: k padding
+// entries, each at least minPaddingEntry bytes. n must be at least
+// k*minPaddingEntry and k at least 1.
+func appendPadding(dst []byte, n int64, k uint64) []byte {
+	for i := uint64(0); i < k; i++ {
+		size := int64(minPaddingEntry)
+		if i == k-1 {
+			size = n - int64(k-1)*minPaddingEntry
+		}
+		// The length prefix takes w bytes, where w is the width of size
+		// itself: the record's length (size - w) never needs more, and is
+		// written with continuation bytes up to w.
+		w := uvarintLen(uint64(size))
+		l := uint64(size) - uint64(w)
+		for j := 0; j < w-1; j++ {
+			dst = append(dst, byte(l)|0x80)
+			l >>= 7
+		}
+		dst = append(dst, byte(l))
+		rec := len(dst)
+		dst = append(dst, 0, 0, 0, 0, recordPadding)
+		for j := int64(w) + 5; j < size; j++ {
+			dst = append(dst, 0)
+		}
+		binary.LittleEndian.PutUint32(dst[rec:], crc32.Checksum(dst[rec+4:], castagnoli))
+	}
+	return dst
+}
+
+// describeRecord reads what it can of a record that failed to verify: the
+// commit index and the number of mutations that decode, ignoring the
+// checksum. ok is false if not even the header reads.
+func describeRecord(rec []byte) (commit uint64, mutations int, ok bool) {
+	if len(rec) < 6 || rec[4] != recordVersion {
+		return 0, 0, false
+	}
+	commit, n := binary.Uvarint(rec[5:])
+	if n <= 0 {
+		return 0, 0, false
+	}
+	for pos := 5 + n; pos < len(rec); mutations++ {
+		_, next, err := nextMutation(rec, pos)
+		if err != nil {
+			break
+		}
+		pos = next
+	}
+	return commit, mutations, true
 }
 
 // ErrTooLarge is returned by Apply and ApplyAsync for a group holding a key,
@@ -160,10 +236,21 @@ var ErrTooLarge = errors.New("store: mutation group too large")
 // per mutation. The zero Batch is empty and ready to use; a Batch is not
 // safe for concurrent use.
 type Batch struct {
-	data []byte // headerRoom bytes reserved, then the mutations
-	n    int
-	err  error
+	data   []byte // headerRoom bytes reserved, then the mutations
+	n      int
+	err    error
+	growth bool // RefuseWhenFull
 }
+
+// RefuseWhenFull marks the batch as growth: a group the store may refuse
+// while the disk is full (Disk.Health().Full) rather than write it from
+// the space it keeps for groups that must get through. Apply then fails
+// with ErrNoSpace and nothing of the group is written. Mark groups whose
+// caller changes no state until Apply succeeds and that add data, such as
+// a new configuration entry; leave unmarked the groups that settle state
+// already decided (an ack's delete), which the store writes while any
+// space is left. Reset clears the mark.
+func (b *Batch) RefuseWhenFull() { b.growth = true }
 
 func (b *Batch) grow() {
 	if b.data == nil {
@@ -235,6 +322,7 @@ func (b *Batch) Reset() {
 	}
 	b.n = 0
 	b.err = nil
+	b.growth = false
 }
 
 // check returns the error a Put or Delete recorded, or ErrTooLarge if the
