@@ -23,8 +23,9 @@ run: build ## build and run the broker: port 5555, data in ./data, no config fil
 	$(BIN)/fila-server
 
 .PHONY: test
-test: build ## run every test (unit, property, end-to-end, generated-code freshness)
+test: build build-faults ## run every test (unit, property, end-to-end, generated-code freshness)
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_CLI_BIN=$(BIN)/fila \
+		FILA_TEST_RACE_SERVER_BIN=$(BIN)/race/fila-server-faults \
 		$(GO) test -count=1 -timeout 25m $(PKGS)
 
 .PHONY: build-race
@@ -32,9 +33,14 @@ build-race: ## build bin/race/fila-server and bin/race/fila with the race detect
 	$(GO) build -race -o $(BIN)/race/fila-server ./broker/cmd/fila-server
 	$(GO) build -race -o $(BIN)/race/fila ./cli/cmd/fila
 
+.PHONY: build-faults
+build-faults: ## build bin/race/fila-server-faults: race detector and storage fault injection, for the storage-failure tests
+	$(GO) build -race -tags filafaults -o $(BIN)/race/fila-server-faults ./broker/cmd/fila-server
+
 .PHONY: race
-race: build-race ## run every test with the race detector, end-to-end tests against a race-built fila-server
+race: build-race build-faults ## run every test with the race detector, end-to-end tests against a race-built fila-server
 	FILA_TEST_SERVER_BIN=$(BIN)/race/fila-server FILA_TEST_CLI_BIN=$(BIN)/race/fila \
+		FILA_TEST_RACE_SERVER_BIN=$(BIN)/race/fila-server-faults \
 		$(GO) test -race -count=1 -timeout 60m $(PKGS)
 
 .PHONY: gen
