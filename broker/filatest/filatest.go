@@ -10,6 +10,7 @@ package filatest
 
 import (
 	"bufio"
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"os/exec"
@@ -229,6 +230,23 @@ func (s *Server) RSS() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", s.Pid())
+}
+
+// RaceBuilt reports whether the server's binary was built with the race
+// detector, which multiplies its memory use: tests that bound the
+// broker's RSS check the bound only when it is not.
+func (s *Server) RaceBuilt(t testing.TB) bool {
+	t.Helper()
+	info, err := buildinfo.ReadFile(Binary(t))
+	if err != nil {
+		t.Fatalf("read the build info of fila-server: %v", err)
+	}
+	for _, st := range info.Settings {
+		if st.Key == "-race" && st.Value == "true" {
+			return true
+		}
+	}
+	return false
 }
 
 // Log returns what the server wrote to stderr, across restarts.

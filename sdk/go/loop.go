@@ -136,7 +136,7 @@ func (l *loop) submit(o *op) {
 		return
 	}
 	if l.closing {
-		o.answer(result{err: ErrClosed})
+		o.answer(result{err: l.c.closedErr()})
 		return
 	}
 	conn := l.s.conn
@@ -233,7 +233,7 @@ func (l *loop) addSend(o *op, msgs []wire.EnqueueMessage) {
 		return
 	}
 	if l.closing {
-		o.answer(result{err: ErrClosed})
+		o.answer(result{err: l.c.closedErr()})
 		return
 	}
 	size := 0
@@ -526,7 +526,7 @@ func (l *loop) finish(err error) {
 		o.answer(result{err: closed})
 	}
 	l.acks, l.ackOps = nil, nil
-	l.closing = true // takeSends answers ErrClosed
+	l.closing = true // takeSends answers closedErr
 	l.takeSends()
 	for _, o := range l.batchOps {
 		o.answer(result{err: closed})
