@@ -15,9 +15,16 @@
 // # Connection life
 //
 // The client is an I/O shell over the sans-io core (sdk/core): one owner
-// goroutine per client drives the core, a second reads the socket, and
-// every call hands its request to the owner and waits for the result or its
-// context. All methods are safe for concurrent use.
+// goroutine per client drives the core, a second reads the socket, a third
+// writes it, and every call hands its request to the owner and waits for
+// the result or its context. All methods are safe for concurrent use.
+//
+// The owner never waits on the socket: while a write waits for the broker
+// (which stops reading a client that does not read its answers), the
+// client goes on reading answers and deliveries. When more than 4 MiB of
+// requests wait to be written, calls wait, bounded by their context, until
+// the socket takes them: a producer that outruns the network is slowed
+// instead of buffered without bound.
 //
 // When the connection fails, requests in flight fail with an error
 // wrapping ErrConnectionLost (the broker may or may not have applied them;

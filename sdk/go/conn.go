@@ -15,13 +15,40 @@ import (
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
-// writeTimeout bounds one socket write: a broker that stops reading for
-// this long fails the connection.
-const writeTimeout = 30 * time.Second
+// Limits of a session's writing.
+const (
+	// writeTimeout bounds each socket write of at most writeChunk bytes:
+	// a broker that takes no bytes for this long fails the connection.
+	writeTimeout = 30 * time.Second
+	// writeChunk is the most the writer hands the socket in one write,
+	// so that writeTimeout measures lack of progress, not the time to
+	// send a large backlog.
+	writeChunk = 1 << 20
+	// maxWriteBacklog is how many bytes may wait for the writer, beyond
+	// the buffer it is writing, before the owner goroutine takes no more
+	// calls (Sends, requests) until the writer catches up. The owner
+	// keeps reading the socket meanwhile: see session.
+	maxWriteBacklog = 4 << 20
+	// maxWriteBuffer is the largest write buffer kept for reuse; a larger
+	// one, grown by a burst, is left to the garbage collector.
+	maxWriteBuffer = 2 * maxWriteBacklog
+)
 
 // session is one connection attempt: a socket, the core that speaks the
-// protocol over it, and the goroutine reading it. The owner goroutine owns
-// it; the reader exits once the socket is closed.
+// protocol over it, a goroutine reading the socket and one writing it.
+// The owner goroutine owns the session; the reader and the writer exit
+// once the socket is closed.
+//
+// The owner never writes to the socket itself. It copies each Ready's Out
+// into a buffer (out) and hands that buffer to the writer whenever the
+// writer is idle, taking back the one the writer finished: two buffers
+// alternate, writes stay in order, and each hand-over is written at once
+// (in writeChunk pieces). So the owner goes on consuming what the reader
+// receives while a write waits for the broker. The broker stops reading
+// a connection whose answers it cannot write (server.max_outbound_size);
+// an owner blocked in a write would stop consuming the answers, the
+// reader would stop reading them, and the two ends would wait on each
+// other until the broker's write timeout closed the connection.
 type session struct {
 	epoch   uint64 // counts sessions from 1; deliveries remember theirs
 	addr    string
@@ -30,8 +57,21 @@ type session struct {
 	in      chan []byte // chunks read from the socket
 	free    chan []byte // chunks handed back for reuse
 	readErr chan error
-	stopped chan struct{} // closed by close: the reader stops
+	stopped chan struct{} // closed by close: the reader and the writer stop
 	start   time.Time
+
+	// Writing. out, spare and writing belong to the owner goroutine.
+	out     []byte         // bytes not yet handed to the writer, in order
+	spare   []byte         // the buffer the writer last finished, for reuse
+	writing bool           // the writer holds a buffer
+	toWrite chan []byte    // owner to writer: one buffer at a time
+	wrote   chan writeDone // writer to owner: the buffer back, and the error
+}
+
+// writeDone is a buffer the writer finished, and the write's error.
+type writeDone struct {
+	buf []byte
+	err error
 }
 
 // dial connects to addr (TCP, then TLS when configured) and starts a
@@ -72,6 +112,8 @@ func (c *Client) dial(ctx context.Context, addr string, epoch uint64) (*session,
 		free:    make(chan []byte, 8),
 		readErr: make(chan error, 1),
 		stopped: make(chan struct{}),
+		toWrite: make(chan []byte, 1),
+		wrote:   make(chan writeDone, 1),
 		start:   time.Now(),
 		conn: core.New(core.Config{
 			ClientName:        o.clientName,
@@ -82,6 +124,7 @@ func (c *Client) dial(ctx context.Context, addr string, epoch uint64) (*session,
 	}
 	s.conn.Tick(s.now())
 	go s.readLoop()
+	go s.writeLoop()
 	return s, nil
 }
 
@@ -117,11 +160,77 @@ func (s *session) close() {
 	close(s.stopped)
 }
 
-func (s *session) write(b []byte) error {
-	s.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := s.nc.Write(b)
-	return err
+// writeLoop writes the buffers the owner hands over, in order, and hands
+// each back with the write's error, until a write fails or the session is
+// closed.
+func (s *session) writeLoop() {
+	for {
+		select {
+		case b := <-s.toWrite:
+			err := s.write(b)
+			s.wrote <- writeDone{buf: b, err: err} // buffered; the owner hands over one buffer at a time
+			if err != nil {
+				return
+			}
+		case <-s.stopped:
+			return
+		}
+	}
 }
+
+// write writes b in pieces of at most writeChunk bytes, each with a fresh
+// deadline. Runs on the writer goroutine.
+func (s *session) write(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		s.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := s.nc.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// queueOut copies b, a Ready's Out, after the bytes waiting for the
+// writer: the core reuses Out once Advance is called. Runs on the owner
+// goroutine.
+func (s *session) queueOut(b []byte) {
+	s.out = append(s.out, b...)
+}
+
+// flushOut hands the waiting bytes to the writer if it is idle. Runs on
+// the owner goroutine; never blocks.
+func (s *session) flushOut() {
+	if s.writing || len(s.out) == 0 {
+		return
+	}
+	s.toWrite <- s.out // buffered, and the writer holds nothing
+	s.out, s.spare = s.spare[:0], nil
+	s.writing = true
+}
+
+// written takes back the buffer the writer finished and hands it the
+// bytes that waited meanwhile. It returns the write's error, which fails
+// the session. Runs on the owner goroutine.
+func (s *session) written(d writeDone) error {
+	s.writing = false
+	if d.err != nil {
+		return d.err
+	}
+	if cap(d.buf) <= maxWriteBuffer {
+		s.spare = d.buf[:0]
+	}
+	s.flushOut()
+	return nil
+}
+
+// backlogged reports whether enough bytes wait for the writer that the
+// owner should take no more calls until it catches up.
+func (s *session) backlogged() bool { return len(s.out) >= maxWriteBacklog }
+
+// flushed reports whether everything queued was written.
+func (s *session) flushed() bool { return !s.writing && len(s.out) == 0 }
 
 // Why a session ended, besides a failure.
 var (
@@ -230,12 +339,10 @@ func (l *loop) serve(s *session) error {
 		conn := s.conn
 		for conn.HasReady() {
 			rd := conn.Ready()
-			if len(rd.Out) > 0 {
-				if err := s.write(rd.Out); err != nil {
-					conn.Advance(rd)
-					return fmt.Errorf("write: %w", err)
-				}
-			}
+			// The writer starts on Out while the rest is handled; what
+			// the next Readys add waits and goes in one write.
+			s.queueOut(rd.Out)
+			s.flushOut()
 			l.handle(rd)
 			if st := rd.State; st != nil {
 				stc := *st
@@ -262,11 +369,16 @@ func (l *loop) serve(s *session) error {
 			conn.Advance(rd)
 		}
 		if (l.closing || l.goingAway) && len(l.inflight) == 0 {
-			if l.closing {
+			switch {
+			case !l.closing:
+				return errGoneAway
+			case s.flushed(): // the client's GoAway is written
 				return errDrained
 			}
-			return errGoneAway
 		}
+		// While the writer is behind, take no more calls: Sends and
+		// requests wait, and the socket is still read.
+		backlogged := s.backlogged()
 
 		if len(l.acks) > 0 && l.ackInFlight == 0 {
 			l.flushAcks()
@@ -274,7 +386,7 @@ func (l *loop) serve(s *session) error {
 		}
 		if took || l.sendsCompleted {
 			took = false
-			if l.sendsCompleted {
+			if l.sendsCompleted && !backlogged {
 				// Let the Senders just answered run first: those that
 				// send again join the next frame.
 				l.sendsCompleted = false
@@ -300,11 +412,18 @@ func (l *loop) serve(s *session) error {
 				continue
 			}
 		}
-		reqs, kick := c.reqs, c.kick
+		reqs, kick, lingered := c.reqs, c.kick, lingerC
 		if l.goingAway {
 			reqs, kick = nil, nil // wait for the next session
 		}
+		if backlogged {
+			reqs, kick, lingered = nil, nil, nil
+		}
 		select {
+		case d := <-s.wrote:
+			if err := s.written(d); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
 		case b := <-s.in:
 			conn.Tick(s.now())
 			conn.Receive(b) // a failure shows in the next Ready
@@ -340,7 +459,7 @@ func (l *loop) serve(s *session) error {
 		case <-kick:
 			l.takeSends()
 			took = true
-		case <-lingerC:
+		case <-lingered:
 			lingerC = nil
 			l.lingerFired = true
 			l.takeSends()

@@ -1,0 +1,181 @@
+package fila
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// pipeBroker plays the broker's end of a net.Pipe, which has no buffer:
+// a client write blocks until the broker reads it, so the test decides
+// exactly when the client's writes make progress.
+type pipeBroker struct {
+	t  *testing.T
+	nc net.Conn
+}
+
+// read reads one whole frame.
+func (b *pipeBroker) read() (wire.Header, []byte) {
+	b.t.Helper()
+	h := b.readHeader()
+	body := make([]byte, h.Length)
+	if _, err := io.ReadFull(b.nc, body); err != nil {
+		b.t.Errorf("broker: read %v body: %v", h.Opcode, err)
+	}
+	return h, body
+}
+
+// readHeader reads the header of the next frame and leaves its body.
+func (b *pipeBroker) readHeader() wire.Header {
+	b.t.Helper()
+	hb := make([]byte, wire.HeaderSize)
+	if _, err := io.ReadFull(b.nc, hb); err != nil {
+		b.t.Errorf("broker: read header: %v", err)
+		return wire.Header{}
+	}
+	h, _ := wire.ParseHeader(hb)
+	return h
+}
+
+func (b *pipeBroker) write(reqID uint32, f wire.Frame) {
+	b.t.Helper()
+	if _, err := b.nc.Write(wire.AppendFrames(nil, reqID, f, wire.DefaultMaxFrameSize)); err != nil {
+		b.t.Errorf("broker: write %v: %v", f.Opcode(), err)
+	}
+}
+
+// waitFor polls cond until it holds; the test fails if it does not
+// within a minute, the bound of a client that is stuck.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// TestReadsWhileWriteBlocked stops reading the client's socket in the
+// middle of an Enqueue frame, as a broker applying back-pressure does: the
+// client must still read and act on what the broker sends (the answer of
+// that Enqueue), and, with a write backlog over maxWriteBacklog, take no
+// more calls until the socket takes bytes again, then send everything in
+// order.
+func TestReadsWhileWriteBlocked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cnc, bnc := net.Pipe()
+	defer bnc.Close()
+	b := &pipeBroker{t: t, nc: bnc}
+	go func() {
+		h, _ := b.read()
+		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: "n1",
+			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
+	}()
+	c, err := Connect(ctx, "pipe", WithoutReconnect(), WithKeepalive(-1),
+		WithDialer(func(context.Context, string) (net.Conn, error) { return cnc, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop() // on failure
+
+	type sent struct {
+		res []SendResult
+		err error
+	}
+	send := func(n, size int) chan sent {
+		ch := make(chan sent, 1)
+		msgs := make([]*Message, n)
+		for i := range msgs {
+			msgs[i] = NewMessage("q", bytes.Repeat([]byte{byte('a' + i)}, size))
+		}
+		go func() {
+			res, err := c.Producer().SendBatch(ctx, msgs)
+			ch <- sent{res, err}
+		}()
+		return ch
+	}
+
+	// A 2 MiB Enqueue: the broker reads its header and stops reading, so
+	// the client's writer is blocked in the middle of it.
+	first := send(1, 2<<20)
+	h1 := b.readHeader()
+	if h1.Opcode != wire.OpEnqueue {
+		t.Fatalf("first frame %v; want Enqueue", h1.Opcode)
+	}
+	// A 5 MiB Enqueue fills its frame at once: it is encoded and waits
+	// for the writer, over maxWriteBacklog.
+	second := send(5, 1<<20)
+	waitFor(t, "the second Enqueue frame", func() bool { return c.Stats().EnqueueFrames == 2 })
+	// A Ping now waits for the writer to catch up.
+	pinged := make(chan error, 1)
+	go func() {
+		_, err := c.Ping(ctx)
+		pinged <- err
+	}()
+	waitFor(t, "the Ping to be queued", func() bool { return len(c.reqs) == 1 })
+
+	// The broker answers the first Enqueue without reading more: the
+	// client reads the answer while its write is still blocked.
+	b.write(h1.RequestID, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeOK, ID: [16]byte{1}}}})
+	if r := <-first; r.err != nil || len(r.res) != 1 || r.res[0].Err != nil {
+		t.Fatalf("first SendBatch() = %+v, %v; want one result", r.res, r.err)
+	}
+	if n := len(c.reqs); n != 1 {
+		t.Fatalf("%d calls queued after the answer was read; want the Ping still queued (1): the write backlog takes no more calls", n)
+	}
+
+	// The broker reads again: the rest of the first frame, the second,
+	// then the Ping, in order; each is answered.
+	body := make([]byte, h1.Length)
+	if _, err := io.ReadFull(bnc, body); err != nil {
+		t.Fatal(err)
+	}
+	var e wire.Enqueue
+	if err := e.Decode(body); err != nil || len(e.Messages) != 1 || len(e.Messages[0].Payload) != 2<<20 {
+		t.Fatalf("first Enqueue: %d messages, %v; want one of 2 MiB", len(e.Messages), err)
+	}
+	h2, body := b.read()
+	e = wire.Enqueue{}
+	if err := e.Decode(body); h2.Opcode != wire.OpEnqueue || err != nil || len(e.Messages) != 5 {
+		t.Fatalf("second frame %v with %d messages, %v; want Enqueue with 5", h2.Opcode, len(e.Messages), err)
+	}
+	for i, m := range e.Messages {
+		if len(m.Payload) != 1<<20 || m.Payload[0] != byte('a'+i) {
+			t.Fatalf("second Enqueue message %d: %d bytes of %q; want 1 MiB of %q", i, len(m.Payload), m.Payload[:1], string(rune('a'+i)))
+		}
+	}
+	results := make([]wire.EnqueueItemResult, 5)
+	for i := range results {
+		results[i] = wire.EnqueueItemResult{Code: wire.CodeOK, ID: [16]byte{2, byte(i)}}
+	}
+	b.write(h2.RequestID, &wire.EnqueueResult{Results: results})
+	h3, body := b.read()
+	var p wire.Ping
+	if err := p.Decode(body); h3.Opcode != wire.OpPing || err != nil {
+		t.Fatalf("third frame %v, %v; want Ping", h3.Opcode, err)
+	}
+	b.write(h3.RequestID, &wire.Pong{Nonce: p.Nonce})
+
+	if r := <-second; r.err != nil || len(r.res) != 5 {
+		t.Fatalf("second SendBatch() = %d results, %v; want 5", len(r.res), r.err)
+	}
+	if err := <-pinged; err != nil {
+		t.Fatalf("Ping() = %v", err)
+	}
+
+	// Close drains: its GoAway is written before the socket closes.
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	if h, _ := b.read(); h.Opcode != wire.OpGoAway {
+		t.Fatalf("frame after Close %v; want GoAway", h.Opcode)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+}
