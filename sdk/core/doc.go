@@ -31,7 +31,9 @@
 //  1. Call Tick with the current monotonic time before Receive and at or
 //     after every Ready's Deadline; the core has no timers and measures
 //     keepalive only by the times it is given.
-//  2. Write a Ready's Out completely, in order, before calling Advance.
+//  2. Write a Ready's Out completely, in order, before calling Advance,
+//     or copy it first into a queue that a writer drains in order (the
+//     Go SDK does, so that it keeps reading while a write is blocked).
 //  3. A Ready is read-only and its slices are valid until Advance: copy
 //     what must outlive it. Delivered payloads are the exception: each
 //     frame is decoded from its own buffer, so a payload stays valid after
