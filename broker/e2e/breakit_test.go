@@ -545,6 +545,7 @@ func startPair(t *testing.T, ctx context.Context, addr, key string) *pair {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
+			ok := 0
 			p.mu.Lock()
 			for _, r := range res {
 				if r.Err != nil {
@@ -552,10 +553,11 @@ func startPair(t *testing.T, ctx context.Context, addr, key string) *pair {
 					continue
 				}
 				p.ids[r.ID] = true
+				ok++
 			}
 			p.latency = append(p.latency, took)
 			p.mu.Unlock()
-			p.produced.Add(int64(len(res)))
+			p.produced.Add(int64(ok))
 		}
 	}()
 	go func() {
