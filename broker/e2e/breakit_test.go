@@ -743,12 +743,8 @@ func closedBy(ctx context.Context, f wire.Frame, err error) string {
 // handshakeRaw dials from ip, handshakes with key and returns the
 // connection, its frame reader and the broker's HandshakeOk. The
 // connection is closed when ctx ends.
-func handshakeRaw(ctx context.Context, addr, ip, key string, d *net.Dialer) (net.Conn, *wire.FrameReader, *wire.HandshakeOk, error) {
-	if d == nil {
-		d = &net.Dialer{}
-	}
-	d.Timeout = 10 * time.Second
-	d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+func handshakeRaw(ctx context.Context, addr, ip, key string) (net.Conn, *wire.FrameReader, *wire.HandshakeOk, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, nil, err
@@ -801,7 +797,7 @@ func abuseNoReads(ctx context.Context, a *attacker) string {
 			chunk = wire.AppendFrame(chunk, 0, &wire.QueueStats{Name: "no-such-queue"})
 		}
 		for ctx.Err() == nil {
-			nc, _, _, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key, nil)
+			nc, _, _, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key)
 			if err != nil {
 				if ctx.Err() == nil {
 					conns.add("handshake failed: " + err.Error())
@@ -833,7 +829,7 @@ func abuseNoReads(ctx context.Context, a *attacker) string {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		nc, _, _, err := handshakeRaw(ctx, a.Addr, a.IPs[1], a.Key, nil)
+		nc, _, _, err := handshakeRaw(ctx, a.Addr, a.IPs[1], a.Key)
 		if err != nil {
 			subOutcome = "handshake failed: " + err.Error()
 			return
@@ -925,7 +921,7 @@ func abusePartialFrames(ctx context.Context, a *attacker) string {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				nc, fr, ok, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key, nil)
+				nc, fr, ok, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key)
 				if err != nil {
 					if ctx.Err() == nil {
 						out.add("handshake failed")
@@ -1051,7 +1047,7 @@ func abuseHugeBatches(ctx context.Context, a *attacker) string {
 		defer cancel()
 		admin.Admin().DeleteQueue(dctx, bulkQueue)
 	}()
-	nc, fr, ok, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key, nil)
+	nc, fr, ok, err := handshakeRaw(ctx, a.Addr, a.IPs[0], a.Key)
 	if err != nil {
 		return "handshake failed: " + err.Error()
 	}
