@@ -75,6 +75,12 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_KILL_LOOPS=$${KILLS:-25} \
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
 
+.PHONY: break-it
+break-it: build ## a producer and consumer while hostile clients take turns, 20s phases (PHASE=20s), about 4 minutes; table in bench/results/break-it.md
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_BREAKIT_PHASE=$${PHASE:-20s} FILA_BREAKIT_OUT=$(CURDIR)/bench/results/break-it.md \
+		$(GO) test -count=1 -timeout 30m -run '^TestBreakIt$$' -v ./broker/e2e
+	@echo; cat $(CURDIR)/bench/results/break-it.md
+
 .PHONY: bench-compare
 bench-compare: ## Fila beside NATS JetStream (default sync, sync always) and RabbitMQ quorum queues (if installed), about 5 minutes; results in bench/results
 	cd bench && $(GO) run ./cmd/compare -out results

@@ -86,6 +86,11 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// RaceBuild reports whether the test binary is built with the race
+// detector (and Binary's fila-server with it): load tests skip then, as
+// the detector's slowdown and memory would be what they measure.
+func RaceBuild() bool { return raceBuild }
+
 // Start starts a server and stops it when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
@@ -247,6 +252,35 @@ func (s *Server) RaceBuilt(t testing.TB) bool {
 		}
 	}
 	return false
+}
+
+// clockTick is the unit of the CPU times in /proc/<pid>/stat: USER_HZ,
+// 100 on every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// CPUTime returns the CPU time the process has used so far, user and
+// system (Linux).
+func (s *Server) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state is field 3, utime 14 and stime 15.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", s.Pid(), b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", s.Pid(), b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", s.Pid(), b)
+	}
+	return time.Duration(utime+stime) * clockTick, nil
 }
 
 // Log returns what the server wrote to stderr, across restarts.
