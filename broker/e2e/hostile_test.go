@@ -208,6 +208,18 @@ func TestIdleSocketsDoNotLockOut(t *testing.T) {
 	if code, msg := errorCode(f); code != wire.CodeResourceExhausted {
 		t.Errorf("oldest idle socket got %v %q (%v); want RESOURCE_EXHAUSTED", code, msg, err)
 	}
+	// Each eviction counts as a failed handshake of its address: the
+	// addresses that flooded are now refused at accept, before the
+	// broker spends a place in the pool on them.
+	nc, err := dialFrom(srv.Addr, "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, f, err = readFrame(nc, wire.NewFrameReader(0, 0), 30*time.Second)
+	if code, msg := errorCode(f); code != wire.CodeResourceExhausted || !strings.Contains(msg, "too many failed handshakes") {
+		t.Errorf("a new socket from a flooding address got %v %q (%v); want RESOURCE_EXHAUSTED: too many failed handshakes", code, msg, err)
+	}
 	// A handshaken connection is never evicted by later idle sockets.
 	open(500)
 	if _, err := c.Ping(ctx); err != nil {

@@ -67,8 +67,8 @@ type ServerConfig struct {
 	// 1000).
 	MaxConnectionsPerAddress int
 	// HandshakeFailureRate is how many failed handshakes (bad API key,
-	// bad version, malformed or non-Fila first bytes, handshake timeout)
-	// one address may make per second on average; while it is over, its
+	// bad version, malformed or non-Fila first bytes, handshake timeout,
+	// eviction from the handshaking pool) one address may make per second on average; while it is over, its
 	// new connections are refused at accept. Zero turns the check off
 	// (handshake_failure_rate, default 10).
 	HandshakeFailureRate int

@@ -540,8 +540,8 @@ func (c *conn) chargeReassembly() bool {
 			c.s.reassembling.Add(-c.charged)
 			c.charged = 0
 			c.fail(0, wire.CodeResourceExhausted, fmt.Sprintf(
-				"request of %d bytes so far: the server's budget of %d bytes for requests still arriving, shared by all connections, is exhausted",
-				c.fr.Buffered(), c.s.cfg.ReassemblyBudget))
+				"request of %d bytes (as announced, %d received): the server's budget of %d bytes for requests still arriving, shared by all connections, is exhausted",
+				c.fr.Held(), c.fr.Buffered(), c.s.cfg.ReassemblyBudget))
 			return false
 		}
 		if c.s.reassembling.CompareAndSwap(cur, cur+d) {

@@ -261,7 +261,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.wg.Add(1)
 		s.mu.Unlock()
 		if evict != nil {
-			evict.fail(0, wire.CodeResourceExhausted, fmt.Sprintf("more than %d connections waiting for a handshake; closing the oldest", s.cfg.MaxHandshaking))
+			// A socket that held a place in the pool until it was the
+			// oldest there counts as a failed handshake of its address:
+			// a flood of idle sockets from one address is soon refused
+			// at accept, which costs the broker far less than admitting
+			// and evicting each.
+			s.adm.failed(evict)
+			evict.evict(fmt.Sprintf("more than %d connections waiting for a handshake; closing the oldest", s.cfg.MaxHandshaking))
 		}
 		go func() {
 			defer s.wg.Done()

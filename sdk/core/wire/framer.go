@@ -79,15 +79,20 @@ func (fr *FrameReader) Reassembling() int { return fr.contLen }
 // the frame (or continuation) still arriving.
 func (fr *FrameReader) Buffered() int { return len(fr.buf) - fr.start + fr.contLen }
 
-// Held returns the memory the reader holds for input still arriving, in
-// bytes: Buffered, or, when a large frame is arriving, the capacity of
-// the buffer it arrives in (which may run ahead of the bytes fed, up to
-// the frame's end). A receiver bounding memory across connections
-// charges it.
+// Held returns the memory the reader holds, or is about to hold, for
+// input still arriving, in bytes: Buffered, or, once the header of a
+// large frame is in, that whole frame as its header announces it (its
+// buffer grows to it as the bytes arrive), plus a continuation's bodies
+// so far. A receiver bounding memory across connections charges it, so
+// a frame that could not fit in the budget is refused from its header,
+// before its body is read.
 func (fr *FrameReader) Held() int {
 	n := fr.Buffered()
-	if n > keepBuffer {
-		n = max(n, cap(fr.buf)-fr.start+fr.contLen)
+	if avail := fr.buf[fr.start:]; len(avail) >= HeaderSize {
+		h, _ := ParseHeader(avail)
+		if h.Length > keepBuffer && int64(h.Length) <= int64(fr.maxFrame) {
+			n = max(n, HeaderSize+int(h.Length)+fr.contLen)
+		}
 	}
 	return n
 }

@@ -246,3 +246,24 @@ func TestFrameReaderLargeFrameBuffer(t *testing.T) {
 		t.Fatalf("Next = %v %v", ok, err)
 	}
 }
+
+// TestFrameReaderHeldAnnounced: once the header of a large frame is in,
+// Held reports the whole frame it announces, so a receiver can refuse it
+// from the header instead of buffering its body first.
+func TestFrameReaderHeldAnnounced(t *testing.T) {
+	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 3<<20)}}})
+	fr := NewFrameReader(0, 0)
+	fr.Feed(frame[:HeaderSize+10])
+	if _, _, ok, err := fr.Next(); ok || err != nil {
+		t.Fatalf("Next = %v %v; want more bytes needed", ok, err)
+	}
+	if h := fr.Held(); h != len(frame) {
+		t.Fatalf("Held = %d after the header; want the announced %d", h, len(frame))
+	}
+	small := AppendFrame(nil, 2, &Ping{})
+	fr = NewFrameReader(0, 0)
+	fr.Feed(small[:HeaderSize])
+	if h := fr.Held(); h != HeaderSize {
+		t.Fatalf("Held = %d for a small frame's header; want the %d bytes fed", h, HeaderSize)
+	}
+}
