@@ -184,6 +184,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		HandshakeTimeout:         cfg.Server.HandshakeTimeout,
 		ReassemblyBudget:         cfg.Server.ReassemblyBudget,
 		MaxOutbound:              cfg.Server.MaxOutboundSize,
+		MaxEnqueueInFlight:       cfg.Server.MaxEnqueueInFlight,
 		WriteTimeout:             cfg.Server.WriteTimeout,
 		FrameReadTimeout:         cfg.Server.FrameReadTimeout,
 		MaxBatchSize:             cfg.Server.MaxBatchSize,

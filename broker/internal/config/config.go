@@ -96,6 +96,13 @@ type ServerConfig struct {
 	// connection's requests until the client reads its answers
 	// (max_outbound_size, default 4MB, from 64KB to 1GB).
 	MaxOutboundSize int64
+	// MaxEnqueueInFlight bounds the bytes of message bodies one connection
+	// may have on their way to disk (submitted and not yet durable); over
+	// it the server stops reading the connection until its earlier
+	// enqueues are answered, so one producer of huge batches delays the
+	// others' commits by a bounded amount (max_enqueue_in_flight, default
+	// 2MB, from 64KB to 1GB).
+	MaxEnqueueInFlight int64
 	// WriteTimeout closes a connection whose socket takes no bytes for
 	// this long: a client, or a consumer, that stopped reading
 	// (write_timeout, default 30s).
@@ -279,6 +286,7 @@ func Default() Config {
 			HandshakeTimeout:         10 * time.Second,
 			ReassemblyBudget:         256 * Megabyte,
 			MaxOutboundSize:          4 * Megabyte,
+			MaxEnqueueInFlight:       2 * Megabyte,
 			WriteTimeout:             30 * time.Second,
 			FrameReadTimeout:         30 * time.Second,
 			MaxBatchSize:             4096,

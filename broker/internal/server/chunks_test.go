@@ -63,7 +63,8 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	ids := make([][16]byte, len(items))
 	finished := make(chan error, 1)
 	w := &postWatcher{Shard: sh, posted: make(chan struct{}, 8)}
-	go enqueueChunks(ctx, w, items, func(from, n int, v any) {
+	admitAll := func(int64) bool { return true }
+	go enqueueChunks(ctx, w, items, admitAll, func(int64) {}, func(from, n int, v any) {
 		for j, r := range v.([]sched.EnqueueResult) {
 			ids[from+j] = r.ID
 		}
@@ -96,5 +97,71 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 		if bytes.Compare(ids[i-1][:], ids[i][:]) >= 0 {
 			t.Fatalf("message %d of the batch enqueued before message %d: the batch lost its order", i, i-1)
 		}
+	}
+}
+
+// heldQueue is a shard whose Enqueue replies only when the test says.
+type heldQueue struct {
+	mu      sync.Mutex
+	replies []func(any)
+	queued  chan int // each Enqueue's item count
+}
+
+func (q *heldQueue) Enqueue(_ context.Context, items []sched.EnqueueItem, done func(any)) error {
+	q.mu.Lock()
+	q.replies = append(q.replies, func(any) { done(make([]sched.EnqueueResult, len(items))) })
+	q.mu.Unlock()
+	q.queued <- len(items)
+	return nil
+}
+
+func (q *heldQueue) Post(_ context.Context, cmd func(*sched.Sched)) error {
+	cmd(nil)
+	return nil
+}
+
+func (q *heldQueue) answerOne() {
+	q.mu.Lock()
+	r := q.replies[0]
+	q.replies = q.replies[1:]
+	q.mu.Unlock()
+	r(nil)
+}
+
+// TestEnqueueInFlightBound: the chunks of a batch wait for room in the
+// connection's bound on bodies in flight to storage, so a producer of
+// huge batches never has more than the bound in the storage pipeline
+// (here two chunks), however large its batch.
+func TestEnqueueInFlightBound(t *testing.T) {
+	c := &conn{s: &Server{cfg: Config{MaxEnqueueInFlight: 2 * enqueueChunkBytes}}}
+	c.room.L = &c.mu
+	items := make([]sched.EnqueueItem, 5)
+	for i := range items {
+		items[i] = sched.EnqueueItem{Queue: "q", Msg: sched.Message{Body: make([]byte, enqueueChunkBytes)}}
+	}
+	q := &heldQueue{queued: make(chan int, len(items))}
+	finished := make(chan error, 1)
+	go enqueueChunks(context.Background(), q, items, c.waitEnqueueRoom, c.enqueueDone,
+		func(int, int, any) {}, func(err error) { finished <- err })
+	for range 2 {
+		<-q.queued
+	}
+	select {
+	case <-q.queued:
+		t.Fatal("a third chunk of 1 MiB was submitted with 2 MiB in flight; want it to wait for room")
+	case <-time.After(200 * time.Millisecond):
+	}
+	for range 3 {
+		q.answerOne()
+		<-q.queued
+	}
+	for range 2 {
+		q.answerOne()
+	}
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	if c.enqBytes != 0 {
+		t.Fatalf("%d bytes still counted in flight after every reply", c.enqBytes)
 	}
 }

@@ -86,6 +86,10 @@ type conn struct {
 	// room is signalled when outBytes or inflight shrink or the
 	// connection closes: the reader waits on it while over its bounds.
 	room sync.Cond
+	// enqBytes is the bytes of message bodies this connection has
+	// submitted to the shard and not yet seen durable; the reader waits
+	// on room while it is over Config.MaxEnqueueInFlight.
+	enqBytes int64
 }
 
 // outItem is one thing for the writer: a frame, or deliveries to encode.
@@ -233,6 +237,33 @@ func (c *conn) begin(reqID uint32, reserve int64) bool {
 	c.inflight[reqID] = reserve
 	c.outBytes += reserve
 	return true
+}
+
+// waitEnqueueRoom blocks the reader until n more bytes of bodies fit in
+// the connection's Config.MaxEnqueueInFlight (or none are in flight: a
+// larger request goes alone), then counts them; enqueueDone gives them
+// back. It returns false once the connection is closed. Reader goroutine
+// only.
+func (c *conn) waitEnqueueRoom(n int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed && c.enqBytes > 0 && c.enqBytes+n > c.s.cfg.MaxEnqueueInFlight {
+		c.room.Wait()
+	}
+	if c.closed {
+		return false
+	}
+	c.enqBytes += n
+	return true
+}
+
+// enqueueDone gives back n bytes counted by waitEnqueueRoom, once the
+// shard has answered them. Any goroutine.
+func (c *conn) enqueueDone(n int64) {
+	c.mu.Lock()
+	c.enqBytes -= n
+	c.mu.Unlock()
+	c.room.Broadcast()
 }
 
 // waitRoom blocks the reader while the connection's answers are over its

@@ -512,7 +512,13 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		putBodyBuf(pooled)
 	}
 	if len(items) <= enqueueChunkItems && len(bodyBuf) <= enqueueChunkBytes {
-		return c.s.sh.Enqueue(c.ctx, items, func(v any) {
+		size := int64(len(bodyBuf))
+		if !c.waitEnqueueRoom(size) {
+			release()
+			return fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
+		}
+		err := c.s.sh.Enqueue(c.ctx, items, func(v any) {
+			c.enqueueDone(size)
 			release()
 			if err := asErr(v); err != nil {
 				c.respondErr(id, err)
@@ -521,8 +527,13 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			fill(0, v)
 			c.respond(id, &wire.EnqueueResult{Results: results})
 		})
+		if err != nil {
+			c.enqueueDone(size)
+			release()
+		}
+		return err
 	}
-	enqueueChunks(c.ctx, c.s.sh, items, func(from, n int, v any) {
+	enqueueChunks(c.ctx, c.s.sh, items, c.waitEnqueueRoom, c.enqueueDone, func(from, n int, v any) {
 		if err := asErr(v); err != nil {
 			// This chunk failed as a whole; the others may not have.
 			for j := from; j < from+n; j++ {
@@ -560,7 +571,10 @@ type commandQueue interface {
 // one item), each once the shard has run the one before, so that commands
 // other connections queued meanwhile run between them: a large batch
 // holds the others back by one chunk, not by the whole batch. Chunks are
-// submitted in order, so the batch keeps its order in its queues.
+// submitted in order, so the batch keeps its order in its queues. Before
+// each chunk, admit(bytes) waits for room in the connection's bound on
+// bodies in flight to storage (false: the connection closed), and
+// release(bytes) gives the room back with the chunk's reply.
 //
 // done(from, n, v) receives the reply of the chunk of items[from:from+n]:
 // []sched.EnqueueResult, or an error if the chunk failed as a whole (or
@@ -568,7 +582,7 @@ type commandQueue interface {
 // the first error when every chunk failed. Replies come on the storage
 // completion goroutine, in any order. It returns once every chunk is
 // submitted; ctx ends the wait between chunks (the connection closed).
-func enqueueChunks(ctx context.Context, q commandQueue, items []sched.EnqueueItem, done func(from, n int, v any), finish func(err error)) {
+func enqueueChunks(ctx context.Context, q commandQueue, items []sched.EnqueueItem, admit func(int64) bool, release func(int64), done func(from, n int, v any), finish func(err error)) {
 	type span struct{ from, to int }
 	var spans []span
 	for from := 0; from < len(items); {
@@ -608,7 +622,19 @@ func enqueueChunks(ctx context.Context, q commandQueue, items []sched.EnqueueIte
 		}
 	}
 	for k, sp := range spans {
-		if err := q.Enqueue(ctx, items[sp.from:sp.to], func(v any) { complete(sp, v) }); err != nil {
+		var size int64
+		for _, it := range items[sp.from:sp.to] {
+			size += int64(len(it.Msg.Body))
+		}
+		if !admit(size) {
+			err := fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
+			for _, rest := range spans[k:] {
+				complete(rest, err)
+			}
+			return
+		}
+		if err := q.Enqueue(ctx, items[sp.from:sp.to], func(v any) { release(size); complete(sp, v) }); err != nil {
+			release(size)
 			for _, rest := range spans[k:] {
 				complete(rest, err)
 			}

@@ -82,6 +82,15 @@ type Config struct {
 	// client that does not read costs only its own TCP buffers.
 	// Deliveries are bounded by credit instead. 0 means 4 MiB.
 	MaxOutbound int64
+	// MaxEnqueueInFlight bounds the bytes of message bodies one
+	// connection may have submitted to the shard and not yet durable:
+	// over it the server stops reading the connection until its earlier
+	// enqueues are answered. Every commit (one write and fsync) then
+	// carries at most this much of one connection's data, so a producer
+	// of huge batches delays the others' commits by a bounded amount
+	// instead of filling the storage pipeline. A single larger request
+	// still goes, alone. 0 means 2 MiB.
+	MaxEnqueueInFlight int64
 	// WriteTimeout is how long a write to a client may make no progress
 	// before the connection is closed (its leases then return to their
 	// queues). 0 means 30s.
@@ -138,6 +147,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxOutbound <= 0 {
 		c.MaxOutbound = 4 << 20
+	}
+	if c.MaxEnqueueInFlight <= 0 {
+		c.MaxEnqueueInFlight = 2 << 20
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second
