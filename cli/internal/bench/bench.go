@@ -262,11 +262,18 @@ func (e *env) progress(desc string, total int64, done func() int64, count bool) 
 // trackRun tracks a run bounded by a duration or a count: the bar counts
 // messages against count if it is set, else milliseconds against d.
 func (e *env) trackRun(desc string, d time.Duration, count int64, n *atomic.Int64) func() {
+	if hook := runHook; hook != nil {
+		hook(desc, n)
+	}
 	if count > 0 {
 		return e.track(desc, count, n.Load)
 	}
 	return e.trackTime(desc, d)
 }
+
+// runHook, when a test sets it, sees the counter of acknowledged messages
+// of each run that trackRun tracks.
+var runHook func(desc string, acked *atomic.Int64)
 
 // trackTime tracks a run of length d.
 func (e *env) trackTime(desc string, d time.Duration) func() {
