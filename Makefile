@@ -76,8 +76,8 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
 
 .PHONY: break-it
-break-it: build ## a producer and consumer while hostile clients take turns, 20s phases (PHASE=20s), about 4 minutes; table in bench/results/break-it.md
-	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_BREAKIT_PHASE=$${PHASE:-20s} FILA_BREAKIT_OUT=$(CURDIR)/bench/results/break-it.md \
+break-it: build ## a producer and consumer while hostile clients take turns, 20s phases (PHASE=20s), attackers at niceness 19 (NICE=19; NICE= for none), about 4 minutes; table in bench/results/break-it.md
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_BREAKIT_PHASE=$${PHASE:-20s} FILA_BREAKIT_NICE=$${NICE-19} FILA_BREAKIT_OUT=$(CURDIR)/bench/results/break-it.md \
 		$(GO) test -count=1 -timeout 30m -run '^TestBreakIt$$' -v ./broker/e2e
 	@echo; cat $(CURDIR)/bench/results/break-it.md
 

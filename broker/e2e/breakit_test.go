@@ -20,7 +20,7 @@ package e2e
 // adds broker settings (space-separated FILA_<SECTION>_<KEY>=value) over
 // the test's own; FILA_BREAKIT_NICE=19 runs the attackers at that
 // niceness, to tell the broker's work apart from the attackers' own use
-// of the CPU. `make break-it` runs it with 20s phases. The ratios depend
+// of the CPU. `make break-it` runs it with 20s phases, at niceness 19. The ratios depend
 // on the machine and its load, so the test reports them and does not
 // assert them.
 
@@ -400,7 +400,8 @@ func breakTable(rows []breakRow, phase, gap time.Duration, env []string, peak in
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), phase, phase, gap, strings.Join(settings, ", "),
 		runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
 	if n := os.Getenv("FILA_BREAKIT_NICE"); n != "" {
-		fmt.Fprintf(&b, "The attacker processes ran at niceness %s.\n\n", n)
+		fmt.Fprintf(&b, "The attacker processes ran at niceness %s: they stand for clients on other machines, so the broker and the pair "+
+			"come first for the CPU, and the attackers take what is left (their CPU column).\n\n", n)
 	}
 	b.WriteString("| abuse | pair acked msgs/s: baseline → abused | ratio | pair produced msgs/s (abused) | SendBatch p50 / p99: baseline → abused | " +
 		"broker peak RSS | CPU under the abuse: broker / pair / attacker | broker waited for a CPU: baseline → abused | what happened to the attacker |\n")

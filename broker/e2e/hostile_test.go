@@ -618,3 +618,43 @@ func TestLargeBatchesDoNotStopOthers(t *testing.T) {
 	}
 	t.Logf("200 single enqueues completed while %d batches of 4096 went in", batches.Load())
 }
+
+// TestProtocolFailuresSlowedPerAddress: a client with a valid key that,
+// connection after connection, breaks the protocol once handshaken (here
+// a frame for request ID 0) is closed each time, and each close counts as
+// a failed handshake of its address: after handshake_failure_burst of
+// them its next connection is refused at accept, while other addresses
+// connect as before.
+func TestProtocolFailuresSlowedPerAddress(t *testing.T) {
+	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_HANDSHAKE_FAILURE_RATE=1", "FILA_SERVER_HANDSHAKE_FAILURE_BURST=5"))
+	ctx := ctxT(t, time.Minute)
+	bad := wire.AppendFrame(nil, 0, &wire.Ping{Nonce: 1})
+	for i := range 5 {
+		nc, fr, _, err := handshakeRaw(ctx, srv.Addr, "127.0.0.7", "")
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		if _, err := nc.Write(bad); err != nil {
+			t.Fatal(err)
+		}
+		_, f, err := readFrame(nc, fr, 30*time.Second)
+		if code, msg := errorCode(f); code != wire.CodeProtocolViolation {
+			t.Fatalf("connection %d: a frame with request ID 0 got %v %q (%v); want PROTOCOL_VIOLATION", i, code, msg, err)
+		}
+		nc.Close()
+	}
+	nc, err := dialFrom(srv.Addr, "127.0.0.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, f, err := readFrame(nc, wire.NewFrameReader(0, 0), 30*time.Second)
+	if code, msg := errorCode(f); code != wire.CodeResourceExhausted || !strings.Contains(msg, "too many failed handshakes") {
+		t.Errorf("a new socket after 5 protocol violations got %v %q (%v); want RESOURCE_EXHAUSTED: too many failed handshakes", code, msg, err)
+	}
+	other, _, _, err := handshakeRaw(ctx, srv.Addr, "127.0.0.8", "")
+	if err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	other.Close()
+}

@@ -68,8 +68,10 @@ type ServerConfig struct {
 	MaxConnectionsPerAddress int
 	// HandshakeFailureRate is how many failed handshakes (bad API key,
 	// bad version, malformed or non-Fila first bytes, handshake timeout,
-	// eviction from the handshaking pool) one address may make per second on average; while it is over, its
-	// new connections are refused at accept. Zero turns the check off
+	// eviction from the handshaking pool, and a connection closed after
+	// the handshake for a protocol violation or a connection limit) one
+	// address may make per second on average; while it is over, its new
+	// connections are refused at accept. Zero turns the check off
 	// (handshake_failure_rate, default 10).
 	HandshakeFailureRate int
 	// HandshakeFailureBurst is how many failed handshakes one address may
@@ -89,7 +91,8 @@ type ServerConfig struct {
 	// for requests still arriving: a frame received in part (beyond its
 	// first 64 KiB) and the frames of a continuation; a connection that
 	// would take the total over it is closed with RESOURCE_EXHAUSTED
-	// (reassembly_budget, default 256MB, from 1MB to 1TB).
+	// (reassembly_budget, default 256MB, or a quarter of MemoryLimit when
+	// that is set and smaller; from 1MB to 1TB).
 	ReassemblyBudget int64
 	// MaxOutboundSize bounds the bytes of answers one connection may have
 	// waiting to be written; over it the server stops reading that

@@ -669,3 +669,27 @@ func TestDocsListEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestReassemblyBudgetFollowsMemoryLimit: with server.memory_limit set, the
+// reassembly budget's default is a quarter of it when that is less than
+// 256MB; a budget that was set is kept.
+func TestReassemblyBudgetFollowsMemoryLimit(t *testing.T) {
+	cases := []struct {
+		env  env
+		want int64
+		src  Source
+	}{
+		{env{}, 256 << 20, Source{FromDefault, ""}},
+		{env{"FILA_SERVER_MEMORY_LIMIT": "448MB"}, 112 << 20, Source{FromDefault, "a quarter of server.memory_limit"}},
+		{env{"FILA_SERVER_MEMORY_LIMIT": "4GB"}, 256 << 20, Source{FromDefault, ""}},
+		{env{"FILA_SERVER_MEMORY_LIMIT": "448MB", "FILA_SERVER_REASSEMBLY_BUDGET": "300MB"}, 300 << 20,
+			Source{FromEnv, "FILA_SERVER_REASSEMBLY_BUDGET"}},
+	}
+	for _, tc := range cases {
+		c, src := mustLoad(t, setup(t, "", tc.env))
+		if c.Server.ReassemblyBudget != tc.want || src.Of("server.reassembly_budget") != tc.src {
+			t.Errorf("with %v: reassembly budget %d from %v; want %d from %v",
+				tc.env, c.Server.ReassemblyBudget, src.Of("server.reassembly_budget"), tc.want, tc.src)
+		}
+	}
+}

@@ -60,8 +60,9 @@ const (
 type Source struct {
 	Origin Origin
 	// Name is the file's path for FromFile and the variable's name for
-	// FromEnv. For FromDefault it is empty, or "hostname" for a node ID taken
-	// from the host name.
+	// FromEnv. For FromDefault it is empty, or says what the default was
+	// derived from: "hostname" for a node ID taken from the host name, "a
+	// quarter of server.memory_limit" for the reassembly budget.
 	Name string
 }
 
@@ -187,6 +188,15 @@ func load(path string, data []byte, env []string, hostname func() (string, error
 			l.failed["server.node_id"] = true
 		}
 		l.c.Server.NodeID = name
+	}
+
+	// The reassembly budget's default follows a memory limit: a quarter of
+	// it, so that requests still arriving cannot hold most of the memory
+	// the garbage collector is keeping the broker under.
+	if limit := l.c.Server.MemoryLimit; limit > 0 && l.src.keys["server.reassembly_budget"].Origin == FromDefault &&
+		l.c.Server.ReassemblyBudget > limit/4 {
+		l.c.Server.ReassemblyBudget = max(limit/4, 1<<20)
+		l.src.keys["server.reassembly_budget"] = Source{Origin: FromDefault, Name: "a quarter of server.memory_limit"}
 	}
 
 	for i := range fields {

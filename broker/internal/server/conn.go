@@ -364,8 +364,9 @@ func errorFrame(err error) *wire.ErrorFrame {
 // fail sends a connection-scoped Error and closes the connection once it
 // is written. Before the handshake is done, a failure that is the
 // client's doing (anything but RESOURCE_EXHAUSTED, a limit of the
-// server's) is charged to its address's failed-handshake bucket. Reader
-// goroutine only.
+// server's) is charged to its address's failed-handshake bucket; after
+// it, every failure is (a protocol violation, a malformed frame, the
+// reassembly budget). Reader goroutine only.
 func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
 	if !c.handshaken {
 		if code != wire.CodeResourceExhausted {
@@ -373,6 +374,11 @@ func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
 		}
 		c.log.Debug("closing connection before handshake", "code", code, "reason", msg)
 	} else {
+		// A client that broke the protocol or a limit of the connection
+		// (a partial frame held too long, the reassembly budget) pays as
+		// for a failed handshake: reconnecting at once to do it again is
+		// refused at accept once its address's bucket is empty.
+		c.s.adm.failed(c)
 		c.log.Info("closing connection", "code", code, "reason", msg)
 	}
 	c.shut(reqID, code, msg)
