@@ -50,7 +50,7 @@ const maxIdleAddrs = 4096
 // addrState is what admission knows of one address.
 type addrState struct {
 	conns  int
-	tokens float64   // failed handshakes still allowed, as of at
+	tokens float64   // failed handshakes still allowed, as of at; below 0 while in debt
 	at     time.Time // when tokens was last brought up to date
 }
 
@@ -157,7 +157,12 @@ func (a *admission) handshaken(c *conn) string {
 	return ""
 }
 
-// failed charges a failed handshake of c to its address's bucket.
+// failed charges a failed handshake of c to its address's bucket. The
+// bucket may go below zero: a socket evicted from the handshaking pool is
+// charged when it is evicted, which is long after its address was
+// admitted, often while the address's bucket is already empty; forgiving
+// that debt would let a flood from a few addresses through at the rate of
+// the pool's turnover instead of handshake_failure_rate.
 func (a *admission) failed(c *conn) {
 	if !c.hasAddr || a.rate <= 0 {
 		return
@@ -166,7 +171,7 @@ func (a *admission) failed(c *conn) {
 	defer a.mu.Unlock()
 	if st := a.addrs[c.addr]; st != nil {
 		a.refill(st, a.now())
-		st.tokens = max(st.tokens-1, 0)
+		st.tokens--
 	}
 }
 

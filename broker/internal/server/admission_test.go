@@ -178,3 +178,45 @@ func TestAddressTableBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictionChargesAreNotForgiven: sockets that never handshake, from
+// four addresses, keep the handshaking pool full for 20 simulated
+// seconds; the first address's sockets fill the pool first. Each socket
+// evicted is charged to its own address, often one whose bucket is
+// already empty; the charge must stand (the bucket goes into debt), or
+// the other addresses are let in at the pool's turnover rate (16,708
+// admissions here, when it was forgiven). Admissions stay within twice
+// what the buckets allow (burst and rate per address over the time, plus
+// the pool): a charge comes one pool's turnover after its admission, so
+// an address may be let in for that long past its last token.
+func TestEvictionChargesAreNotForgiven(t *testing.T) {
+	const pool, rate, burst, secs = 64, 10, 20, 20
+	a, now := testAdmission(Config{MaxHandshaking: pool, HandshakeFailureRate: rate, HandshakeFailureBurst: burst})
+	addrs := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	admitted := 0
+	try := func(addr string, port int) {
+		c := fakeConn(t, fmt.Sprintf("%s:%d", addr, port))
+		refusal, evict := a.admit(c)
+		if refusal != "" {
+			return
+		}
+		admitted++
+		if evict != nil {
+			a.failed(evict)
+			a.closed(evict)
+		}
+	}
+	for i := range pool {
+		try(addrs[0], 1000+i)
+	}
+	for i := range secs * 4000 {
+		*now = now.Add(250 * time.Microsecond)
+		try(addrs[1+i%3], 2000+i%50000)
+		if i%50 == 0 {
+			try(addrs[0], 1000+i%50000)
+		}
+	}
+	if most := 2 * (pool + len(addrs)*(burst+rate*secs)); admitted > most {
+		t.Errorf("admitted %d sockets that never handshook in %ds; want at most %d", admitted, secs, most)
+	}
+}
