@@ -1,6 +1,10 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+)
 
 // A FrameReader splits a byte stream into frames. Bytes go in with Feed in
 // pieces of any size (a frame may arrive one byte at a time, or many frames
@@ -110,6 +114,7 @@ func (fr *FrameReader) Feed(p []byte) {
 	}
 	if fr.start > 0 && fr.start == len(fr.buf) {
 		if cap(fr.buf) > keepBuffer {
+			putLarge(fr.buf)
 			fr.buf = nil
 		}
 		fr.buf = fr.buf[:0]
@@ -141,9 +146,62 @@ func (fr *FrameReader) grow(need int) {
 			c = max(min(c, end), need)
 		}
 	}
-	nb := make([]byte, len(fr.buf), c)
+	nb := getLarge(c)[:len(fr.buf)]
 	copy(nb, fr.buf)
+	if cap(fr.buf) > keepBuffer {
+		putLarge(fr.buf)
+	}
 	fr.buf = nb
+}
+
+// Buffers larger than keepBuffer are recycled across readers, by size
+// class: under a stream of large frames each would otherwise be a fresh,
+// zeroed allocation of the frame's size (and its growth steps), garbage a
+// moment later. A class spans an eighth of a power of two, so a buffer is
+// at most an eighth larger than asked for; buffers over maxPooledBuffer
+// are not kept. An idle pool empties at the garbage collector's pace
+// (sync.Pool), so memory is not held for frames that stopped coming.
+const (
+	classesPerDoubling = 8
+	maxPooledBuffer    = 64 << 20
+)
+
+var largeBufs [64 * classesPerDoubling]sync.Pool // of *[]byte, indexed by sizeClass
+
+// sizeClass returns the class of a buffer of n bytes (n > keepBuffer) and
+// the capacity of that class's buffers, the least class size >= n.
+func sizeClass(n int) (class, size int) {
+	shift := bits.Len(uint(n-1)) - 1 // 2^shift < n <= 2^(shift+1)
+	step := 1 << (shift - 3)
+	k := (n - 1 - 1<<shift) / step // 0..7
+	return shift*classesPerDoubling + k, 1<<shift + (k+1)*step
+}
+
+// getLarge returns a buffer of length and capacity at least n; its bytes
+// are not zeroed.
+func getLarge(n int) []byte {
+	if n <= keepBuffer || n > maxPooledBuffer {
+		return make([]byte, n)
+	}
+	class, size := sizeClass(n)
+	if p, _ := largeBufs[class].Get().(*[]byte); p != nil {
+		return (*p)[:cap(*p)]
+	}
+	return make([]byte, size)
+}
+
+// putLarge gives b back for reuse; the caller no longer uses it.
+func putLarge(b []byte) {
+	n := cap(b)
+	if n <= keepBuffer || n > maxPooledBuffer {
+		return
+	}
+	class, size := sizeClass(n)
+	if size != n {
+		return // not one of ours
+	}
+	b = b[:0]
+	largeBufs[class].Put(&b)
 }
 
 // Next returns the next complete frame. ok is false when more bytes are

@@ -228,7 +228,8 @@ func TestFrameReaderDropsLargeBuffer(t *testing.T) {
 }
 
 // TestFrameReaderLargeFrameBuffer: a large frame fed in small reads ends in
-// a buffer of its own size, and Held reports that buffer while it arrives.
+// a buffer of its own size (rounded up to its size class, at most an
+// eighth more), and Held reports the frame while it arrives.
 func TestFrameReaderLargeFrameBuffer(t *testing.T) {
 	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 3<<20)}}})
 	fr := NewFrameReader(0, 0)
@@ -238,8 +239,8 @@ func TestFrameReaderLargeFrameBuffer(t *testing.T) {
 			t.Fatalf("Held = %d with %d buffered; want between them and the frame's %d bytes", h, fr.Buffered(), len(frame))
 		}
 	}
-	if c := cap(fr.buf); c != len(frame) {
-		t.Errorf("buffer capacity %d for a frame of %d bytes; want the frame's size", c, len(frame))
+	if c := cap(fr.buf); c < len(frame) || c > len(frame)+len(frame)/8 {
+		t.Errorf("buffer capacity %d for a frame of %d bytes; want the frame's size, up to an eighth more", c, len(frame))
 	}
 	fr.Feed(frame[len(frame)-1:])
 	if _, _, ok, err := fr.Next(); !ok || err != nil {
@@ -265,5 +266,44 @@ func TestFrameReaderHeldAnnounced(t *testing.T) {
 	fr.Feed(small[:HeaderSize])
 	if h := fr.Held(); h != HeaderSize {
 		t.Fatalf("Held = %d for a small frame's header; want the %d bytes fed", h, HeaderSize)
+	}
+}
+
+// TestSizeClass: a class's buffers hold what was asked, waste at most an
+// eighth, and come back to the class they were taken from.
+func TestSizeClass(t *testing.T) {
+	last := -1
+	for n := keepBuffer + 1; n <= maxPooledBuffer; n += 4093 {
+		class, size := sizeClass(n)
+		if size < n || size > n+n/8 || class < last {
+			t.Fatalf("sizeClass(%d) = %d, %d; want a size from %d to %d, class not below %d", n, class, size, n, n+n/8, last)
+		}
+		if c2, s2 := sizeClass(size); c2 != class || s2 != size {
+			t.Fatalf("sizeClass(%d) = %d, %d; want its own class %d", size, c2, s2, class)
+		}
+		last = class
+	}
+	b := getLarge(3 << 20)
+	if len(b) < 3<<20 {
+		t.Fatalf("getLarge(3 MiB) has length %d", len(b))
+	}
+	putLarge(b)
+	putLarge(make([]byte, 3<<20+1)) // not a class size: dropped, no panic
+}
+
+// BenchmarkFrameReaderLargeFrames reads 8 MiB frames arriving in 64 KiB
+// reads, as a producer of large batches sends them.
+func BenchmarkFrameReaderLargeFrames(b *testing.B) {
+	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 8<<20)}}})
+	fr := NewFrameReader(16<<20, 0)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for off := 0; off < len(frame); off += 64 << 10 {
+			fr.Feed(frame[off:min(off+64<<10, len(frame))])
+		}
+		if _, _, ok, err := fr.Next(); !ok || err != nil {
+			b.Fatalf("Next = %v %v", ok, err)
+		}
 	}
 }
