@@ -16,5 +16,6 @@ require (
 	github.com/tidwall/tinylru v1.1.0 // indirect
 	github.com/tidwall/wal v1.2.1 // indirect
 	github.com/yuin/gopher-lua v1.1.2 // indirect
+	golang.org/x/time v0.16.0
 	pgregory.net/rapid v1.3.0 // indirect
 )

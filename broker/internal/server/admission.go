@@ -98,6 +98,34 @@ func (a *admission) refill(st *addrState, now time.Time) {
 	st.at = now
 }
 
+// precheck returns why a connection from addr would be refused at accept
+// (its failed-handshake bucket is empty, or it has too many connections
+// open), or "". It registers nothing: the accept loop calls it before it
+// builds a connection, so a refused socket costs no more than its accept,
+// and admit checks again.
+func (a *admission) precheck(addr netip.Prefix) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.addrs[addr]
+	if st == nil {
+		return ""
+	}
+	return a.refusalLocked(addr, st)
+}
+
+// refusalLocked is why a connection from addr, whose state is st, is
+// refused at accept, or "". Runs under mu.
+func (a *admission) refusalLocked(addr netip.Prefix, st *addrState) string {
+	a.refill(st, a.now())
+	if a.rate > 0 && st.tokens < 1 {
+		return fmt.Sprintf("too many failed handshakes from %s (at most %g a second): retry later", addr, a.rate)
+	}
+	if a.perAddress > 0 && st.conns >= a.perAddress {
+		return fmt.Sprintf("more than %d connections from %s", a.perAddress, addr)
+	}
+	return ""
+}
+
 // admit takes a connection just accepted. It returns why the connection
 // is refused (it then counts for nothing), or "" and, when the
 // handshaking pool was full, the oldest handshaking connection, which the
@@ -108,12 +136,8 @@ func (a *admission) admit(c *conn) (refusal string, evict *conn) {
 	if c.hasAddr {
 		st := a.addrs[c.addr]
 		if st != nil {
-			a.refill(st, a.now())
-			if a.rate > 0 && st.tokens < 1 {
-				return fmt.Sprintf("too many failed handshakes from %s (at most %g a second): retry later", c.addr, a.rate), nil
-			}
-			if a.perAddress > 0 && st.conns >= a.perAddress {
-				return fmt.Sprintf("more than %d connections from %s", a.perAddress, c.addr), nil
+			if r := a.refusalLocked(c.addr, st); r != "" {
+				return r, nil
 			}
 		} else {
 			st = &addrState{tokens: a.burst, at: a.now()}

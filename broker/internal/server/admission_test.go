@@ -1,12 +1,21 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/store"
 )
 
 // fakeConn returns a connection from addr, as the accept loop makes it.
@@ -218,5 +227,61 @@ func TestEvictionChargesAreNotForgiven(t *testing.T) {
 	}
 	if most := 2 * (pool + len(addrs)*(burst+rate*secs)); admitted > most {
 		t.Errorf("admitted %d sockets that never handshook in %ds; want at most %d", admitted, secs, most)
+	}
+}
+
+// TestRefusalsPaced: the accept loop refuses at most Config.RefusalRate
+// connections a second (burst as many); the rest of a flood waits in the
+// listen backlog, unanswered, instead of costing the broker a refusal
+// each. The bound is an upper one: a slow machine only refuses fewer.
+func TestRefusalsPaced(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sh, err := shard.Open(shard.Config{Logger: log}, store.NewMem())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(Config{NodeID: "test", Logger: log, MaxConnectionsPerAddress: 1, RefusalRate: 5,
+		Hooks: NewHooks(hook.Limits{}, nil, log)}, sh)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		sh.Close()
+	})
+	// The one connection 127.0.0.9 may have; every later one is refused.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}}
+	first, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	start := time.Now()
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 40 {
+		nc, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer nc.Close()
+			nc.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+			if b, _ := io.ReadAll(nc); strings.Contains(string(b), "more than 1 connections") {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if most := 5 + int64(5*elapsed.Seconds()) + 1; refused.Load() > most {
+		t.Errorf("%d of 40 connections refused in %v; want at most %d at 5 a second, burst 5", refused.Load(), elapsed, most)
+	}
+	if refused.Load() == 0 {
+		t.Errorf("no connection refused in %v", elapsed)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -65,6 +67,15 @@ type Config struct {
 	// rate of 0 disables the bucket; a burst of 0 means 1.
 	HandshakeFailureRate  float64
 	HandshakeFailureBurst int
+	// RefusalRate bounds the connections a second the accept loop refuses
+	// at accept (per-address limits), with a burst of as many; 0 means
+	// 500. Past it the loop waits before it accepts again: the sockets of
+	// a flood queue in the kernel's backlog, and once that is full their
+	// connects wait for retransmission, so the flood slows to this pace
+	// instead of the broker spending its CPU refusing it. Open connections
+	// are not affected; a client connecting during a flood waits in the
+	// backlog behind it (up to the backlog's length over this rate).
+	RefusalRate int
 	// ReassemblyBudget bounds the bytes all connections together may hold
 	// for requests still arriving: a frame received in part, beyond the
 	// first FreeFrameBytes, and the frames of a continuation. A connection
@@ -145,6 +156,9 @@ func (c *Config) defaults() {
 	if c.HandshakeFailureBurst <= 0 {
 		c.HandshakeFailureBurst = 1
 	}
+	if c.RefusalRate <= 0 {
+		c.RefusalRate = defaultRefusalRate
+	}
 	if c.MaxOutbound <= 0 {
 		c.MaxOutbound = 4 << 20
 	}
@@ -187,6 +201,7 @@ type Server struct {
 	// reassembling is the bytes charged to Config.ReassemblyBudget.
 	reassembling atomic.Int64
 	adm          *admission
+	refusals     *rate.Limiter // paces the accept loop's refusals (Config.RefusalRate)
 
 	mu       sync.Mutex
 	lns      []net.Listener
@@ -216,6 +231,7 @@ func New(cfg Config, sh *shard.Shard) *Server {
 		authFailed: newLimitedAudit(cfg.Logger, auditAuthFailed),
 		tlsFailed:  newLimitedAudit(cfg.Logger, auditTLSFailed),
 		adm:        newAdmission(&cfg),
+		refusals:   rate.NewLimiter(rate.Limit(cfg.RefusalRate), cfg.RefusalRate),
 	}
 	if cfg.Auth != nil {
 		cfg.Auth.OnChange(s.keyChanged)
@@ -252,6 +268,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("server: accept: %w", err)
 		}
 		backoff = 0
+		if addr, ok := addrKey(nc.RemoteAddr()); ok {
+			if refusal := s.adm.precheck(addr); refusal != "" {
+				s.log.Debug("refusing a connection", "remote", nc.RemoteAddr().String(), "reason", refusal)
+				s.refuse(nc, refusal)
+				s.refusals.Wait(context.Background())
+				continue
+			}
+		}
 		if s.cfg.TLS != nil {
 			nc = tls.Server(nc, s.cfg.TLS)
 		}
@@ -266,7 +290,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		if refusal != "" {
 			s.mu.Unlock()
 			s.log.Debug("refusing a connection", "remote", nc.RemoteAddr().String(), "reason", refusal)
-			go refuse(nc, refusal)
+			s.refuse(nc, refusal)
+			s.refusals.Wait(context.Background())
 			continue
 		}
 		s.conns[c] = struct{}{}
@@ -292,14 +317,37 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// defaultRefusalRate is Config.RefusalRate's default.
+const defaultRefusalRate = 500
+
 // refuse tells a connection over a limit why, and closes it, without
-// reading from it.
-func refuse(nc net.Conn, reason string) {
-	defer nc.Close()
-	// A deadline on both directions: over TLS the write runs the TLS
-	// handshake, which reads.
-	nc.SetDeadline(time.Now().Add(time.Second))
-	nc.Write(wire.AppendFrame(nil, 0, &wire.ErrorFrame{Code: wire.CodeResourceExhausted, Message: reason}))
+// reading from it. nc is the accepted socket, before any TLS: with TLS
+// on, the answer goes after a TLS handshake, on a goroutine of its own
+// with a deadline; without, the accept loop writes it at once (a new
+// socket's send buffer takes a small frame without waiting), so a flood
+// refused at accept costs no goroutine and no timer per socket.
+func (s *Server) refuse(nc net.Conn, reason string) {
+	frame := wire.AppendFrame(nil, 0, &wire.ErrorFrame{Code: wire.CodeResourceExhausted, Message: reason})
+	if s.cfg.TLS != nil {
+		go func() {
+			tc := tls.Server(nc, s.cfg.TLS)
+			defer tc.Close()
+			// A deadline on both directions: the write runs the TLS
+			// handshake, which reads.
+			tc.SetDeadline(time.Now().Add(time.Second))
+			tc.Write(frame)
+		}()
+		return
+	}
+	if writeNow(nc, frame) {
+		nc.Close()
+		return
+	}
+	go func() {
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(time.Second))
+		nc.Write(frame)
+	}()
 }
 
 // Shutdown stops accepting, sends GoAway to every connection, waits until
