@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,30 +19,12 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/broker/filatest"
+	"github.com/fila-mq/fila/broker/internal/tmpfs"
 	fila "github.com/fila-mq/fila/sdk/go"
 )
 
 // Storage failures against a real fila-server: a full disk, a lost log
 // tail, damage repaired, a failed fsync, and shutdown under nacks.
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, or skips the
-// test if it cannot (mounting needs root; it works on the CI runners).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("tmpfs needs Linux")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s: %v (the disk-full test needs root)", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 func payload(n int, tag string) []byte {
 	p := make([]byte, n)
@@ -56,7 +37,7 @@ func payload(n int, tag string) []byte {
 // filler file is deleted, enqueues succeed again without a restart; after
 // a restart every acknowledged message is there and no acked one is.
 func TestDiskFull(t *testing.T) {
-	mnt := mountTmpfs(t, 16<<20)
+	mnt := tmpfs.Mount(t, 16<<20)
 	filler := filepath.Join(mnt, "filler")
 	if err := os.WriteFile(filler, make([]byte, 4<<20), 0o640); err != nil {
 		t.Fatal(err)

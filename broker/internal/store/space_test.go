@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/tmpfs"
 )
 
 // spaceFaults makes d's commits fail with ENOSPC while fail is set, and
@@ -256,31 +256,12 @@ func TestFsyncFailureIsFatal(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, or skips the
-// test if it cannot (mounting needs root).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("tmpfs needs Linux")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s: %v (the test needs root)", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // TestNoSpaceTmpfs fills a real file system: writes fail part-way with a
 // real ENOSPC. Every acknowledged group survives, settlements go on while
 // full, a reopen on the full disk works, and growth resumes by itself once
 // a filler file is deleted.
 func TestNoSpaceTmpfs(t *testing.T) {
-	mnt := mountTmpfs(t, 4<<20)
+	mnt := tmpfs.Mount(t, 4<<20)
 	filler := filepath.Join(mnt, "filler")
 	if err := os.WriteFile(filler, make([]byte, 512<<10), 0o640); err != nil {
 		t.Fatal(err)
