@@ -185,6 +185,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ReassemblyBudget:         cfg.Server.ReassemblyBudget,
 		MaxOutbound:              cfg.Server.MaxOutboundSize,
 		MaxEnqueueInFlight:       cfg.Server.MaxEnqueueInFlight,
+		BulkEnqueueInFlight:      cfg.Server.BulkEnqueueInFlight,
 		WriteTimeout:             cfg.Server.WriteTimeout,
 		FrameReadTimeout:         cfg.Server.FrameReadTimeout,
 		MaxBatchSize:             cfg.Server.MaxBatchSize,

@@ -106,6 +106,14 @@ type ServerConfig struct {
 	// others' commits by a bounded amount (max_enqueue_in_flight, default
 	// 2MB, from 64KB to 1GB).
 	MaxEnqueueInFlight int64
+	// BulkEnqueueInFlight separates sparse producers from bulk ones: a
+	// connection whose enqueues in flight, with the rest of its request,
+	// fit in it is sparse; while a sparse producer enqueues, every bulk
+	// producer is held to this many bytes of bodies in flight, in chunks
+	// of this size, so that the commits the sparse one waits for stay
+	// small (bulk_enqueue_in_flight, default 32KB, from 4KB to 1GB; at
+	// most max_enqueue_in_flight, which a larger value acts as).
+	BulkEnqueueInFlight int64
 	// WriteTimeout closes a connection whose socket takes no bytes for
 	// this long: a client, or a consumer, that stopped reading
 	// (write_timeout, default 30s).
@@ -290,6 +298,7 @@ func Default() Config {
 			ReassemblyBudget:         256 * Megabyte,
 			MaxOutboundSize:          4 * Megabyte,
 			MaxEnqueueInFlight:       2 * Megabyte,
+			BulkEnqueueInFlight:      32 * Kilobyte,
 			WriteTimeout:             30 * time.Second,
 			FrameReadTimeout:         30 * time.Second,
 			MaxBatchSize:             4096,

@@ -89,6 +89,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.reassembly_budget":           `"256MB"`,
 		"server.max_outbound_size":           `"4MB"`,
 		"server.max_enqueue_in_flight":       `"2MB"`,
+		"server.bulk_enqueue_in_flight":      `"32KB"`,
 		"server.write_timeout":               `"30s"`,
 		"server.frame_read_timeout":          `"30s"`,
 		"server.max_batch_size":              `4096`,
@@ -154,6 +155,7 @@ max_unsettled = 200
 reassembly_budget = "64MB"
 max_outbound_size = "1MB"
 max_enqueue_in_flight = "512KB"
+bulk_enqueue_in_flight = "16KB"
 write_timeout = "5s"
 frame_read_timeout = "7s"
 max_batch_size = 512
@@ -208,7 +210,7 @@ func fullConfig() Config {
 			ListenAddr: "127.0.0.1:6000", NodeID: "node-a", MaxMessageSize: 1 << 20,
 			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxUnsettled: 200, MaxHandshaking: 64, MaxConnectionsPerAddress: 20,
 			HandshakeFailureRate: 2, HandshakeFailureBurst: 5, HandshakeTimeout: 3 * time.Second,
-			ReassemblyBudget: 64 << 20, MaxOutboundSize: 1 << 20, MaxEnqueueInFlight: 512 << 10, WriteTimeout: 5 * time.Second, FrameReadTimeout: 7 * time.Second,
+			ReassemblyBudget: 64 << 20, MaxOutboundSize: 1 << 20, MaxEnqueueInFlight: 512 << 10, BulkEnqueueInFlight: 16 << 10, WriteTimeout: 5 * time.Second, FrameReadTimeout: 7 * time.Second,
 			MaxBatchSize: 512, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
 		},
 		Storage: StorageConfig{

@@ -31,6 +31,21 @@ func message(queue string) sched.EnqueueItem {
 	return sched.EnqueueItem{Queue: queue, Msg: sched.Message{PayloadSize: 1, Body: body}}
 }
 
+// encoded returns the size function of enqueueChunks for items whose
+// bodies are already encoded.
+func encoded(items []sched.EnqueueItem) func(int) int {
+	return func(j int) int { return len(items[j].Msg.Body) }
+}
+
+func noBodies(int, int) func() { return func() {} }
+
+// openFlow is a connection without a bound on bodies in flight.
+type openFlow struct{}
+
+func (openFlow) chunkBytes() int64               { return enqueueChunkBytes }
+func (openFlow) waitEnqueueRoom(_, _ int64) bool { return true }
+func (openFlow) enqueueDone(int64)               {}
+
 // TestLargeEnqueueInterleaves: while a large batch is being enqueued, a
 // message another connection sends after the batch's first chunk reached
 // the shard is enqueued before the batch's second chunk, not after the
@@ -63,8 +78,7 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	ids := make([][16]byte, len(items))
 	finished := make(chan error, 1)
 	w := &postWatcher{Shard: sh, posted: make(chan struct{}, 8)}
-	admitAll := func(int64) bool { return true }
-	go enqueueChunks(ctx, w, items, admitAll, func(int64) {}, func(from, n int, v any) {
+	go enqueueChunks(ctx, w, openFlow{}, items, encoded(items), noBodies, func(from, n int, v any) {
 		for j, r := range v.([]sched.EnqueueResult) {
 			ids[from+j] = r.ID
 		}
@@ -141,14 +155,14 @@ func TestEnqueueInFlightBound(t *testing.T) {
 	}
 	q := &heldQueue{queued: make(chan int, len(items))}
 	finished := make(chan error, 1)
-	go enqueueChunks(context.Background(), q, items, c.waitEnqueueRoom, c.enqueueDone,
+	go enqueueChunks(context.Background(), q, c, items, encoded(items), noBodies,
 		func(int, int, any) {}, func(err error) { finished <- err })
 	for range 2 {
 		<-q.queued
 	}
 	select {
 	case <-q.queued:
-		t.Fatal("a third chunk of 1 MiB was submitted with 2 MiB in flight; want it to wait for room")
+		t.Fatal("a third chunk was submitted with two chunks' bytes in flight; want it to wait for room")
 	case <-time.After(200 * time.Millisecond):
 	}
 	for range 3 {

@@ -88,8 +88,11 @@ type conn struct {
 	room sync.Cond
 	// enqBytes is the bytes of message bodies this connection has
 	// submitted to the shard and not yet seen durable; the reader waits
-	// on room while it is over Config.MaxEnqueueInFlight.
+	// on room while it is over its bound (flow.bound).
 	enqBytes int64
+	// flow is the connection's enqueues as the server's producers see
+	// them; its bulkUntil is under mu.
+	flow flow
 }
 
 // outItem is one thing for the writer: a frame, or deliveries to encode.
@@ -133,6 +136,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	c := &conn{
 		s:        s,
+		flow:     flow{p: &s.producers},
 		nc:       nc,
 		log:      s.log.With("remote", nc.RemoteAddr().String()),
 		ctx:      ctx,
@@ -240,14 +244,16 @@ func (c *conn) begin(reqID uint32, reserve int64) bool {
 }
 
 // waitEnqueueRoom blocks the reader until n more bytes of bodies fit in
-// the connection's Config.MaxEnqueueInFlight (or none are in flight: a
-// larger request goes alone), then counts them; enqueueDone gives them
-// back. It returns false once the connection is closed. Reader goroutine
-// only.
-func (c *conn) waitEnqueueRoom(n int64) bool {
+// the connection's bound on bodies in flight to storage (flow.bound; or
+// none are in flight: a larger request goes alone), then counts them;
+// rest is what is left of the request after these n bytes. enqueueDone
+// gives them back. It returns false once the connection is closed.
+// Reader goroutine only.
+func (c *conn) waitEnqueueRoom(n, rest int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for !c.closed && c.enqBytes > 0 && c.enqBytes+n > c.s.cfg.MaxEnqueueInFlight {
+	c.flow.admitted(c.enqBytes + n + rest)
+	for !c.closed && c.enqBytes > 0 && c.enqBytes+n > c.flow.bound(c.s.cfg.MaxEnqueueInFlight) {
 		c.room.Wait()
 	}
 	if c.closed {
@@ -265,6 +271,10 @@ func (c *conn) enqueueDone(n int64) {
 	c.mu.Unlock()
 	c.room.Broadcast()
 }
+
+// chunkBytes returns the most body bytes one chunk of a large batch
+// carries now (flow.chunkBytes). Reader goroutine only.
+func (c *conn) chunkBytes() int64 { return c.flow.chunkBytes() }
 
 // waitRoom blocks the reader while the connection's answers are over its
 // bounds (Config.MaxInFlight requests, Config.MaxOutbound bytes), so a

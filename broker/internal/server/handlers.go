@@ -7,7 +7,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
@@ -445,10 +444,7 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	results := make([]wire.EnqueueItemResult, n)
 	items := make([]sched.EnqueueItem, 0, n)
 	keep := make([]int, 0, n)
-	var (
-		bodyBuf []byte
-		pooled  *[]byte
-	)
+	total := 0
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		if err := c.checkMessage(m); err != nil {
@@ -468,17 +464,8 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			}
 			fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys
 		}
-		// One buffer holds every body of the batch.
-		if pooled == nil {
-			total := 0
-			for j := i; j < n; j++ {
-				total += bodySize(f.Messages[j].Headers, f.Messages[j].Payload)
-			}
-			pooled = getBodyBuf(total)
-			bodyBuf = *pooled
-		}
-		start := len(bodyBuf)
-		bodyBuf = encodeBody(bodyBuf, m.Headers, m.Payload)
+		total += bodySize(m.Headers, m.Payload)
+		// The body is encoded with its chunk (encodeBodies).
 		items = append(items, sched.EnqueueItem{Queue: m.Queue, Msg: sched.Message{
 			FairnessKey:    fk,
 			Weight:         weight,
@@ -487,7 +474,6 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			IdempotencyKey: m.IdempotencyKey,
 			Delay:          msDur(m.DelayMS),
 			PayloadSize:    uint32(len(m.Payload)),
-			Body:           bodyBuf[start:len(bodyBuf):len(bodyBuf)],
 		}})
 		keep = append(keep, i)
 	}
@@ -505,21 +491,18 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			results[i] = wire.EnqueueItemResult{ID: r.ID, Duplicate: r.Duplicate}
 		}
 	}
-	release := func() {
-		// The scheduler copied the bodies into its storage groups before
-		// replying: the buffer is free.
-		*pooled = bodyBuf[:0]
-		putBodyBuf(pooled)
+	bodies := func(from, to int) func() {
+		return encodeBodies(items[from:to], f.Messages, keep[from:to])
 	}
-	if len(items) <= enqueueChunkItems && len(bodyBuf) <= enqueueChunkBytes {
-		size := int64(len(bodyBuf))
-		if !c.waitEnqueueRoom(size) {
-			release()
+	if len(items) <= enqueueChunkItems && int64(total) <= c.chunkBytes() {
+		size := int64(total)
+		if !c.waitEnqueueRoom(size, 0) {
 			return fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
 		}
+		free := bodies(0, len(items))
 		err := c.s.sh.Enqueue(c.ctx, items, func(v any) {
 			c.enqueueDone(size)
-			release()
+			free()
 			if err := asErr(v); err != nil {
 				c.respondErr(id, err)
 				return
@@ -529,11 +512,12 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		})
 		if err != nil {
 			c.enqueueDone(size)
-			release()
+			free()
 		}
 		return err
 	}
-	enqueueChunks(c.ctx, c.s.sh, items, c.waitEnqueueRoom, c.enqueueDone, func(from, n int, v any) {
+	sizes := func(j int) int { m := &f.Messages[keep[j]]; return bodySize(m.Headers, m.Payload) }
+	enqueueChunks(c.ctx, c.s.sh, c, items, sizes, bodies, func(from, n int, v any) {
 		if err := asErr(v); err != nil {
 			// This chunk failed as a whole; the others may not have.
 			for j := from; j < from+n; j++ {
@@ -543,7 +527,6 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		}
 		fill(from, v)
 	}, func(err error) {
-		release()
 		if err != nil {
 			c.respondErr(id, err)
 			return
@@ -553,8 +536,36 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	return nil
 }
 
-// Chunks of an Enqueue batch: a batch with more items or body bytes than
-// these reaches the shard as several commands.
+// encodeBodies encodes the bodies of items, from msgs[idx[j]] for
+// items[j], into one pooled buffer and points each item's Msg.Body at
+// its part. The returned func gives the buffer back: call it once the
+// shard has answered the items (the scheduler copies bodies into its
+// storage group before it replies).
+func encodeBodies(items []sched.EnqueueItem, msgs []wire.EnqueueMessage, idx []int) func() {
+	total := 0
+	for _, i := range idx {
+		total += bodySize(msgs[i].Headers, msgs[i].Payload)
+	}
+	p := getBodyBuf(total)
+	buf := *p
+	for j, i := range idx {
+		start := len(buf)
+		buf = encodeBody(buf, msgs[i].Headers, msgs[i].Payload)
+		items[j].Msg.Body = buf[start:len(buf):len(buf)]
+	}
+	return func() {
+		for j := range items {
+			items[j].Msg.Body = nil
+		}
+		*p = buf[:0]
+		putBodyBuf(p)
+	}
+}
+
+// Chunks of an Enqueue batch: a batch with more items, or more body bytes
+// than the connection's chunk size (enqueueChunkBytes, less while it is
+// held by a sparse producer: see producers), reaches the shard as several
+// commands, each with its bodies in a buffer of its own.
 const (
 	enqueueChunkItems = 1024
 	enqueueChunkBytes = 1 << 20
@@ -566,15 +577,32 @@ type commandQueue interface {
 	Post(ctx context.Context, cmd func(s *sched.Sched)) error
 }
 
+// enqueueFlow is the part of the connection enqueueChunks uses: its chunk
+// size now, and its bound on bodies in flight to storage. waitEnqueueRoom
+// waits for room for n bytes (rest: what is left of the batch after them)
+// and returns false once the connection is closed; enqueueDone gives the
+// room back.
+type enqueueFlow interface {
+	chunkBytes() int64
+	waitEnqueueRoom(n, rest int64) bool
+	enqueueDone(n int64)
+}
+
 // enqueueChunks submits items to the shard in chunks of at most
-// enqueueChunkItems items and enqueueChunkBytes bytes of bodies (at least
+// enqueueChunkItems items and fl.chunkBytes() bytes of bodies (at least
 // one item), each once the shard has run the one before, so that commands
 // other connections queued meanwhile run between them: a large batch
 // holds the others back by one chunk, not by the whole batch. Chunks are
-// submitted in order, so the batch keeps its order in its queues. Before
-// each chunk, admit(bytes) waits for room in the connection's bound on
-// bodies in flight to storage (false: the connection closed), and
-// release(bytes) gives the room back with the chunk's reply.
+// submitted in order, so the batch keeps its order in its queues. Each
+// chunk's size is taken when it is cut, so a batch being submitted when a
+// sparse producer appears goes on in smaller chunks.
+//
+// size(j) is the encoded size of items[j]'s body; bodies(from, to)
+// encodes the bodies of items[from:to] just before their chunk is
+// submitted and returns what frees them, which runs with the chunk's
+// reply. Before each chunk, fl.waitEnqueueRoom waits for room in the
+// connection's bound on bodies in flight to storage; the chunk's reply
+// gives it back.
 //
 // done(from, n, v) receives the reply of the chunk of items[from:from+n]:
 // []sched.EnqueueResult, or an error if the chunk failed as a whole (or
@@ -582,73 +610,90 @@ type commandQueue interface {
 // the first error when every chunk failed. Replies come on the storage
 // completion goroutine, in any order. It returns once every chunk is
 // submitted; ctx ends the wait between chunks (the connection closed).
-func enqueueChunks(ctx context.Context, q commandQueue, items []sched.EnqueueItem, admit func(int64) bool, release func(int64), done func(from, n int, v any), finish func(err error)) {
-	type span struct{ from, to int }
-	var spans []span
-	for from := 0; from < len(items); {
-		to, size := from, 0
-		for to < len(items) && to-from < enqueueChunkItems && (to == from || size+len(items[to].Msg.Body) <= enqueueChunkBytes) {
-			size += len(items[to].Msg.Body)
-			to++
-		}
-		spans = append(spans, span{from, to})
-		from = to
+func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []sched.EnqueueItem, size func(j int) int, bodies func(from, to int) func(),
+	done func(from, n int, v any), finish func(err error)) {
+	left := int64(0)
+	for j := range items {
+		left += int64(size(j))
 	}
 	var (
-		pending atomic.Int32
 		mu      sync.Mutex
+		pending = 1 // the chunks submitted and not answered, and this call
+		chunks  int
 		failed  int
 		first   error
 	)
-	pending.Store(int32(len(spans)))
-	complete := func(sp span, v any) {
-		if err := asErr(v); err != nil {
-			mu.Lock()
-			failed++
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
+	// complete records the end of one chunk (from, n, v), or of the
+	// submitting (n < 0), and runs finish after the last.
+	complete := func(from, n int, v any) {
+		if n >= 0 {
+			done(from, n, v)
 		}
-		done(sp.from, sp.to-sp.from, v)
-		if pending.Add(-1) == 0 {
-			mu.Lock()
-			var err error
-			if failed == len(spans) {
-				err = first
+		mu.Lock()
+		if n >= 0 {
+			if err := asErr(v); err != nil {
+				failed++
+				if first == nil {
+					first = err
+				}
 			}
-			mu.Unlock()
+		}
+		pending--
+		last := pending == 0
+		var err error
+		if last && failed == chunks {
+			err = first
+		}
+		mu.Unlock()
+		if last {
 			finish(err)
 		}
 	}
-	for k, sp := range spans {
-		var size int64
-		for _, it := range items[sp.from:sp.to] {
-			size += int64(len(it.Msg.Body))
+	// fail ends every item from from on with err, as one chunk.
+	fail := func(from int, err error) {
+		mu.Lock()
+		chunks++
+		pending++
+		mu.Unlock()
+		complete(from, len(items)-from, err)
+	}
+	defer complete(0, -1, nil)
+	for from := 0; from < len(items); {
+		limit := int(fl.chunkBytes())
+		to, n := from, 0
+		for to < len(items) && to-from < enqueueChunkItems && (to == from || n+size(to) <= limit) {
+			n += size(to)
+			to++
 		}
-		if !admit(size) {
-			err := fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
-			for _, rest := range spans[k:] {
-				complete(rest, err)
+		bytes := int64(n)
+		left -= bytes
+		if !fl.waitEnqueueRoom(bytes, left) {
+			fail(from, fmt.Errorf("connection closed: %w", fault.ErrUnavailable))
+			return
+		}
+		free := bodies(from, to)
+		mu.Lock()
+		chunks++
+		pending++
+		mu.Unlock()
+		sp := from
+		if err := q.Enqueue(ctx, items[from:to], func(v any) { free(); fl.enqueueDone(bytes); complete(sp, to-sp, v) }); err != nil {
+			free()
+			fl.enqueueDone(bytes)
+			complete(from, to-from, err)
+			if to < len(items) {
+				fail(to, err)
 			}
 			return
 		}
-		if err := q.Enqueue(ctx, items[sp.from:sp.to], func(v any) { release(size); complete(sp, v) }); err != nil {
-			release(size)
-			for _, rest := range spans[k:] {
-				complete(rest, err)
-			}
-			return
-		}
-		if k == len(spans)-1 {
+		if to == len(items) {
 			return
 		}
 		if err := afterCommands(ctx, q); err != nil {
-			for _, rest := range spans[k+1:] {
-				complete(rest, err)
-			}
+			fail(to, err)
 			return
 		}
+		from = to
 	}
 }
 

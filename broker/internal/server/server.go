@@ -96,12 +96,17 @@ type Config struct {
 	// MaxEnqueueInFlight bounds the bytes of message bodies one
 	// connection may have submitted to the shard and not yet durable:
 	// over it the server stops reading the connection until its earlier
-	// enqueues are answered. Every commit (one write and fsync) then
-	// carries at most this much of one connection's data, so a producer
-	// of huge batches delays the others' commits by a bounded amount
-	// instead of filling the storage pipeline. A single larger request
-	// still goes, alone. 0 means 2 MiB.
+	// enqueues are answered, so one connection cannot fill the storage
+	// pipeline. While a sparse producer enqueues, a bulk producer's
+	// bound is BulkEnqueueInFlight instead (see producers). A single
+	// larger request still goes, alone. 0 means 2 MiB.
 	MaxEnqueueInFlight int64
+	// BulkEnqueueInFlight is the bound of MaxEnqueueInFlight for a
+	// bulk producer while a sparse one enqueues (see producers): each
+	// commit then carries at most this much of the bulk producer's
+	// bodies, which bounds what it adds to the sparse producer's wait.
+	// 0 means 32 KiB; it is at most MaxEnqueueInFlight.
+	BulkEnqueueInFlight int64
 	// WriteTimeout is how long a write to a client may make no progress
 	// before the connection is closed (its leases then return to their
 	// queues). 0 means 30s.
@@ -165,6 +170,10 @@ func (c *Config) defaults() {
 	if c.MaxEnqueueInFlight <= 0 {
 		c.MaxEnqueueInFlight = 2 << 20
 	}
+	if c.BulkEnqueueInFlight <= 0 {
+		c.BulkEnqueueInFlight = 32 << 10
+	}
+	c.BulkEnqueueInFlight = min(c.BulkEnqueueInFlight, c.MaxEnqueueInFlight)
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
@@ -202,6 +211,7 @@ type Server struct {
 	reassembling atomic.Int64
 	adm          *admission
 	refusals     *rate.Limiter // paces the accept loop's refusals (Config.RefusalRate)
+	producers    producers     // sparse and bulk producers (producers.go)
 
 	mu       sync.Mutex
 	lns      []net.Listener
@@ -233,6 +243,7 @@ func New(cfg Config, sh *shard.Shard) *Server {
 		adm:        newAdmission(&cfg),
 		refusals:   rate.NewLimiter(rate.Limit(cfg.RefusalRate), cfg.RefusalRate),
 	}
+	s.producers.shared = cfg.BulkEnqueueInFlight
 	if cfg.Auth != nil {
 		cfg.Auth.OnChange(s.keyChanged)
 	}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+const testShared = 128 << 10
+
+func testProducers() (*producers, *int64) {
+	now := int64(1)
+	p := &producers{shared: testShared}
+	p.now = func() int64 { return now }
+	return p, &now
+}
+
+// TestSparseProducerHoldsBulk: a bulk producer may fill the pipeline
+// until a producer of small requests enqueues; then, for sharedWindow
+// after that producer's last enqueue, it is held to the shared bound and
+// its batches are cut into chunks of that size. The sparse producer is
+// not held by its own mark.
+func TestSparseProducerHoldsBulk(t *testing.T) {
+	p, now := testProducers()
+	bulk, sparse := &flow{p: p}, &flow{p: p}
+	const max = 2 << 20
+
+	bulk.admitted(8 << 20)
+	if got := bulk.bound(max); got != max {
+		t.Fatalf("bulk producer alone: bound %d, want %d", got, max)
+	}
+	if got := bulk.chunkBytes(); got != enqueueChunkBytes {
+		t.Fatalf("bulk producer alone: chunks of %d, want %d", got, enqueueChunkBytes)
+	}
+
+	sparse.admitted(16 << 10)
+	if got := bulk.bound(max); got != testShared {
+		t.Fatalf("beside a sparse producer: bound %d, want %d", got, testShared)
+	}
+	if got := bulk.chunkBytes(); got != testShared {
+		t.Fatalf("beside a sparse producer: chunks of %d, want %d", got, testShared)
+	}
+	if got := sparse.bound(max); got != max {
+		t.Fatalf("the sparse producer is held by its own mark: bound %d, want %d", got, max)
+	}
+
+	// Held, the bulk producer's chunks fit the shared bound; it stays a
+	// bulk producer as long as its batch asks for more.
+	*now += int64(sharedWindow) / 2
+	bulk.admitted(testShared)
+	bulk.admitted(testShared / 2)
+	if p.sparseBy.Load() == bulk {
+		t.Fatal("a held bulk producer marked itself sparse")
+	}
+
+	*now += int64(sharedWindow)
+	if got := bulk.bound(max); got != max {
+		t.Fatalf("%v after the sparse producer's last enqueue: bound %d, want %d", sharedWindow*3/2, got, max)
+	}
+}
+
+// TestBulkProducersDoNotHoldEachOther: producers that each keep more
+// than the shared bound in flight (pipelined batches, as `fila bench
+// produce` keeps) are all bulk, and none is held.
+func TestBulkProducersDoNotHoldEachOther(t *testing.T) {
+	p, _ := testProducers()
+	flows := []*flow{{p: p}, {p: p}, {p: p}}
+	for range 3 {
+		for _, f := range flows {
+			f.admitted(256 << 10)
+		}
+	}
+	for i, f := range flows {
+		if got := f.bound(2 << 20); got != 2<<20 {
+			t.Fatalf("producer %d: bound %d, want the full 2 MiB", i, got)
+		}
+	}
+}
+
+// chunkRecorder is a shard that answers each Enqueue at once and records
+// its chunks: the body bytes of each, and whether the bodies of the
+// batch's other items were encoded when it came.
+type chunkRecorder struct {
+	mu      sync.Mutex
+	all     []sched.EnqueueItem
+	payload []byte
+	sizes   []int
+	early   bool // a later chunk's body was encoded before its turn
+	wrong   bool // a body did not decode to the payload
+}
+
+func (q *chunkRecorder) Enqueue(_ context.Context, items []sched.EnqueueItem, done func(any)) error {
+	q.mu.Lock()
+	n := 0
+	for _, it := range items {
+		n += len(it.Msg.Body)
+		if !bytes.Equal(it.Msg.Body, encodeBody(nil, nil, q.payload)) {
+			q.wrong = true
+		}
+	}
+	end := &items[len(items)-1]
+	for i := range q.all {
+		if &q.all[i] == end && i+1 < len(q.all) && q.all[i+1].Msg.Body != nil {
+			q.early = true
+		}
+	}
+	q.sizes = append(q.sizes, n)
+	q.mu.Unlock()
+	done(make([]sched.EnqueueResult, len(items)))
+	return nil
+}
+
+func (q *chunkRecorder) Post(_ context.Context, cmd func(*sched.Sched)) error {
+	cmd(nil)
+	return nil
+}
+
+// TestHeldBulkBatchInSharedChunks: a huge batch from a connection held by
+// a sparse producer reaches the shard in chunks of the shared bound, each
+// encoded only when its turn comes, so the commits the sparse producer
+// waits for carry at most that much of it. Before sparse producers held
+// bulk ones, the chunks were 1 MiB and the bound 2 MiB.
+func TestHeldBulkBatchInSharedChunks(t *testing.T) {
+	p, _ := testProducers()
+	s := &Server{cfg: Config{MaxEnqueueInFlight: 2 << 20}}
+	c := &conn{s: s, flow: flow{p: p}}
+	c.room.L = &c.mu
+	(&flow{p: p}).admitted(16 << 10) // a sparse producer enqueues
+
+	payload := make([]byte, 2048)
+	msgs := make([]wire.EnqueueMessage, 4096)
+	items := make([]sched.EnqueueItem, len(msgs))
+	keep := make([]int, len(msgs))
+	for i := range msgs {
+		msgs[i] = wire.EnqueueMessage{Queue: "q", Payload: payload}
+		items[i] = sched.EnqueueItem{Queue: "q"}
+		keep[i] = i
+	}
+	q := &chunkRecorder{all: items, payload: payload}
+	finished := make(chan error, 1)
+	size := func(j int) int { return bodySize(nil, payload) }
+	bodies := func(from, to int) func() { return encodeBodies(items[from:to], msgs, keep[from:to]) }
+	go enqueueChunks(context.Background(), q, c, items, size, bodies, func(int, int, any) {}, func(err error) { finished <- err })
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the batch did not finish")
+	}
+	if q.wrong {
+		t.Fatal("a chunk's bodies did not decode to their payloads")
+	}
+	if q.early {
+		t.Fatal("a chunk's bodies were encoded before the chunk's turn")
+	}
+	total := 0
+	for i, n := range q.sizes {
+		if n > testShared {
+			t.Fatalf("chunk %d carried %d bytes of bodies; want at most the shared bound, %d", i, n, testShared)
+		}
+		total += n
+	}
+	if want := len(msgs) * bodySize(nil, payload); total != want {
+		t.Fatalf("chunks carried %d bytes, want %d", total, want)
+	}
+	if c.enqBytes != 0 {
+		t.Fatalf("%d bytes still counted in flight after every reply", c.enqBytes)
+	}
+}
