@@ -6,6 +6,8 @@ GO       ?= go
 BIN      := $(CURDIR)/bin
 PKGS     := work
 FUZZTIME ?= 30s
+# staticcheck, at a pinned version, fetched through the module proxy.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .DEFAULT_GOAL := help
 
@@ -52,9 +54,10 @@ check-gen: ## fail if a generated file is stale
 	$(GO) run ./gen -check
 
 .PHONY: lint
-lint: check-gen ## vet and gofmt
+lint: check-gen ## vet, gofmt and staticcheck
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l bench broker cli conformance gen sdk); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s), one at a time

@@ -204,18 +204,17 @@ func (r *rawConn) expectError(code wire.Code) error {
 	return nil
 }
 
-// expectClose reads until the broker closes the connection.
+// expectClose reads the next frame and wants, instead, the connection
+// closed by the broker: any frame is an error.
 func (r *rawConn) expectClose() error {
-	for {
-		h, f, err := r.read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return fmt.Errorf("got %v req=%d (%+v); want the connection closed", h.Opcode, h.RequestID, f)
+	h, f, err := r.read()
+	if errors.Is(err, io.EOF) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("got %v req=%d (%+v); want the connection closed", h.Opcode, h.RequestID, f)
 }
 
 // header returns a frame header with an arbitrary length.

@@ -69,7 +69,6 @@ type reader struct {
 	off   int
 	err   *DecodeError
 	frame string // for errors
-	field string
 	// strs interns short strings across a frame's items, so a batch whose
 	// messages cycle through a few fairness keys allocates each once. It
 	// is shared by the frame's reader and its sub-readers.
@@ -186,14 +185,6 @@ func (r *reader) strBytes(field string) []byte {
 	b := r.b[r.off : r.off+n]
 	r.off += n
 	return b
-}
-
-func (r *reader) str(field string) string {
-	b := r.strBytes(field)
-	if len(b) == 0 {
-		return ""
-	}
-	return string(b)
 }
 
 // strLike decodes a string, returning prev itself when the bytes equal it,
