@@ -113,6 +113,20 @@ func TestSpecChecks(t *testing.T) {
 			},
 			`operation "Ack": items "items": max 0; want protocol.max_batch_size (65536)`,
 		},
+		{
+			"struct doc that is not a noun phrase",
+			func(s string) string {
+				return strings.Replace(s, `doc = "A reference to one leased delivery."`, `doc = "Names one leased delivery."`, 1)
+			},
+			`struct "LeaseRef": doc must start with a noun phrase`,
+		},
+		{
+			"enum doc that is not a noun phrase",
+			func(s string) string {
+				return strings.Replace(s, `doc = "One of the three kinds of permission`, `doc = "Three kinds of permission`, 1)
+			},
+			`enum "PermissionKind": doc must start with a noun phrase`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := spec.Parse([]byte(tc.edit(string(base))))
@@ -199,5 +213,35 @@ func copyTree(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGeneratedDocComments: the generated Go reads as Go: doc comments are
+// // lines, never /* */ blocks, and a type's comment is a sentence about
+// it ("EnqueueMessage is one message of an Enqueue batch."), not "X is an
+// is ...".
+func TestGeneratedDocComments(t *testing.T) {
+	files, err := render.All(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, data := range files {
+		if !strings.HasSuffix(name, ".go") {
+			continue
+		}
+		n++
+		for i, line := range strings.Split(string(data), "\n") {
+			trimmed := strings.TrimSpace(line)
+			if strings.HasPrefix(trimmed, "/*") {
+				t.Errorf("%s:%d: a /* */ comment block", name, i+1)
+			}
+			if strings.Contains(line, " is an is ") || strings.Contains(line, " is a is ") {
+				t.Errorf("%s:%d: %q", name, i+1, trimmed)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no generated Go files")
 	}
 }

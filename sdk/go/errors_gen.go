@@ -66,10 +66,8 @@ type EnqueueCode uint16
 const (
 	// EnqueueQueueNotFound no queue has this name.
 	EnqueueQueueNotFound EnqueueCode = 20
-	/*
-	   EnqueueMessageTooLarge the message's payload and headers exceed the broker's
-	   max message size.
-	*/
+	// EnqueueMessageTooLarge the message's payload and headers exceed the broker's
+	// max message size.
 	EnqueueMessageTooLarge EnqueueCode = 22
 )
 
@@ -78,12 +76,10 @@ func (c EnqueueCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-EnqueueError is a domain failure of Enqueue; Code is one of
-EnqueueQueueNotFound, EnqueueMessageTooLarge. Other failures of Enqueue are
-*StatusError. errors.Is matches the code's sentinel, such as
-ErrQueueNotFound.
-*/
+// EnqueueError is a domain failure of Enqueue; Code is one of
+// EnqueueQueueNotFound, EnqueueMessageTooLarge. Other failures of Enqueue are
+// *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type EnqueueError struct {
 	Code EnqueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -114,11 +110,9 @@ func (c SubscribeCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-SubscribeError is a domain failure of Subscribe; Code is one of
-SubscribeQueueNotFound. Other failures of Subscribe are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// SubscribeError is a domain failure of Subscribe; Code is one of
+// SubscribeQueueNotFound. Other failures of Subscribe are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type SubscribeError struct {
 	Code SubscribeCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -140,10 +134,8 @@ func (e *SubscribeError) Is(target error) bool {
 type CreditCode uint16
 
 const (
-	/*
-	   CreditSubscriptionNotFound no subscription with this ID is open on this
-	   connection.
-	*/
+	// CreditSubscriptionNotFound no subscription with this ID is open on this
+	// connection.
 	CreditSubscriptionNotFound CreditCode = 26
 )
 
@@ -152,11 +144,9 @@ func (c CreditCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-CreditError is a domain failure of Credit; Code is one of
-CreditSubscriptionNotFound. Other failures of Credit are *StatusError.
-errors.Is matches the code's sentinel, such as ErrSubscriptionNotFound.
-*/
+// CreditError is a domain failure of Credit; Code is one of
+// CreditSubscriptionNotFound. Other failures of Credit are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrSubscriptionNotFound.
 type CreditError struct {
 	Code CreditCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -178,10 +168,8 @@ func (e *CreditError) Is(target error) bool {
 type UnsubscribeCode uint16
 
 const (
-	/*
-	   UnsubscribeSubscriptionNotFound no subscription with this ID is open on this
-	   connection.
-	*/
+	// UnsubscribeSubscriptionNotFound no subscription with this ID is open on this
+	// connection.
 	UnsubscribeSubscriptionNotFound UnsubscribeCode = 26
 )
 
@@ -190,12 +178,10 @@ func (c UnsubscribeCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-UnsubscribeError is a domain failure of Unsubscribe; Code is one of
-UnsubscribeSubscriptionNotFound. Other failures of Unsubscribe are
-*StatusError. errors.Is matches the code's sentinel, such as
-ErrSubscriptionNotFound.
-*/
+// UnsubscribeError is a domain failure of Unsubscribe; Code is one of
+// UnsubscribeSubscriptionNotFound. Other failures of Unsubscribe are
+// *StatusError. errors.Is matches the code's sentinel, such as
+// ErrSubscriptionNotFound.
 type UnsubscribeError struct {
 	Code UnsubscribeCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -219,16 +205,12 @@ type AckCode uint16
 const (
 	// AckQueueNotFound no queue has this name.
 	AckQueueNotFound AckCode = 20
-	/*
-	   AckMessageNotFound no message with this ID is in the queue (already acked,
-	   dead-lettered, or never there).
-	*/
+	// AckMessageNotFound no message with this ID is in the queue (already acked,
+	// dead-lettered, or never there).
 	AckMessageNotFound AckCode = 23
-	/*
-	   AckLeaseExpired the message exists but the lease named in the request is no
-	   longer current: it expired, was released, or the message was delivered again
-	   under a new lease.
-	*/
+	// AckLeaseExpired the message exists but the lease named in the request is no
+	// longer current: it expired, was released, or the message was delivered again
+	// under a new lease.
 	AckLeaseExpired AckCode = 24
 )
 
@@ -237,11 +219,9 @@ func (c AckCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-AckError is a domain failure of Ack; Code is one of AckQueueNotFound,
-AckMessageNotFound, AckLeaseExpired. Other failures of Ack are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// AckError is a domain failure of Ack; Code is one of AckQueueNotFound,
+// AckMessageNotFound, AckLeaseExpired. Other failures of Ack are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type AckError struct {
 	Code AckCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -265,16 +245,12 @@ type NackCode uint16
 const (
 	// NackQueueNotFound no queue has this name.
 	NackQueueNotFound NackCode = 20
-	/*
-	   NackMessageNotFound no message with this ID is in the queue (already acked,
-	   dead-lettered, or never there).
-	*/
+	// NackMessageNotFound no message with this ID is in the queue (already acked,
+	// dead-lettered, or never there).
 	NackMessageNotFound NackCode = 23
-	/*
-	   NackLeaseExpired the message exists but the lease named in the request is no
-	   longer current: it expired, was released, or the message was delivered again
-	   under a new lease.
-	*/
+	// NackLeaseExpired the message exists but the lease named in the request is no
+	// longer current: it expired, was released, or the message was delivered again
+	// under a new lease.
 	NackLeaseExpired NackCode = 24
 )
 
@@ -283,12 +259,10 @@ func (c NackCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-NackError is a domain failure of Nack; Code is one of NackQueueNotFound,
-NackMessageNotFound, NackLeaseExpired. Other failures of Nack are
-*StatusError. errors.Is matches the code's sentinel, such as
-ErrQueueNotFound.
-*/
+// NackError is a domain failure of Nack; Code is one of NackQueueNotFound,
+// NackMessageNotFound, NackLeaseExpired. Other failures of Nack are
+// *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type NackError struct {
 	Code NackCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -312,16 +286,12 @@ type RetryAfterCode uint16
 const (
 	// RetryAfterQueueNotFound no queue has this name.
 	RetryAfterQueueNotFound RetryAfterCode = 20
-	/*
-	   RetryAfterMessageNotFound no message with this ID is in the queue (already
-	   acked, dead-lettered, or never there).
-	*/
+	// RetryAfterMessageNotFound no message with this ID is in the queue (already
+	// acked, dead-lettered, or never there).
 	RetryAfterMessageNotFound RetryAfterCode = 23
-	/*
-	   RetryAfterLeaseExpired the message exists but the lease named in the request
-	   is no longer current: it expired, was released, or the message was delivered
-	   again under a new lease.
-	*/
+	// RetryAfterLeaseExpired the message exists but the lease named in the request
+	// is no longer current: it expired, was released, or the message was delivered
+	// again under a new lease.
 	RetryAfterLeaseExpired RetryAfterCode = 24
 )
 
@@ -330,12 +300,10 @@ func (c RetryAfterCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-RetryAfterError is a domain failure of RetryAfter; Code is one of
-RetryAfterQueueNotFound, RetryAfterMessageNotFound, RetryAfterLeaseExpired.
-Other failures of RetryAfter are *StatusError. errors.Is matches the code's
-sentinel, such as ErrQueueNotFound.
-*/
+// RetryAfterError is a domain failure of RetryAfter; Code is one of
+// RetryAfterQueueNotFound, RetryAfterMessageNotFound, RetryAfterLeaseExpired.
+// Other failures of RetryAfter are *StatusError. errors.Is matches the code's
+// sentinel, such as ErrQueueNotFound.
 type RetryAfterError struct {
 	Code RetryAfterCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -359,16 +327,12 @@ type ExtendLeaseCode uint16
 const (
 	// ExtendLeaseQueueNotFound no queue has this name.
 	ExtendLeaseQueueNotFound ExtendLeaseCode = 20
-	/*
-	   ExtendLeaseMessageNotFound no message with this ID is in the queue (already
-	   acked, dead-lettered, or never there).
-	*/
+	// ExtendLeaseMessageNotFound no message with this ID is in the queue (already
+	// acked, dead-lettered, or never there).
 	ExtendLeaseMessageNotFound ExtendLeaseCode = 23
-	/*
-	   ExtendLeaseLeaseExpired the message exists but the lease named in the
-	   request is no longer current: it expired, was released, or the message was
-	   delivered again under a new lease.
-	*/
+	// ExtendLeaseLeaseExpired the message exists but the lease named in the
+	// request is no longer current: it expired, was released, or the message was
+	// delivered again under a new lease.
 	ExtendLeaseLeaseExpired ExtendLeaseCode = 24
 )
 
@@ -377,12 +341,10 @@ func (c ExtendLeaseCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-ExtendLeaseError is a domain failure of ExtendLease; Code is one of
-ExtendLeaseQueueNotFound, ExtendLeaseMessageNotFound,
-ExtendLeaseLeaseExpired. Other failures of ExtendLease are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// ExtendLeaseError is a domain failure of ExtendLease; Code is one of
+// ExtendLeaseQueueNotFound, ExtendLeaseMessageNotFound,
+// ExtendLeaseLeaseExpired. Other failures of ExtendLease are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type ExtendLeaseError struct {
 	Code ExtendLeaseCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -406,16 +368,12 @@ type ReleaseCode uint16
 const (
 	// ReleaseQueueNotFound no queue has this name.
 	ReleaseQueueNotFound ReleaseCode = 20
-	/*
-	   ReleaseMessageNotFound no message with this ID is in the queue (already
-	   acked, dead-lettered, or never there).
-	*/
+	// ReleaseMessageNotFound no message with this ID is in the queue (already
+	// acked, dead-lettered, or never there).
 	ReleaseMessageNotFound ReleaseCode = 23
-	/*
-	   ReleaseLeaseExpired the message exists but the lease named in the request is
-	   no longer current: it expired, was released, or the message was delivered
-	   again under a new lease.
-	*/
+	// ReleaseLeaseExpired the message exists but the lease named in the request is
+	// no longer current: it expired, was released, or the message was delivered
+	// again under a new lease.
 	ReleaseLeaseExpired ReleaseCode = 24
 )
 
@@ -424,12 +382,10 @@ func (c ReleaseCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-ReleaseError is a domain failure of Release; Code is one of
-ReleaseQueueNotFound, ReleaseMessageNotFound, ReleaseLeaseExpired. Other
-failures of Release are *StatusError. errors.Is matches the code's sentinel,
-such as ErrQueueNotFound.
-*/
+// ReleaseError is a domain failure of Release; Code is one of
+// ReleaseQueueNotFound, ReleaseMessageNotFound, ReleaseLeaseExpired. Other
+// failures of Release are *StatusError. errors.Is matches the code's sentinel,
+// such as ErrQueueNotFound.
 type ReleaseError struct {
 	Code ReleaseCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -453,10 +409,8 @@ type CreateQueueCode uint16
 const (
 	// CreateQueueQueueExists A queue with this name already exists.
 	CreateQueueQueueExists CreateQueueCode = 21
-	/*
-	   CreateQueueScriptError A Lua script failed to compile; the message carries
-	   the line number.
-	*/
+	// CreateQueueScriptError A Lua script failed to compile; the message carries
+	// the line number.
 	CreateQueueScriptError CreateQueueCode = 28
 )
 
@@ -465,12 +419,10 @@ func (c CreateQueueCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-CreateQueueError is a domain failure of CreateQueue; Code is one of
-CreateQueueQueueExists, CreateQueueScriptError. Other failures of
-CreateQueue are *StatusError. errors.Is matches the code's sentinel, such as
-ErrQueueExists.
-*/
+// CreateQueueError is a domain failure of CreateQueue; Code is one of
+// CreateQueueQueueExists, CreateQueueScriptError. Other failures of
+// CreateQueue are *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueExists.
 type CreateQueueError struct {
 	Code CreateQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -501,11 +453,9 @@ func (c DeleteQueueCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-DeleteQueueError is a domain failure of DeleteQueue; Code is one of
-DeleteQueueQueueNotFound. Other failures of DeleteQueue are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// DeleteQueueError is a domain failure of DeleteQueue; Code is one of
+// DeleteQueueQueueNotFound. Other failures of DeleteQueue are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type DeleteQueueError struct {
 	Code DeleteQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -536,11 +486,9 @@ func (c QueueStatsCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-QueueStatsError is a domain failure of QueueStats; Code is one of
-QueueStatsQueueNotFound. Other failures of QueueStats are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// QueueStatsError is a domain failure of QueueStats; Code is one of
+// QueueStatsQueueNotFound. Other failures of QueueStats are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type QueueStatsError struct {
 	Code QueueStatsCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -562,11 +510,9 @@ func (e *QueueStatsError) Is(target error) bool {
 type SetConfigCode uint16
 
 const (
-	/*
-	   SetConfigInvalidConfigValue A runtime-config value has the wrong form for
-	   its key's prefix; the message names the expected form (for throttle.* keys:
-	   "rate,burst").
-	*/
+	// SetConfigInvalidConfigValue A runtime-config value has the wrong form for
+	// its key's prefix; the message names the expected form (for throttle.* keys:
+	// "rate,burst").
 	SetConfigInvalidConfigValue SetConfigCode = 27
 )
 
@@ -575,11 +521,9 @@ func (c SetConfigCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-SetConfigError is a domain failure of SetConfig; Code is one of
-SetConfigInvalidConfigValue. Other failures of SetConfig are *StatusError.
-errors.Is matches the code's sentinel, such as ErrInvalidConfigValue.
-*/
+// SetConfigError is a domain failure of SetConfig; Code is one of
+// SetConfigInvalidConfigValue. Other failures of SetConfig are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrInvalidConfigValue.
 type SetConfigError struct {
 	Code SetConfigCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -612,12 +556,10 @@ func (c RedriveCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-RedriveError is a domain failure of Redrive; Code is one of
-RedriveQueueNotFound, RedriveNotADLQ. Other failures of Redrive are
-*StatusError. errors.Is matches the code's sentinel, such as
-ErrQueueNotFound.
-*/
+// RedriveError is a domain failure of Redrive; Code is one of
+// RedriveQueueNotFound, RedriveNotADLQ. Other failures of Redrive are
+// *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type RedriveError struct {
 	Code RedriveCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -648,11 +590,9 @@ func (c RevokeApiKeyCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-RevokeApiKeyError is a domain failure of RevokeApiKey; Code is one of
-RevokeApiKeyAPIKeyNotFound. Other failures of RevokeApiKey are *StatusError.
-errors.Is matches the code's sentinel, such as ErrAPIKeyNotFound.
-*/
+// RevokeApiKeyError is a domain failure of RevokeApiKey; Code is one of
+// RevokeApiKeyAPIKeyNotFound. Other failures of RevokeApiKey are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrAPIKeyNotFound.
 type RevokeApiKeyError struct {
 	Code RevokeApiKeyCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -683,11 +623,9 @@ func (c SetAclCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-SetAclError is a domain failure of SetAcl; Code is one of
-SetAclAPIKeyNotFound. Other failures of SetAcl are *StatusError. errors.Is
-matches the code's sentinel, such as ErrAPIKeyNotFound.
-*/
+// SetAclError is a domain failure of SetAcl; Code is one of
+// SetAclAPIKeyNotFound. Other failures of SetAcl are *StatusError. errors.Is
+// matches the code's sentinel, such as ErrAPIKeyNotFound.
 type SetAclError struct {
 	Code SetAclCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -718,11 +656,9 @@ func (c GetAclCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-GetAclError is a domain failure of GetAcl; Code is one of
-GetAclAPIKeyNotFound. Other failures of GetAcl are *StatusError. errors.Is
-matches the code's sentinel, such as ErrAPIKeyNotFound.
-*/
+// GetAclError is a domain failure of GetAcl; Code is one of
+// GetAclAPIKeyNotFound. Other failures of GetAcl are *StatusError. errors.Is
+// matches the code's sentinel, such as ErrAPIKeyNotFound.
 type GetAclError struct {
 	Code GetAclCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -753,11 +689,9 @@ func (c TopologyCode) String() string {
 	return wire.Code(c).String()
 }
 
-/*
-TopologyError is a domain failure of Topology; Code is one of
-TopologyQueueNotFound. Other failures of Topology are *StatusError.
-errors.Is matches the code's sentinel, such as ErrQueueNotFound.
-*/
+// TopologyError is a domain failure of Topology; Code is one of
+// TopologyQueueNotFound. Other failures of Topology are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
 type TopologyError struct {
 	Code TopologyCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.

@@ -114,8 +114,8 @@ func SDK(s *spec.Spec) map[string]*File {
 			Return(Qual(WirePath, "Code").Parens(Id("c")).Dot("String").Call()),
 		)
 
-		f.Comment(wrap(fmt.Sprintf("%s is a domain failure of %s; Code is one of %s. Other failures of %s are *StatusError. errors.Is matches the code's sentinel, such as Err%s.",
-			errType, op.Name, strings.Join(names, ", "), op.Name, spec.GoName(op.Codes[0])), 76))
+		f.Add(comments(fmt.Sprintf("%s is a domain failure of %s; Code is one of %s. Other failures of %s are *StatusError. errors.Is matches the code's sentinel, such as Err%s.",
+			errType, op.Name, strings.Join(names, ", "), op.Name, spec.GoName(op.Codes[0]))))
 		f.Type().Id(errType).Struct(
 			Id("Code").Id(codeType),
 			Comment("Target is what the failure concerns: a queue name, a key ID; may be empty."),

@@ -130,7 +130,18 @@ func docComment(name, doc string) *Statement {
 	if doc == "" {
 		return Null()
 	}
-	return Comment(wrap(name+" "+lowerFirst(doc), 76))
+	return comments(name + " " + lowerFirst(doc))
+}
+
+// comments renders text as a Go doc comment: wrapped, one // per line.
+// (A single jen.Comment of several lines renders as a /* */ block.)
+func comments(text string) *Statement {
+	lines := strings.Split(wrap(text, 76), "\n")
+	c := Comment(lines[0])
+	for _, l := range lines[1:] {
+		c = c.Line().Comment(l)
+	}
+	return c
 }
 
 func lowerFirst(s string) string {
@@ -290,7 +301,7 @@ func (g *wireGen) frames() *File {
 
 	// Enums.
 	for _, e := range g.s.Enums {
-		f.Add(docComment(e.Name, e.Doc))
+		f.Add(comments(e.Name + " is " + lowerFirst(e.Doc)))
 		f.Type().Id(e.Name).Add(g.goType(e.Type))
 		var defs []Code
 		var cases []Code
@@ -335,29 +346,20 @@ func listLimit(owner string, fd spec.Field) Code {
 	return Id(maxName(owner, fd.Name))
 }
 
+// recordType declares a struct. Its doc comment is "Name is " and doc,
+// which (as the spec requires of a struct's doc) starts with a noun
+// phrase: "One message of an Enqueue batch." A doc that already starts
+// with "is " is used as it is.
 func (g *wireGen) recordType(f *File, name, doc string, fields []spec.Field) {
 	if !strings.HasPrefix(doc, "is ") {
 		doc = "is " + lowerFirst(doc)
-		doc = strings.TrimPrefix(doc, "is a ")
-		doc = "is " + withArticle(doc)
 	}
-	f.Comment(wrap(typeName(name)+" "+doc, 76))
+	f.Add(comments(typeName(name) + " " + doc))
 	var defs []Code
 	for _, fd := range fields {
 		defs = append(defs, docComment(spec.GoName(fd.Name), fieldDoc(fd)), Id(spec.GoName(fd.Name)).Add(g.goType(fd.Type)))
 	}
 	f.Type().Id(typeName(name)).Struct(defs...)
-}
-
-func withArticle(s string) string {
-	if s == "" {
-		return s
-	}
-	switch s[0] {
-	case 'a', 'e', 'i', 'o', 'u':
-		return "an " + s
-	}
-	return "a " + s
 }
 
 func fieldDoc(fd spec.Field) string {
@@ -372,7 +374,7 @@ func (g *wireGen) codes() *File {
 	var defs []Code
 	for _, c := range g.s.Codes {
 		id := "Code" + spec.GoName(c.Name)
-		defs = append(defs, docComment(id, fmt.Sprintf("(%d, %s) %s", c.Value, c.Scope, c.Doc)), Id(id).Id("Code").Op("=").Lit(c.Value))
+		defs = append(defs, comments(fmt.Sprintf("%s is code %d, %s scope. %s", id, c.Value, c.Scope, c.Doc)), Id(id).Id("Code").Op("=").Lit(c.Value))
 	}
 	f.Const().Defs(defs...)
 

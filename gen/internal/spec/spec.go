@@ -245,6 +245,9 @@ func (s *Spec) validate() error {
 			fail("enum %q: declared twice", e.Name)
 		}
 		s.enums[e.Name] = e
+		if !startsNounPhrase(e.Doc) {
+			fail("enum %q: doc must start with a noun phrase (A, An, The or One): %q", e.Name, e.Doc)
+		}
 		if e.Type != "u8" && e.Type != "u16" {
 			fail("enum %q: type %q: want u8 or u16", e.Name, e.Type)
 		}
@@ -263,6 +266,10 @@ func (s *Spec) validate() error {
 			fail("struct %q: declared twice", st.Name)
 		}
 		s.structs[st.Name] = st
+		// Generated code reads "Name is " and the doc.
+		if !startsNounPhrase(st.Doc) {
+			fail("struct %q: doc must start with a noun phrase (A, An, The or One): %q", st.Name, st.Doc)
+		}
 	}
 
 	opcodes := map[int]string{}
@@ -513,4 +520,15 @@ func GoName(s string) string {
 		b.WriteString(strings.ToUpper(lower[:1]) + lower[1:])
 	}
 	return b.String()
+}
+
+// startsNounPhrase reports whether doc starts with an article or "One",
+// so that the generated "Name is " and doc reads as a sentence.
+func startsNounPhrase(doc string) bool {
+	for _, p := range []string{"A ", "An ", "The ", "One "} {
+		if strings.HasPrefix(doc, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,123 +9,95 @@ import "fmt"
 type Code uint16
 
 const (
-	// CodeOK (0, ok) Success.
+	// CodeOK is code 0, ok scope. Success.
 	CodeOK Code = 0
-	/*
-	   CodeMalformedFrame (1, connection) A frame could not be decoded: a length
-	   runs past the frame body, a bool is not 0 or 1, a list count is impossible.
-	*/
+	// CodeMalformedFrame is code 1, connection scope. A frame could not be
+	// decoded: a length runs past the frame body, a bool is not 0 or 1, a list
+	// count is impossible.
 	CodeMalformedFrame Code = 1
-	/*
-	   CodeFrameTooLarge (2, connection) A frame's length exceeds the receiver's
-	   max frame size, or continuation frames exceed the reassembly limit.
-	*/
+	// CodeFrameTooLarge is code 2, connection scope. A frame's length exceeds the
+	// receiver's max frame size, or continuation frames exceed the reassembly
+	// limit.
 	CodeFrameTooLarge Code = 2
-	/*
-	   CodeProtocolViolation (3, connection) A well-formed frame arrived where it
-	   is not allowed: any frame before Handshake, a second Handshake, a response
-	   opcode from the client, an interleaved continuation, a reused request ID.
-	   The server also closes with it a connection that sends no complete Handshake
-	   within its handshake timeout, or leaves a frame incomplete for its frame
-	   read timeout.
-	*/
+	// CodeProtocolViolation is code 3, connection scope. A well-formed frame
+	// arrived where it is not allowed: any frame before Handshake, a second
+	// Handshake, a response opcode from the client, an interleaved continuation, a
+	// reused request ID. The server also closes with it a connection that sends no
+	// complete Handshake within its handshake timeout, or leaves a frame
+	// incomplete for its frame read timeout.
 	CodeProtocolViolation Code = 3
-	// CodeUnsupportedVersion (4, connection) The peers share no protocol version.
+	// CodeUnsupportedVersion is code 4, connection scope. The peers share no
+	// protocol version.
 	CodeUnsupportedVersion Code = 4
-	/*
-	   CodeUnknownOpcode (5, status) The receiver does not know this request
-	   opcode. The connection stays open, so a newer client can probe an older
-	   server.
-	*/
+	// CodeUnknownOpcode is code 5, status scope. The receiver does not know this
+	// request opcode. The connection stays open, so a newer client can probe an
+	// older server.
 	CodeUnknownOpcode Code = 5
-	/*
-	   CodeUnauthorized (6, status) No valid API key: missing or wrong at handshake
-	   (the Error answers the Handshake, then the connection closes), or revoked
-	   while the connection is open (the Error comes on request ID 0, then the
-	   connection closes; a request that races the revocation may be answered with
-	   it first).
-	*/
+	// CodeUnauthorized is code 6, status scope. No valid API key: missing or wrong
+	// at handshake (the Error answers the Handshake, then the connection closes),
+	// or revoked while the connection is open (the Error comes on request ID 0,
+	// then the connection closes; a request that races the revocation may be
+	// answered with it first).
 	CodeUnauthorized Code = 6
-	/*
-	   CodeForbidden (7, status) The API key is valid but its ACL does not grant
-	   this operation on this queue. Also ends a subscription (an Error on its
-	   request ID) whose key no longer holds consume on its queue.
-	*/
+	// CodeForbidden is code 7, status scope. The API key is valid but its ACL does
+	// not grant this operation on this queue. Also ends a subscription (an Error
+	// on its request ID) whose key no longer holds consume on its queue.
 	CodeForbidden Code = 7
-	/*
-	   CodeNotLeader (8, status) This node does not lead the queue; the Error
-	   frame's leader_hint names the node that does, when known.
-	*/
+	// CodeNotLeader is code 8, status scope. This node does not lead the queue;
+	// the Error frame's leader_hint names the node that does, when known.
 	CodeNotLeader Code = 8
-	/*
-	   CodeUnavailable (9, status) The broker cannot serve the request now
-	   (shutting down, storage failed); retrying later or elsewhere may succeed.
-	*/
+	// CodeUnavailable is code 9, status scope. The broker cannot serve the request
+	// now (shutting down, storage failed); retrying later or elsewhere may
+	// succeed.
 	CodeUnavailable Code = 9
-	// CodeInternal (10, status) A bug or an unexpected failure inside the broker.
+	// CodeInternal is code 10, status scope. A bug or an unexpected failure inside
+	// the broker.
 	CodeInternal Code = 10
-	/*
-	   CodeNotSupported (11, status) The operation is part of the protocol but this
-	   broker does not support it (yet, or in its current configuration).
-	*/
+	// CodeNotSupported is code 11, status scope. The operation is part of the
+	// protocol but this broker does not support it (yet, or in its current
+	// configuration).
 	CodeNotSupported Code = 11
-	/*
-	   CodeInvalidArgument (12, status) A field has a value the operation does not
-	   accept; the message names the field. Also a list over its declared maximum,
-	   or a batch request with more items than the server's max_batch_size
-	   (HandshakeOk): the request fails as a whole and the connection stays open.
-	*/
+	// CodeInvalidArgument is code 12, status scope. A field has a value the
+	// operation does not accept; the message names the field. Also a list over its
+	// declared maximum, or a batch request with more items than the server's
+	// max_batch_size (HandshakeOk): the request fails as a whole and the
+	// connection stays open.
 	CodeInvalidArgument Code = 12
-	/*
-	   CodeResourceExhausted (13, status) A limit was reached (connections,
-	   connections or failed handshakes from one address, subscriptions per
-	   connection, the reassembly budget); the message names it. For connection
-	   limits and the reassembly budget it comes on request ID 0 and the connection
-	   is closed.
-	*/
+	// CodeResourceExhausted is code 13, status scope. A limit was reached
+	// (connections, connections or failed handshakes from one address,
+	// subscriptions per connection, the reassembly budget); the message names it.
+	// For connection limits and the reassembly budget it comes on request ID 0 and
+	// the connection is closed.
 	CodeResourceExhausted Code = 13
-	// CodeQueueNotFound (20, domain) No queue has this name.
+	// CodeQueueNotFound is code 20, domain scope. No queue has this name.
 	CodeQueueNotFound Code = 20
-	// CodeQueueExists (21, domain) A queue with this name already exists.
+	// CodeQueueExists is code 21, domain scope. A queue with this name already
+	// exists.
 	CodeQueueExists Code = 21
-	/*
-	   CodeMessageTooLarge (22, domain) The message's payload and headers exceed
-	   the broker's max message size.
-	*/
+	// CodeMessageTooLarge is code 22, domain scope. The message's payload and
+	// headers exceed the broker's max message size.
 	CodeMessageTooLarge Code = 22
-	/*
-	   CodeMessageNotFound (23, domain) No message with this ID is in the queue
-	   (already acked, dead-lettered, or never there).
-	*/
+	// CodeMessageNotFound is code 23, domain scope. No message with this ID is in
+	// the queue (already acked, dead-lettered, or never there).
 	CodeMessageNotFound Code = 23
-	/*
-	   CodeLeaseExpired (24, domain) The message exists but the lease named in the
-	   request is no longer current: it expired, was released, or the message was
-	   delivered again under a new lease.
-	*/
+	// CodeLeaseExpired is code 24, domain scope. The message exists but the lease
+	// named in the request is no longer current: it expired, was released, or the
+	// message was delivered again under a new lease.
 	CodeLeaseExpired Code = 24
-	/*
-	   CodeNotADLQ (25, domain) Redrive was asked of a queue that is not a
-	   dead-letter queue.
-	*/
+	// CodeNotADLQ is code 25, domain scope. Redrive was asked of a queue that is
+	// not a dead-letter queue.
 	CodeNotADLQ Code = 25
-	/*
-	   CodeSubscriptionNotFound (26, domain) No subscription with this ID is open
-	   on this connection.
-	*/
+	// CodeSubscriptionNotFound is code 26, domain scope. No subscription with this
+	// ID is open on this connection.
 	CodeSubscriptionNotFound Code = 26
-	/*
-	   CodeInvalidConfigValue (27, domain) A runtime-config value has the wrong
-	   form for its key's prefix; the message names the expected form (for
-	   throttle.* keys: "rate,burst").
-	*/
+	// CodeInvalidConfigValue is code 27, domain scope. A runtime-config value has
+	// the wrong form for its key's prefix; the message names the expected form
+	// (for throttle.* keys: "rate,burst").
 	CodeInvalidConfigValue Code = 27
-	/*
-	   CodeScriptError (28, domain) A Lua script failed to compile; the message
-	   carries the line number.
-	*/
+	// CodeScriptError is code 28, domain scope. A Lua script failed to compile;
+	// the message carries the line number.
 	CodeScriptError Code = 28
-	// CodeAPIKeyNotFound (29, domain) No API key has this ID.
+	// CodeAPIKeyNotFound is code 29, domain scope. No API key has this ID.
 	CodeAPIKeyNotFound Code = 29
 )
 

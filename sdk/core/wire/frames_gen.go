@@ -75,12 +75,10 @@ const (
 	MaxGetAclResultPermissions = 1000
 )
 const (
-	/*
-	   FlagContinued more frames follow that continue this frame's body. The
-	   receiver concatenates the bodies of consecutive frames with the same opcode
-	   and request ID until one without this flag arrives. No other frame may be
-	   sent between them.
-	*/
+	// FlagContinued says that more frames follow that continue this frame's body.
+	// The receiver concatenates the bodies of consecutive frames with the same
+	// opcode and request ID until one without this flag arrives. No other frame
+	// may be sent between them.
 	FlagContinued Flags = 1 << 0
 )
 
@@ -624,24 +622,18 @@ func New(op Opcode) Frame {
 	return nil
 }
 
-/*
-PermissionKind the three kinds of permission an API key can hold on a queue
-pattern.
-*/
+// PermissionKind is one of the three kinds of permission an API key can hold
+// on a queue pattern.
 type PermissionKind uint8
 
 const (
-	// PermissionKindProduce enqueue to matching queues.
+	// PermissionKindProduce allows enqueueing to matching queues.
 	PermissionKindProduce PermissionKind = 1
-	/*
-	   PermissionKindConsume subscribe to matching queues and ack, nack, retry or
-	   extend their deliveries.
-	*/
+	// PermissionKindConsume allows subscribing to matching queues and acking,
+	// nacking, retrying or extending their deliveries.
 	PermissionKindConsume PermissionKind = 2
-	/*
-	   PermissionKindAdmin every admin operation on matching queues; on "*" also
-	   runtime config and API keys.
-	*/
+	// PermissionKindAdmin allows every admin operation on matching queues; on "*"
+	// also runtime config and API keys.
 	PermissionKindAdmin PermissionKind = 3
 )
 
@@ -658,10 +650,8 @@ func (v PermissionKind) String() string {
 	return fmt.Sprintf("PermissionKind(%d)", int(v))
 }
 
-/*
-MessageHeader is an is one message header: an application key-value pair
-carried with the message, in the order the producer gave.
-*/
+// MessageHeader is one message header: an application key-value pair carried
+// with the message, in the order the producer gave.
 type MessageHeader struct {
 	// Key (string) Header name.
 	Key string
@@ -669,48 +659,36 @@ type MessageHeader struct {
 	Value string
 }
 
-// EnqueueMessage is an is one message of an Enqueue batch.
+// EnqueueMessage is one message of an Enqueue batch.
 type EnqueueMessage struct {
 	// Queue (string) Target queue.
 	Queue string
-	/*
-	   Headers ([]MessageHeader) Application headers, delivered unchanged. Keys
-	   starting with `fila-` are reserved.
-	*/
+	// Headers ([]MessageHeader) Application headers, delivered unchanged. Keys
+	// starting with `fila-` are reserved.
 	Headers []MessageHeader
 	// Payload (bytes) Message body.
 	Payload []byte
-	/*
-	   FairnessKey (string) DRR fairness key; empty means "default" unless the
-	   queue's on_enqueue hook sets one.
-	*/
+	// FairnessKey (string) DRR fairness key; empty means "default" unless the
+	// queue's on_enqueue hook sets one.
 	FairnessKey string
 	// Weight (u32) DRR weight of the fairness key; 0 means 1.
 	Weight uint32
-	/*
-	   ThrottleKeys ([]string) Token buckets the message must take a token from
-	   before delivery.
-	*/
+	// ThrottleKeys ([]string) Token buckets the message must take a token from
+	// before delivery.
 	ThrottleKeys []string
-	/*
-	   DelayMS (u64) Deliver no earlier than enqueue time plus this many
-	   milliseconds.
-	*/
+	// DelayMS (u64) Deliver no earlier than enqueue time plus this many
+	// milliseconds.
 	DelayMS uint64
-	/*
-	   IdempotencyKey (string) Empty for none. A second message with the same key
-	   on the same queue within its dedup window is not enqueued; its result
-	   carries the first message's ID.
-	*/
+	// IdempotencyKey (string) Empty for none. A second message with the same key
+	// on the same queue within its dedup window is not enqueued; its result
+	// carries the first message's ID.
 	IdempotencyKey string
-	/*
-	   OrderingKey (string) Empty for none. Messages sharing an ordering key are
-	   delivered one at a time, in enqueue order.
-	*/
+	// OrderingKey (string) Empty for none. Messages sharing an ordering key are
+	// delivered one at a time, in enqueue order.
 	OrderingKey string
 }
 
-// EnqueueItemResult is an is the outcome of one message of an Enqueue batch.
+// EnqueueItemResult is the outcome of one message of an Enqueue batch.
 type EnqueueItemResult struct {
 	// Code (code) OK, or an error code from Enqueue's list.
 	Code Code
@@ -718,47 +696,35 @@ type EnqueueItemResult struct {
 	Message string
 	// ID (uuid) The message ID (UUIDv7) when code is OK; zero otherwise.
 	ID [16]byte
-	/*
-	   Duplicate (bool) True if an earlier message had the same idempotency key
-	   within the dedup window; id is that message's ID.
-	*/
+	// Duplicate (bool) True if an earlier message had the same idempotency key
+	// within the dedup window; id is that message's ID.
 	Duplicate bool
 }
 
-// RateLimit is an is A consumer-declared rate limit on a subscription.
+// RateLimit is A consumer-declared rate limit on a subscription.
 type RateLimit struct {
-	/*
-	   Name (string) The limit's name. Subscriptions on the same queue that declare
-	   the same name share one bucket.
-	*/
+	// Name (string) The limit's name. Subscriptions on the same queue that declare
+	// the same name share one bucket.
 	Name string
-	/*
-	   Limit (u32) Deliveries allowed per period, at least 1 (0 fails the Subscribe
-	   with INVALID_ARGUMENT).
-	*/
+	// Limit (u32) Deliveries allowed per period, at least 1 (0 fails the Subscribe
+	// with INVALID_ARGUMENT).
 	Limit uint32
-	/*
-	   PeriodMS (u64) Length of the period in milliseconds, at least 1 (0 fails the
-	   Subscribe with INVALID_ARGUMENT).
-	*/
+	// PeriodMS (u64) Length of the period in milliseconds, at least 1 (0 fails the
+	// Subscribe with INVALID_ARGUMENT).
 	PeriodMS uint64
 	// Burst (u32) Bucket size; 0 means limit.
 	Burst uint32
 }
 
-/*
-DeliveredMessage is an is one message pushed to a subscription, leased to it
-until lease_deadline_at_ms.
-*/
+// DeliveredMessage is one message pushed to a subscription, leased to it until
+// lease_deadline_at_ms.
 type DeliveredMessage struct {
 	// ID (uuid) Message ID.
 	ID [16]byte
 	// Queue (string) The queue it was delivered from.
 	Queue string
-	/*
-	   Headers ([]MessageHeader) Application headers as enqueued; dead-lettered
-	   messages also carry fila-attempts and fila-error.
-	*/
+	// Headers ([]MessageHeader) Application headers as enqueued; dead-lettered
+	// messages also carry fila-attempts and fila-error.
 	Headers []MessageHeader
 	// Payload (bytes) Message body.
 	Payload []byte
@@ -774,20 +740,16 @@ type DeliveredMessage struct {
 	Attempt uint32
 	// EnqueuedAtMS (u64) When the broker accepted the message, Unix milliseconds.
 	EnqueuedAtMS uint64
-	/*
-	   LeaseDeadlineAtMS (u64) When the lease expires unless extended, Unix
-	   milliseconds.
-	*/
+	// LeaseDeadlineAtMS (u64) When the lease expires unless extended, Unix
+	// milliseconds.
 	LeaseDeadlineAtMS uint64
-	/*
-	   Lease (u64) Identifies this lease. Ack, Nack, RetryAfter and ExtendLease
-	   name it, so a late reply to an expired lease cannot touch the message's next
-	   lease.
-	*/
+	// Lease (u64) Identifies this lease. Ack, Nack, RetryAfter and ExtendLease
+	// name it, so a late reply to an expired lease cannot touch the message's next
+	// lease.
 	Lease uint64
 }
 
-// ExpiredLease is an is one delivery whose lease ended without a settle.
+// ExpiredLease is one delivery whose lease ended without a settle.
 type ExpiredLease struct {
 	// ID (uuid) Message ID.
 	ID [16]byte
@@ -795,7 +757,7 @@ type ExpiredLease struct {
 	Lease uint64
 }
 
-// LeaseRef is an is names one leased delivery.
+// LeaseRef is A reference to one leased delivery.
 type LeaseRef struct {
 	// Queue (string) Queue the message was delivered from.
 	Queue string
@@ -805,7 +767,7 @@ type LeaseRef struct {
 	Lease uint64
 }
 
-// NackItem is an is one failed delivery.
+// NackItem is one failed delivery.
 type NackItem struct {
 	// Queue (string) Queue the message was delivered from.
 	Queue string
@@ -813,17 +775,12 @@ type NackItem struct {
 	ID [16]byte
 	// Lease (u64) Lease from the delivery.
 	Lease uint64
-	/*
-	   Reason (string) Why it failed; passed to on_failure as msg.error and kept in
-	   the fila-error header if the message is dead-lettered.
-	*/
+	// Reason (string) Why it failed; passed to on_failure as msg.error and kept in
+	// the fila-error header if the message is dead-lettered.
 	Reason string
 }
 
-/*
-RetryAfterItem is an is one failed delivery to retry after an explicit
-delay.
-*/
+// RetryAfterItem is one failed delivery to retry after an explicit delay.
 type RetryAfterItem struct {
 	// Queue (string) Queue the message was delivered from.
 	Queue string
@@ -835,7 +792,7 @@ type RetryAfterItem struct {
 	DelayMS uint64
 }
 
-// ExtendLeaseItem is an is one lease to extend.
+// ExtendLeaseItem is one lease to extend.
 type ExtendLeaseItem struct {
 	// Queue (string) Queue the message was delivered from.
 	Queue string
@@ -843,15 +800,13 @@ type ExtendLeaseItem struct {
 	ID [16]byte
 	// Lease (u64) Lease from the delivery.
 	Lease uint64
-	/*
-	   DurationMS (u64) New deadline is now plus this many milliseconds: at most
-	   the broker's [queue] max_lease_extension (default 12 h). A longer one fails
-	   this item alone with INVALID_ARGUMENT and leaves its lease as it was.
-	*/
+	// DurationMS (u64) New deadline is now plus this many milliseconds: at most
+	// the broker's [queue] max_lease_extension (default 12 h). A longer one fails
+	// this item alone with INVALID_ARGUMENT and leaves its lease as it was.
 	DurationMS uint64
 }
 
-// ItemResult is an is the outcome of one item of a batch.
+// ItemResult is the outcome of one item of a batch.
 type ItemResult struct {
 	// Code (code) OK, or an error code from the operation's list.
 	Code Code
@@ -859,12 +814,10 @@ type ItemResult struct {
 	Message string
 }
 
-// ExtendLeaseItemResult is an is the outcome of one ExtendLease item.
+// ExtendLeaseItemResult is the outcome of one ExtendLease item.
 type ExtendLeaseItemResult struct {
-	/*
-	   Code (code) OK, an error code from ExtendLease's list, or a status code such
-	   as INVALID_ARGUMENT (a duration above the broker's maximum) or FORBIDDEN.
-	*/
+	// Code (code) OK, an error code from ExtendLease's list, or a status code such
+	// as INVALID_ARGUMENT (a duration above the broker's maximum) or FORBIDDEN.
 	Code Code
 	// Message (string) Human-readable detail when code is not OK.
 	Message string
@@ -872,14 +825,12 @@ type ExtendLeaseItemResult struct {
 	LeaseDeadlineAtMS uint64
 }
 
-// QueueSummary is an is one queue in a ListQueues result.
+// QueueSummary is one queue in a ListQueues result.
 type QueueSummary struct {
 	// Name (string) Queue name.
 	Name string
-	/*
-	   Ready (u64) Messages ready for delivery now (including those waiting for
-	   throttle tokens).
-	*/
+	// Ready (u64) Messages ready for delivery now (including those waiting for
+	// throttle tokens).
 	Ready uint64
 	// Delayed (u64) Messages not yet due (delayed or backing off).
 	Delayed uint64
@@ -891,10 +842,7 @@ type QueueSummary struct {
 	Parent string
 }
 
-/*
-FairnessKeyStats is an is DRR state of one fairness key with pending
-messages.
-*/
+// FairnessKeyStats is the DRR state of one fairness key with pending messages.
 type FairnessKeyStats struct {
 	// Key (string) Fairness key.
 	Key string
@@ -908,7 +856,7 @@ type FairnessKeyStats struct {
 	Delivered uint64
 }
 
-// ThrottleKeyStats is an is state of one token bucket.
+// ThrottleKeyStats is the state of one token bucket.
 type ThrottleKeyStats struct {
 	// Key (string) Throttle key.
 	Key string
@@ -922,14 +870,12 @@ type ThrottleKeyStats struct {
 	Waiting uint64
 }
 
-// HookStats is an is counters of one queue's Lua hooks.
+// HookStats is the counters of one queue's Lua hooks.
 type HookStats struct {
 	// OnEnqueueCalls (u64) Calls of on_enqueue.
 	OnEnqueueCalls uint64
-	/*
-	   OnEnqueueFailures (u64) Calls that failed (error, timeout, memory, bad
-	   return value).
-	*/
+	// OnEnqueueFailures (u64) Calls that failed (error, timeout, memory, bad
+	// return value).
 	OnEnqueueFailures uint64
 	// OnFailureCalls (u64) Calls of on_failure.
 	OnFailureCalls uint64
@@ -941,7 +887,7 @@ type HookStats struct {
 	CircuitTrips uint64
 }
 
-// ConfigEntry is an is one runtime-config entry.
+// ConfigEntry is one runtime-config entry.
 type ConfigEntry struct {
 	// Key (string) Key.
 	Key string
@@ -949,18 +895,16 @@ type ConfigEntry struct {
 	Value string
 }
 
-// Permission is an is one ACL entry: a kind of access on a queue pattern.
+// Permission is one ACL entry: a kind of access on a queue pattern.
 type Permission struct {
 	// Kind (PermissionKind) Produce, consume or admin.
 	Kind PermissionKind
-	/*
-	   Pattern (string) An exact queue name, a prefix wildcard such as `orders.*`
-	   (matches `orders.eu`, not `orders` or `ordersx`), or `*`.
-	*/
+	// Pattern (string) An exact queue name, a prefix wildcard such as `orders.*`
+	// (matches `orders.eu`, not `orders` or `ordersx`), or `*`.
 	Pattern string
 }
 
-// ApiKeyInfo is an is an API key as listed; never its secret.
+// ApiKeyInfo is an API key as listed; never its secret.
 type ApiKeyInfo struct {
 	// KeyID (string) Key ID.
 	KeyID string
@@ -972,47 +916,37 @@ type ApiKeyInfo struct {
 	Permissions []Permission
 }
 
-// ShardInfo is an is one shard of a queue and where it is led.
+// ShardInfo is one shard of a queue and where it is led.
 type ShardInfo struct {
 	// Shard (u32) Shard number, from 0.
 	Shard uint32
 	// LeaderNodeID (string) Node ID of the shard's leader; empty if unknown.
 	LeaderNodeID string
-	/*
-	   LeaderAddr (string) host:port to connect to for the leader; empty if
-	   unknown.
-	*/
+	// LeaderAddr (string) host:port to connect to for the leader; empty if
+	// unknown.
 	LeaderAddr string
 	// Term (u64) Raft term in which the leader was elected (0 on a single node).
 	Term uint64
 }
 
-/*
-Handshake is the body of a Handshake frame (opcode 0x0001, request). The
-first frame a client sends. Nothing else is accepted before it, and it is
-not accepted twice.
-*/
+// Handshake is the body of a Handshake frame (opcode 0x0001, request). The
+// first frame a client sends. Nothing else is accepted before it, and it is
+// not accepted twice.
 type Handshake struct {
 	// MaxVersion (u16) Highest protocol version the client speaks.
 	MaxVersion uint16
 	// MinVersion (u16) Lowest protocol version the client speaks.
 	MinVersion uint16
-	/*
-	   Capabilities ([]string) Optional features the client wants; the server
-	   answers with the subset it grants.
-	*/
+	// Capabilities ([]string) Optional features the client wants; the server
+	// answers with the subset it grants.
 	Capabilities []string
 	// APIKey (string) API key secret; empty when auth is off.
 	APIKey string
-	/*
-	   ClientName (string) Free-form client identification for logs, such as
-	   fila-go/0.1.0.
-	*/
+	// ClientName (string) Free-form client identification for logs, such as
+	// fila-go/0.1.0.
 	ClientName string
-	/*
-	   MaxFrameSize (u32) Largest frame body the client accepts, in bytes; 0 means
-	   the default (16 MiB).
-	*/
+	// MaxFrameSize (u32) Largest frame body the client accepts, in bytes; 0 means
+	// the default (16 MiB).
 	MaxFrameSize uint32
 }
 
@@ -1021,10 +955,8 @@ func (*Handshake) Opcode() Opcode {
 	return OpHandshake
 }
 
-/*
-HandshakeOk is the body of a HandshakeOk frame (opcode 0x0002, response).
-The server accepts the handshake.
-*/
+// HandshakeOk is the body of a HandshakeOk frame (opcode 0x0002, response).
+// The server accepts the handshake.
 type HandshakeOk struct {
 	// Version (u16) Negotiated protocol version: the highest both speak.
 	Version uint16
@@ -1036,13 +968,11 @@ type HandshakeOk struct {
 	MaxFrameSize uint32
 	// ServerName (string) Server software and version, such as fila-server/0.1.0.
 	ServerName string
-	/*
-	   MaxBatchSize (u32) Most items the server accepts in one batch request (the
-	   messages of an Enqueue, the items of an Ack, Nack, RetryAfter, ExtendLease
-	   or Release); a request with more fails as a whole with INVALID_ARGUMENT.
-	   Clients split larger batches. 0 (from a server that predates this field)
-	   means the protocol's max_batch_size, 65536.
-	*/
+	// MaxBatchSize (u32) Most items the server accepts in one batch request (the
+	// messages of an Enqueue, the items of an Ack, Nack, RetryAfter, ExtendLease
+	// or Release); a request with more fails as a whole with INVALID_ARGUMENT.
+	// Clients split larger batches. 0 (from a server that predates this field)
+	// means the protocol's max_batch_size, 65536.
 	MaxBatchSize uint32
 }
 
@@ -1051,11 +981,9 @@ func (*HandshakeOk) Opcode() Opcode {
 	return OpHandshakeOk
 }
 
-/*
-Ping is the body of a Ping frame (opcode 0x0003, request). Keepalive probe;
-either side may send it and the other answers with Pong on the same request
-ID.
-*/
+// Ping is the body of a Ping frame (opcode 0x0003, request). Keepalive probe;
+// either side may send it and the other answers with Pong on the same request
+// ID.
 type Ping struct {
 	// Nonce (u64) Echoed in the Pong.
 	Nonce uint64
@@ -1077,12 +1005,10 @@ func (*Pong) Opcode() Opcode {
 	return OpPong
 }
 
-/*
-GoAway is the body of a GoAway frame (opcode 0x0005, push). The sender will
-close the connection: it accepts no new requests, finishes those in flight,
-then closes. Sent by the server when shutting down or draining, by the
-client when leaving gracefully. request_id is 0.
-*/
+// GoAway is the body of a GoAway frame (opcode 0x0005, push). The sender will
+// close the connection: it accepts no new requests, finishes those in flight,
+// then closes. Sent by the server when shutting down or draining, by the
+// client when leaving gracefully. request_id is 0.
 type GoAway struct {
 	// Code (code) Why: OK for an orderly shutdown, UNAVAILABLE, NOT_LEADER.
 	Code Code
@@ -1097,12 +1023,10 @@ func (*GoAway) Opcode() Opcode {
 	return OpGoAway
 }
 
-/*
-ErrorFrame is the body of a Error frame (opcode 0x0006, response). A request
-failed as a whole, or (request_id 0, connection-scoped codes) the connection
-is about to close. An Error on a subscription's request ID ends the
-subscription.
-*/
+// ErrorFrame is the body of a Error frame (opcode 0x0006, response). A request
+// failed as a whole, or (request_id 0, connection-scoped codes) the connection
+// is about to close. An Error on a subscription's request ID ends the
+// subscription.
 type ErrorFrame struct {
 	// Code (code) Error code.
 	Code Code
@@ -1117,12 +1041,10 @@ func (*ErrorFrame) Opcode() Opcode {
 	return OpError
 }
 
-/*
-Enqueue is the body of a Enqueue frame (opcode 0x0101, request). Append
-messages to queues. Each message succeeds or fails on its own; the result
-lists one outcome per message, in order, sent once every accepted message is
-durable.
-*/
+// Enqueue is the body of a Enqueue frame (opcode 0x0101, request). Append
+// messages to queues. Each message succeeds or fails on its own; the result
+// lists one outcome per message, in order, sent once every accepted message is
+// durable.
 type Enqueue struct {
 	// Messages ([]EnqueueMessage) Messages, possibly to different queues.
 	Messages []EnqueueMessage
@@ -1133,10 +1055,8 @@ func (*Enqueue) Opcode() Opcode {
 	return OpEnqueue
 }
 
-/*
-EnqueueResult is the body of a EnqueueResult frame (opcode 0x0102,
-response). One result per message of the Enqueue, in order.
-*/
+// EnqueueResult is the body of a EnqueueResult frame (opcode 0x0102,
+// response). One result per message of the Enqueue, in order.
 type EnqueueResult struct {
 	// Results ([]EnqueueItemResult) Per-message outcomes.
 	Results []EnqueueItemResult
@@ -1147,29 +1067,23 @@ func (*EnqueueResult) Opcode() Opcode {
 	return OpEnqueueResult
 }
 
-/*
-Subscribe is the body of a Subscribe frame (opcode 0x0103, request). Open a
-subscription. Deliveries are pushed on this request's ID until Unsubscribe
-or an Error on it.
-*/
+// Subscribe is the body of a Subscribe frame (opcode 0x0103, request). Open a
+// subscription. Deliveries are pushed on this request's ID until Unsubscribe
+// or an Error on it.
 type Subscribe struct {
 	// Queue (string) Queue to consume.
 	Queue string
-	/*
-	   Prefetch (u32) Initial delivery credit: the most deliveries the subscription
-	   may hold unsettled. The broker spends one credit per delivered message and
-	   stops at zero; the client grants more with Credit as it settles deliveries,
-	   and the broker returns one itself for each delivery whose lease ends without
-	   a settle (LeaseExpired). 0 asks for as much as the broker allows: its cap on
-	   unsettled deliveries per subscription (fila-server: [server] max_unsettled,
-	   default 1000), granted in SubscribeOk. Independently of the credit granted,
-	   the broker never leases more than its cap to one subscription at a time.
-	*/
+	// Prefetch (u32) Initial delivery credit: the most deliveries the subscription
+	// may hold unsettled. The broker spends one credit per delivered message and
+	// stops at zero; the client grants more with Credit as it settles deliveries,
+	// and the broker returns one itself for each delivery whose lease ends without
+	// a settle (LeaseExpired). 0 asks for as much as the broker allows: its cap on
+	// unsettled deliveries per subscription (fila-server: [server] max_unsettled,
+	// default 1000), granted in SubscribeOk. Independently of the credit granted,
+	// the broker never leases more than its cap to one subscription at a time.
 	Prefetch uint32
-	/*
-	   RateLimits ([]RateLimit) Consumer-declared limits; the broker delivers to
-	   this subscription only within every one.
-	*/
+	// RateLimits ([]RateLimit) Consumer-declared limits; the broker delivers to
+	// this subscription only within every one.
 	RateLimits []RateLimit
 }
 
@@ -1178,18 +1092,14 @@ func (*Subscribe) Opcode() Opcode {
 	return OpSubscribe
 }
 
-/*
-SubscribeOk is the body of a SubscribeOk frame (opcode 0x0104, response).
-The subscription is open; deliveries follow on the same request ID.
-*/
+// SubscribeOk is the body of a SubscribeOk frame (opcode 0x0104, response).
+// The subscription is open; deliveries follow on the same request ID.
 type SubscribeOk struct {
-	/*
-	   Prefetch (u32) Credit granted: the requested prefetch or less (fila-server
-	   grants at most its cap on unsettled deliveries); when the client asked for
-	   0, the broker's cap (an older broker may answer 0: no limit at all).
-	   Granting more than asked is a protocol violation. The client counts credit
-	   from this value and returns it with Credit frames as it settles deliveries.
-	*/
+	// Prefetch (u32) Credit granted: the requested prefetch or less (fila-server
+	// grants at most its cap on unsettled deliveries); when the client asked for
+	// 0, the broker's cap (an older broker may answer 0: no limit at all).
+	// Granting more than asked is a protocol violation. The client counts credit
+	// from this value and returns it with Credit frames as it settles deliveries.
 	Prefetch uint32
 }
 
@@ -1198,10 +1108,8 @@ func (*SubscribeOk) Opcode() Opcode {
 	return OpSubscribeOk
 }
 
-/*
-Delivery is the body of a Delivery frame (opcode 0x0106, push). Messages for
-a subscription, on the Subscribe's request ID. Each spends one credit.
-*/
+// Delivery is the body of a Delivery frame (opcode 0x0106, push). Messages for
+// a subscription, on the Subscribe's request ID. Each spends one credit.
 type Delivery struct {
 	// Messages ([]DeliveredMessage) Delivered messages.
 	Messages []DeliveredMessage
@@ -1212,21 +1120,19 @@ func (*Delivery) Opcode() Opcode {
 	return OpDelivery
 }
 
-/*
-LeaseExpired is the body of a LeaseExpired frame (opcode 0x0114, push).
-Leases of a subscription that ended without a settle (their visibility
-timeout passed), on the Subscribe's request ID. The broker has returned one
-credit to the subscription for each: the client counts each delivery as
-settled and must not return its credit again (an Ack, Nack, RetryAfter,
-Release or ExtendLease of it gets LEASE_EXPIRED, or MESSAGE_NOT_FOUND once
-the message has left the queue). The expiry counts as a failed attempt: the
-message is retried or dead-lettered by the queue's policy. If the client had
-already settled one (its Ack crossed the expiry), the broker and the client
-have both returned that credit: the client withholds one credit from what it
-returns next. The broker sends this frame before any Delivery that spends
-the returned credit, never for a delivery it did not send, and never after
-UnsubscribeOk.
-*/
+// LeaseExpired is the body of a LeaseExpired frame (opcode 0x0114, push).
+// Leases of a subscription that ended without a settle (their visibility
+// timeout passed), on the Subscribe's request ID. The broker has returned one
+// credit to the subscription for each: the client counts each delivery as
+// settled and must not return its credit again (an Ack, Nack, RetryAfter,
+// Release or ExtendLease of it gets LEASE_EXPIRED, or MESSAGE_NOT_FOUND once
+// the message has left the queue). The expiry counts as a failed attempt: the
+// message is retried or dead-lettered by the queue's policy. If the client had
+// already settled one (its Ack crossed the expiry), the broker and the client
+// have both returned that credit: the client withholds one credit from what it
+// returns next. The broker sends this frame before any Delivery that spends
+// the returned credit, never for a delivery it did not send, and never after
+// UnsubscribeOk.
 type LeaseExpired struct {
 	// Leases ([]ExpiredLease) The deliveries whose leases ended, in expiry order.
 	Leases []ExpiredLease
@@ -1237,15 +1143,13 @@ func (*LeaseExpired) Opcode() Opcode {
 	return OpLeaseExpired
 }
 
-/*
-Credit is the body of a Credit frame (opcode 0x0105, oneway). Grant a
-subscription more delivery credit, typically one per delivery the
-application settled. Sent with request_id 0; there is no response. An
-unknown subscription gets an Error with SUBSCRIPTION_NOT_FOUND on the
-subscription's ID; a subscription whose key no longer holds consume on its
-queue ends with an Error FORBIDDEN on its ID. Credit beyond the broker's cap
-on unsettled deliveries is kept but does not raise the cap.
-*/
+// Credit is the body of a Credit frame (opcode 0x0105, oneway). Grant a
+// subscription more delivery credit, typically one per delivery the
+// application settled. Sent with request_id 0; there is no response. An
+// unknown subscription gets an Error with SUBSCRIPTION_NOT_FOUND on the
+// subscription's ID; a subscription whose key no longer holds consume on its
+// queue ends with an Error FORBIDDEN on its ID. Credit beyond the broker's cap
+// on unsettled deliveries is kept but does not raise the cap.
 type Credit struct {
 	// Subscription (u32) Request ID of the Subscribe.
 	Subscription uint32
@@ -1258,11 +1162,9 @@ func (*Credit) Opcode() Opcode {
 	return OpCredit
 }
 
-/*
-Unsubscribe is the body of a Unsubscribe frame (opcode 0x0107, request).
-Close a subscription. No Delivery or LeaseExpired follows UnsubscribeOk;
-messages already delivered keep their leases and can still be settled.
-*/
+// Unsubscribe is the body of a Unsubscribe frame (opcode 0x0107, request).
+// Close a subscription. No Delivery or LeaseExpired follows UnsubscribeOk;
+// messages already delivered keep their leases and can still be settled.
 type Unsubscribe struct {
 	// Subscription (u32) Request ID of the Subscribe.
 	Subscription uint32
@@ -1273,10 +1175,8 @@ func (*Unsubscribe) Opcode() Opcode {
 	return OpUnsubscribe
 }
 
-/*
-UnsubscribeOk is the body of a UnsubscribeOk frame (opcode 0x0108,
-response). The subscription is closed.
-*/
+// UnsubscribeOk is the body of a UnsubscribeOk frame (opcode 0x0108,
+// response). The subscription is closed.
 type UnsubscribeOk struct{}
 
 // Opcode returns OpUnsubscribeOk.
@@ -1284,11 +1184,9 @@ func (*UnsubscribeOk) Opcode() Opcode {
 	return OpUnsubscribeOk
 }
 
-/*
-Ack is the body of a Ack frame (opcode 0x0109, request). Acknowledge
-deliveries: each acked message is deleted, durably, before the result is
-sent.
-*/
+// Ack is the body of a Ack frame (opcode 0x0109, request). Acknowledge
+// deliveries: each acked message is deleted, durably, before the result is
+// sent.
 type Ack struct {
 	// Items ([]LeaseRef) Deliveries to acknowledge.
 	Items []LeaseRef
@@ -1299,10 +1197,8 @@ func (*Ack) Opcode() Opcode {
 	return OpAck
 }
 
-/*
-AckResult is the body of a AckResult frame (opcode 0x010a, response). One
-result per Ack item, in order.
-*/
+// AckResult is the body of a AckResult frame (opcode 0x010a, response). One
+// result per Ack item, in order.
 type AckResult struct {
 	// Results ([]ItemResult) Per-item outcomes.
 	Results []ItemResult
@@ -1313,11 +1209,9 @@ func (*AckResult) Opcode() Opcode {
 	return OpAckResult
 }
 
-/*
-Nack is the body of a Nack frame (opcode 0x010b, request). Report failed
-deliveries; the queue's failure policy (on_failure, or the default retry
-policy) decides between retry and dead-letter.
-*/
+// Nack is the body of a Nack frame (opcode 0x010b, request). Report failed
+// deliveries; the queue's failure policy (on_failure, or the default retry
+// policy) decides between retry and dead-letter.
 type Nack struct {
 	// Items ([]NackItem) Failed deliveries.
 	Items []NackItem
@@ -1328,10 +1222,8 @@ func (*Nack) Opcode() Opcode {
 	return OpNack
 }
 
-/*
-NackResult is the body of a NackResult frame (opcode 0x010c, response). One
-result per Nack item, in order.
-*/
+// NackResult is the body of a NackResult frame (opcode 0x010c, response). One
+// result per Nack item, in order.
 type NackResult struct {
 	// Results ([]ItemResult) Per-item outcomes.
 	Results []ItemResult
@@ -1342,11 +1234,9 @@ func (*NackResult) Opcode() Opcode {
 	return OpNackResult
 }
 
-/*
-RetryAfter is the body of a RetryAfter frame (opcode 0x010d, request). Fail
-deliveries with an explicit backoff: each is redelivered no sooner than its
-delay, counting the attempt.
-*/
+// RetryAfter is the body of a RetryAfter frame (opcode 0x010d, request). Fail
+// deliveries with an explicit backoff: each is redelivered no sooner than its
+// delay, counting the attempt.
 type RetryAfter struct {
 	// Items ([]RetryAfterItem) Failed deliveries and their delays.
 	Items []RetryAfterItem
@@ -1357,10 +1247,8 @@ func (*RetryAfter) Opcode() Opcode {
 	return OpRetryAfter
 }
 
-/*
-RetryAfterResult is the body of a RetryAfterResult frame (opcode 0x010e,
-response). One result per RetryAfter item, in order.
-*/
+// RetryAfterResult is the body of a RetryAfterResult frame (opcode 0x010e,
+// response). One result per RetryAfter item, in order.
 type RetryAfterResult struct {
 	// Results ([]ItemResult) Per-item outcomes.
 	Results []ItemResult
@@ -1371,12 +1259,10 @@ func (*RetryAfterResult) Opcode() Opcode {
 	return OpRetryAfterResult
 }
 
-/*
-ExtendLease is the body of a ExtendLease frame (opcode 0x010f, request).
-Keep long work alive: move each lease's deadline to now plus its duration. A
-duration above the broker's [queue] max_lease_extension (default 12 h) fails
-its item with INVALID_ARGUMENT.
-*/
+// ExtendLease is the body of a ExtendLease frame (opcode 0x010f, request).
+// Keep long work alive: move each lease's deadline to now plus its duration. A
+// duration above the broker's [queue] max_lease_extension (default 12 h) fails
+// its item with INVALID_ARGUMENT.
 type ExtendLease struct {
 	// Items ([]ExtendLeaseItem) Leases to extend.
 	Items []ExtendLeaseItem
@@ -1387,10 +1273,8 @@ func (*ExtendLease) Opcode() Opcode {
 	return OpExtendLease
 }
 
-/*
-ExtendLeaseResult is the body of a ExtendLeaseResult frame (opcode 0x0110,
-response). One result per ExtendLease item, in order.
-*/
+// ExtendLeaseResult is the body of a ExtendLeaseResult frame (opcode 0x0110,
+// response). One result per ExtendLease item, in order.
 type ExtendLeaseResult struct {
 	// Results ([]ExtendLeaseItemResult) Per-item outcomes with the new deadlines.
 	Results []ExtendLeaseItemResult
@@ -1401,13 +1285,11 @@ func (*ExtendLeaseResult) Opcode() Opcode {
 	return OpExtendLeaseResult
 }
 
-/*
-Release is the body of a Release frame (opcode 0x0111, request). Give back
-deliveries the consumer has not started: each returns to the head of its
-lane, ready at once, without counting an attempt. A consumer that stops
-(closes a subscription) releases what it received but did not hand to the
-application.
-*/
+// Release is the body of a Release frame (opcode 0x0111, request). Give back
+// deliveries the consumer has not started: each returns to the head of its
+// lane, ready at once, without counting an attempt. A consumer that stops
+// (closes a subscription) releases what it received but did not hand to the
+// application.
 type Release struct {
 	// Items ([]LeaseRef) Deliveries to give back.
 	Items []LeaseRef
@@ -1418,10 +1300,8 @@ func (*Release) Opcode() Opcode {
 	return OpRelease
 }
 
-/*
-ReleaseResult is the body of a ReleaseResult frame (opcode 0x0112,
-response). One result per Release item, in order.
-*/
+// ReleaseResult is the body of a ReleaseResult frame (opcode 0x0112,
+// response). One result per Release item, in order.
 type ReleaseResult struct {
 	// Results ([]ItemResult) Per-item outcomes.
 	Results []ItemResult
@@ -1432,54 +1312,40 @@ func (*ReleaseResult) Opcode() Opcode {
 	return OpReleaseResult
 }
 
-/*
-CreateQueue is the body of a CreateQueue frame (opcode 0x0201, request).
-Create a queue and its dead-letter queue `<name>.dlq`. A zero setting takes
-the broker's [queue] setting of the same name, read when the queue is used
-(so a change of the broker's configuration applies to it after a restart).
-The settings, zeros replaced by the broker's, are checked against the bounds
-the broker's configuration file applies to its [queue] keys; a value out of
-range fails with INVALID_ARGUMENT, the message naming the setting and the
-accepted range.
-*/
+// CreateQueue is the body of a CreateQueue frame (opcode 0x0201, request).
+// Create a queue and its dead-letter queue `<name>.dlq`. A zero setting takes
+// the broker's [queue] setting of the same name, read when the queue is used
+// (so a change of the broker's configuration applies to it after a restart).
+// The settings, zeros replaced by the broker's, are checked against the bounds
+// the broker's configuration file applies to its [queue] keys; a value out of
+// range fails with INVALID_ARGUMENT, the message naming the setting and the
+// accepted range.
 type CreateQueue struct {
-	/*
-	   Name (string) Queue name: 1 to 200 bytes of letters, digits and `._-:`; may
-	   not end in `.dlq`.
-	*/
+	// Name (string) Queue name: 1 to 200 bytes of letters, digits and `._-:`; may
+	// not end in `.dlq`.
 	Name string
-	/*
-	   VisibilityTimeoutMS (u64) Lease length, at most the broker's [queue]
-	   max_lease_extension (default 12 h); 0 means the broker's [queue]
-	   visibility_timeout (default 30 s).
-	*/
+	// VisibilityTimeoutMS (u64) Lease length, at most the broker's [queue]
+	// max_lease_extension (default 12 h); 0 means the broker's [queue]
+	// visibility_timeout (default 30 s).
 	VisibilityTimeoutMS uint64
 	// OnEnqueue (string) Lua source defining on_enqueue(msg); empty for none.
 	OnEnqueue string
 	// OnFailure (string) Lua source defining on_failure(msg); empty for none.
 	OnFailure string
-	/*
-	   MaxAttempts (u32) Default retry policy: deliveries before dead-lettering, 1
-	   to 1,000,000; 0 means the broker's [queue] max_attempts (default 3).
-	*/
+	// MaxAttempts (u32) Default retry policy: deliveries before dead-lettering, 1
+	// to 1,000,000; 0 means the broker's [queue] max_attempts (default 3).
 	MaxAttempts uint32
-	/*
-	   BackoffBaseMS (u64) Default retry policy: delay after the first failure,
-	   doubled after each further one, at most 24 h; 0 means the broker's [queue]
-	   backoff_base (default 1 s).
-	*/
+	// BackoffBaseMS (u64) Default retry policy: delay after the first failure,
+	// doubled after each further one, at most 24 h; 0 means the broker's [queue]
+	// backoff_base (default 1 s).
 	BackoffBaseMS uint64
-	/*
-	   BackoffMaxMS (u64) Default retry policy: cap on the delay, from backoff_base
-	   to 24 h, both compared after zeros take the broker's settings (a
-	   backoff_base above the broker's backoff_max needs a backoff_max); 0 means
-	   the broker's [queue] backoff_max (default 60 s).
-	*/
+	// BackoffMaxMS (u64) Default retry policy: cap on the delay, from backoff_base
+	// to 24 h, both compared after zeros take the broker's settings (a
+	// backoff_base above the broker's backoff_max needs a backoff_max); 0 means
+	// the broker's [queue] backoff_max (default 60 s).
 	BackoffMaxMS uint64
-	/*
-	   DedupWindowMS (u64) How long an idempotency key is remembered, at most 7
-	   days; 0 means the broker's [queue] dedup_window (default 5 minutes).
-	*/
+	// DedupWindowMS (u64) How long an idempotency key is remembered, at most 7
+	// days; 0 means the broker's [queue] dedup_window (default 5 minutes).
 	DedupWindowMS uint64
 }
 
@@ -1488,10 +1354,8 @@ func (*CreateQueue) Opcode() Opcode {
 	return OpCreateQueue
 }
 
-/*
-CreateQueueOk is the body of a CreateQueueOk frame (opcode 0x0202,
-response). The queue was created.
-*/
+// CreateQueueOk is the body of a CreateQueueOk frame (opcode 0x0202,
+// response). The queue was created.
 type CreateQueueOk struct {
 	// Name (string) Queue name.
 	Name string
@@ -1504,11 +1368,9 @@ func (*CreateQueueOk) Opcode() Opcode {
 	return OpCreateQueueOk
 }
 
-/*
-DeleteQueue is the body of a DeleteQueue frame (opcode 0x0203, request).
-Delete a queue, its messages and its DLQ. Its subscriptions end with an
-Error QUEUE_NOT_FOUND.
-*/
+// DeleteQueue is the body of a DeleteQueue frame (opcode 0x0203, request).
+// Delete a queue, its messages and its DLQ. Its subscriptions end with an
+// Error QUEUE_NOT_FOUND.
 type DeleteQueue struct {
 	// Name (string) Queue name.
 	Name string
@@ -1519,10 +1381,8 @@ func (*DeleteQueue) Opcode() Opcode {
 	return OpDeleteQueue
 }
 
-/*
-DeleteQueueOk is the body of a DeleteQueueOk frame (opcode 0x0204,
-response). The queue was deleted.
-*/
+// DeleteQueueOk is the body of a DeleteQueueOk frame (opcode 0x0204,
+// response). The queue was deleted.
 type DeleteQueueOk struct{}
 
 // Opcode returns OpDeleteQueueOk.
@@ -1530,10 +1390,8 @@ func (*DeleteQueueOk) Opcode() Opcode {
 	return OpDeleteQueueOk
 }
 
-/*
-ListQueues is the body of a ListQueues frame (opcode 0x0205, request). List
-every queue the key may administer or consume, sorted by name.
-*/
+// ListQueues is the body of a ListQueues frame (opcode 0x0205, request). List
+// every queue the key may administer or consume, sorted by name.
 type ListQueues struct{}
 
 // Opcode returns OpListQueues.
@@ -1541,10 +1399,8 @@ func (*ListQueues) Opcode() Opcode {
 	return OpListQueues
 }
 
-/*
-ListQueuesResult is the body of a ListQueuesResult frame (opcode 0x0206,
-response). The queues.
-*/
+// ListQueuesResult is the body of a ListQueuesResult frame (opcode 0x0206,
+// response). The queues.
 type ListQueuesResult struct {
 	// Queues ([]QueueSummary) Queues sorted by name.
 	Queues []QueueSummary
@@ -1555,11 +1411,9 @@ func (*ListQueuesResult) Opcode() Opcode {
 	return OpListQueuesResult
 }
 
-/*
-QueueStats is the body of a QueueStats frame (opcode 0x0207, request).
-Inspect one queue: depths, per-fairness-key DRR state, per-throttle-key
-bucket state, hook counters.
-*/
+// QueueStats is the body of a QueueStats frame (opcode 0x0207, request).
+// Inspect one queue: depths, per-fairness-key DRR state, per-throttle-key
+// bucket state, hook counters.
 type QueueStats struct {
 	// Name (string) Queue name.
 	Name string
@@ -1570,10 +1424,8 @@ func (*QueueStats) Opcode() Opcode {
 	return OpQueueStats
 }
 
-/*
-QueueStatsResult is the body of a QueueStatsResult frame (opcode 0x0208,
-response). A queue's state.
-*/
+// QueueStatsResult is the body of a QueueStatsResult frame (opcode 0x0208,
+// response). A queue's state.
 type QueueStatsResult struct {
 	// Name (string) Queue name.
 	Name string
@@ -1587,20 +1439,14 @@ type QueueStatsResult struct {
 	DeadLettered uint64
 	// Subscriptions (u32) Open subscriptions.
 	Subscriptions uint32
-	/*
-	   VisibilityTimeoutMS (u64) Lease length in effect: the queue's own, or the
-	   broker's [queue] visibility_timeout.
-	*/
+	// VisibilityTimeoutMS (u64) Lease length in effect: the queue's own, or the
+	// broker's [queue] visibility_timeout.
 	VisibilityTimeoutMS uint64
-	/*
-	   MaxAttempts (u32) Default retry policy in effect: deliveries before
-	   dead-lettering, the queue's own or the broker's [queue] max_attempts.
-	*/
+	// MaxAttempts (u32) Default retry policy in effect: deliveries before
+	// dead-lettering, the queue's own or the broker's [queue] max_attempts.
 	MaxAttempts uint32
-	/*
-	   FairnessKeys ([]FairnessKeyStats) Keys with pending messages, most pending
-	   first, at most 1000.
-	*/
+	// FairnessKeys ([]FairnessKeyStats) Keys with pending messages, most pending
+	// first, at most 1000.
 	FairnessKeys []FairnessKeyStats
 	// ThrottleKeys ([]ThrottleKeyStats) Buckets this queue's pending messages use.
 	ThrottleKeys []ThrottleKeyStats
@@ -1613,11 +1459,9 @@ func (*QueueStatsResult) Opcode() Opcode {
 	return OpQueueStatsResult
 }
 
-/*
-SetConfig is the body of a SetConfig frame (opcode 0x0209, request). Set a
-runtime-config key. Keys under `throttle.` take "rate,burst" and change the
-bucket live.
-*/
+// SetConfig is the body of a SetConfig frame (opcode 0x0209, request). Set a
+// runtime-config key. Keys under `throttle.` take "rate,burst" and change the
+// bucket live.
 type SetConfig struct {
 	// Key (string) Key, 1 to 1024 bytes.
 	Key string
@@ -1630,10 +1474,8 @@ func (*SetConfig) Opcode() Opcode {
 	return OpSetConfig
 }
 
-/*
-SetConfigOk is the body of a SetConfigOk frame (opcode 0x020a, response).
-The value is durable and in effect.
-*/
+// SetConfigOk is the body of a SetConfigOk frame (opcode 0x020a, response).
+// The value is durable and in effect.
 type SetConfigOk struct{}
 
 // Opcode returns OpSetConfigOk.
@@ -1641,10 +1483,8 @@ func (*SetConfigOk) Opcode() Opcode {
 	return OpSetConfigOk
 }
 
-/*
-GetConfig is the body of a GetConfig frame (opcode 0x020b, request). Read a
-runtime-config key.
-*/
+// GetConfig is the body of a GetConfig frame (opcode 0x020b, request). Read a
+// runtime-config key.
 type GetConfig struct {
 	// Key (string) Key.
 	Key string
@@ -1655,10 +1495,8 @@ func (*GetConfig) Opcode() Opcode {
 	return OpGetConfig
 }
 
-/*
-GetConfigResult is the body of a GetConfigResult frame (opcode 0x020c,
-response). The key's value.
-*/
+// GetConfigResult is the body of a GetConfigResult frame (opcode 0x020c,
+// response). The key's value.
 type GetConfigResult struct {
 	// Found (bool) False if the key is not set.
 	Found bool
@@ -1671,10 +1509,8 @@ func (*GetConfigResult) Opcode() Opcode {
 	return OpGetConfigResult
 }
 
-/*
-ListConfig is the body of a ListConfig frame (opcode 0x020d, request). List
-runtime-config entries whose keys start with a prefix, sorted by key.
-*/
+// ListConfig is the body of a ListConfig frame (opcode 0x020d, request). List
+// runtime-config entries whose keys start with a prefix, sorted by key.
 type ListConfig struct {
 	// Prefix (string) Key prefix; empty lists everything.
 	Prefix string
@@ -1685,10 +1521,8 @@ func (*ListConfig) Opcode() Opcode {
 	return OpListConfig
 }
 
-/*
-ListConfigResult is the body of a ListConfigResult frame (opcode 0x020e,
-response). Matching entries.
-*/
+// ListConfigResult is the body of a ListConfigResult frame (opcode 0x020e,
+// response). Matching entries.
 type ListConfigResult struct {
 	// Entries ([]ConfigEntry) Entries sorted by key.
 	Entries []ConfigEntry
@@ -1699,10 +1533,8 @@ func (*ListConfigResult) Opcode() Opcode {
 	return OpListConfigResult
 }
 
-/*
-DeleteConfig is the body of a DeleteConfig frame (opcode 0x020f, request).
-Delete a runtime-config key. Deleting `throttle.K` removes the limit on K.
-*/
+// DeleteConfig is the body of a DeleteConfig frame (opcode 0x020f, request).
+// Delete a runtime-config key. Deleting `throttle.K` removes the limit on K.
 type DeleteConfig struct {
 	// Key (string) Key.
 	Key string
@@ -1713,10 +1545,8 @@ func (*DeleteConfig) Opcode() Opcode {
 	return OpDeleteConfig
 }
 
-/*
-DeleteConfigOk is the body of a DeleteConfigOk frame (opcode 0x0210,
-response). The key is gone.
-*/
+// DeleteConfigOk is the body of a DeleteConfigOk frame (opcode 0x0210,
+// response). The key is gone.
 type DeleteConfigOk struct {
 	// Existed (bool) False if the key was not set.
 	Existed bool
@@ -1727,11 +1557,9 @@ func (*DeleteConfigOk) Opcode() Opcode {
 	return OpDeleteConfigOk
 }
 
-/*
-Redrive is the body of a Redrive frame (opcode 0x0211, request). Move up to
-count messages from a DLQ back to its parent queue, oldest first, with
-attempts reset.
-*/
+// Redrive is the body of a Redrive frame (opcode 0x0211, request). Move up to
+// count messages from a DLQ back to its parent queue, oldest first, with
+// attempts reset.
 type Redrive struct {
 	// DeadLetterQueue (string) The DLQ, such as orders.dlq.
 	DeadLetterQueue string
@@ -1744,10 +1572,8 @@ func (*Redrive) Opcode() Opcode {
 	return OpRedrive
 }
 
-/*
-RedriveResult is the body of a RedriveResult frame (opcode 0x0212,
-response). How many moved.
-*/
+// RedriveResult is the body of a RedriveResult frame (opcode 0x0212,
+// response). How many moved.
 type RedriveResult struct {
 	// Moved (u64) Messages moved.
 	Moved uint64
@@ -1758,11 +1584,9 @@ func (*RedriveResult) Opcode() Opcode {
 	return OpRedriveResult
 }
 
-/*
-CreateApiKey is the body of a CreateApiKey frame (opcode 0x0213, request).
-Mint an API key. The secret is in the result and nowhere else: the broker
-keeps only its SHA-256 hash.
-*/
+// CreateApiKey is the body of a CreateApiKey frame (opcode 0x0213, request).
+// Mint an API key. The secret is in the result and nowhere else: the broker
+// keeps only its SHA-256 hash.
 type CreateApiKey struct {
 	// Name (string) A label for people, 1 to 200 bytes.
 	Name string
@@ -1775,10 +1599,8 @@ func (*CreateApiKey) Opcode() Opcode {
 	return OpCreateApiKey
 }
 
-/*
-CreateApiKeyResult is the body of a CreateApiKeyResult frame (opcode 0x0214,
-response). The new key.
-*/
+// CreateApiKeyResult is the body of a CreateApiKeyResult frame (opcode 0x0214,
+// response). The new key.
 type CreateApiKeyResult struct {
 	// KeyID (string) Key ID, used to revoke it and manage its ACL.
 	KeyID string
@@ -1791,13 +1613,11 @@ func (*CreateApiKeyResult) Opcode() Opcode {
 	return OpCreateApiKeyResult
 }
 
-/*
-RevokeApiKey is the body of a RevokeApiKey frame (opcode 0x0215, request).
-Revoke an API key. Before the answer, every connection authenticated with it
-is sent an Error UNAUTHORIZED on request ID 0 and closed, and the messages
-leased to its subscriptions return to their queues (each attempt counted as
-failed, as on a disconnect).
-*/
+// RevokeApiKey is the body of a RevokeApiKey frame (opcode 0x0215, request).
+// Revoke an API key. Before the answer, every connection authenticated with it
+// is sent an Error UNAUTHORIZED on request ID 0 and closed, and the messages
+// leased to its subscriptions return to their queues (each attempt counted as
+// failed, as on a disconnect).
 type RevokeApiKey struct {
 	// KeyID (string) Key ID.
 	KeyID string
@@ -1808,10 +1628,8 @@ func (*RevokeApiKey) Opcode() Opcode {
 	return OpRevokeApiKey
 }
 
-/*
-RevokeApiKeyOk is the body of a RevokeApiKeyOk frame (opcode 0x0216,
-response). The key is revoked.
-*/
+// RevokeApiKeyOk is the body of a RevokeApiKeyOk frame (opcode 0x0216,
+// response). The key is revoked.
 type RevokeApiKeyOk struct{}
 
 // Opcode returns OpRevokeApiKeyOk.
@@ -1819,10 +1637,8 @@ func (*RevokeApiKeyOk) Opcode() Opcode {
 	return OpRevokeApiKeyOk
 }
 
-/*
-ListApiKeys is the body of a ListApiKeys frame (opcode 0x0217, request).
-List API keys (never their secrets).
-*/
+// ListApiKeys is the body of a ListApiKeys frame (opcode 0x0217, request).
+// List API keys (never their secrets).
 type ListApiKeys struct{}
 
 // Opcode returns OpListApiKeys.
@@ -1830,10 +1646,8 @@ func (*ListApiKeys) Opcode() Opcode {
 	return OpListApiKeys
 }
 
-/*
-ListApiKeysResult is the body of a ListApiKeysResult frame (opcode 0x0218,
-response). The keys, sorted by ID.
-*/
+// ListApiKeysResult is the body of a ListApiKeysResult frame (opcode 0x0218,
+// response). The keys, sorted by ID.
 type ListApiKeysResult struct {
 	// Keys ([]ApiKeyInfo) Keys.
 	Keys []ApiKeyInfo
@@ -1844,14 +1658,12 @@ func (*ListApiKeysResult) Opcode() Opcode {
 	return OpListApiKeysResult
 }
 
-/*
-SetAcl is the body of a SetAcl frame (opcode 0x0219, request). Replace an
-API key's permissions. Open connections of the key are checked against the
-new ACL from their next request on; before the answer, each of their
-subscriptions whose queue the key may no longer consume ends with an Error
-FORBIDDEN on its request ID, and the messages leased to it return to the
-queue (each attempt counted as failed).
-*/
+// SetAcl is the body of a SetAcl frame (opcode 0x0219, request). Replace an
+// API key's permissions. Open connections of the key are checked against the
+// new ACL from their next request on; before the answer, each of their
+// subscriptions whose queue the key may no longer consume ends with an Error
+// FORBIDDEN on its request ID, and the messages leased to it return to the
+// queue (each attempt counted as failed).
 type SetAcl struct {
 	// KeyID (string) Key ID.
 	KeyID string
@@ -1864,10 +1676,8 @@ func (*SetAcl) Opcode() Opcode {
 	return OpSetAcl
 }
 
-/*
-SetAclOk is the body of a SetAclOk frame (opcode 0x021a, response). The ACL
-is replaced and in effect.
-*/
+// SetAclOk is the body of a SetAclOk frame (opcode 0x021a, response). The ACL
+// is replaced and in effect.
 type SetAclOk struct{}
 
 // Opcode returns OpSetAclOk.
@@ -1875,10 +1685,8 @@ func (*SetAclOk) Opcode() Opcode {
 	return OpSetAclOk
 }
 
-/*
-GetAcl is the body of a GetAcl frame (opcode 0x021b, request). Read an API
-key's permissions.
-*/
+// GetAcl is the body of a GetAcl frame (opcode 0x021b, request). Read an API
+// key's permissions.
 type GetAcl struct {
 	// KeyID (string) Key ID.
 	KeyID string
@@ -1889,10 +1697,8 @@ func (*GetAcl) Opcode() Opcode {
 	return OpGetAcl
 }
 
-/*
-GetAclResult is the body of a GetAclResult frame (opcode 0x021c, response).
-The ACL.
-*/
+// GetAclResult is the body of a GetAclResult frame (opcode 0x021c, response).
+// The ACL.
 type GetAclResult struct {
 	// Permissions ([]Permission) Permissions.
 	Permissions []Permission
@@ -1903,10 +1709,8 @@ func (*GetAclResult) Opcode() Opcode {
 	return OpGetAclResult
 }
 
-/*
-Topology is the body of a Topology frame (opcode 0x0301, request). Ask which
-shards a queue has and which node leads each.
-*/
+// Topology is the body of a Topology frame (opcode 0x0301, request). Ask which
+// shards a queue has and which node leads each.
 type Topology struct {
 	// Queue (string) Queue name.
 	Queue string
@@ -1917,10 +1721,8 @@ func (*Topology) Opcode() Opcode {
 	return OpTopology
 }
 
-/*
-TopologyResult is the body of a TopologyResult frame (opcode 0x0302,
-response). The queue's shards.
-*/
+// TopologyResult is the body of a TopologyResult frame (opcode 0x0302,
+// response). The queue's shards.
 type TopologyResult struct {
 	// Queue (string) Queue name.
 	Queue string
