@@ -2,6 +2,7 @@
 // spec/protocol.toml:
 //
 //	sdk/core/wire/frames_gen.go, codes_gen.go, codec_gen.go, codec_gen_test.go
+//	broker/internal/fault/errors_gen.go
 //	broker/internal/server/codes_gen.go, codes_gen_test.go
 //	sdk/go/errors_gen.go, errors_gen_test.go
 //	docs/protocol.md (keeping its hand-written prose sections)

@@ -20,48 +20,14 @@ import (
 // Failures any operation may meet (unauthorized, forbidden, not leader,
 // unavailable, connection lost, ...) are *StatusError.
 //
-// Every error also matches one of the sentinels below with errors.Is,
+// Every error also matches one of the sentinels (ErrQueueNotFound and the
+// others, generated from the spec in errors_gen.go) with errors.Is,
 // whichever operation returned it:
 //
 //	if errors.Is(err, fila.ErrQueueNotFound) { ... }
 
 // A Code is a protocol error code, such as wire.CodeQueueNotFound.
 type Code = wire.Code
-
-// Sentinels of connection-scoped failures: the connection was closed.
-var (
-	ErrMalformedFrame     = errors.New("fila: malformed frame")
-	ErrFrameTooLarge      = errors.New("fila: frame too large")
-	ErrProtocolViolation  = errors.New("fila: protocol violation")
-	ErrUnsupportedVersion = errors.New("fila: unsupported protocol version")
-)
-
-// Sentinels of status failures, which any operation may return.
-var (
-	ErrUnknownOpcode     = errors.New("fila: unknown opcode")
-	ErrUnauthorized      = errors.New("fila: unauthorized")
-	ErrForbidden         = errors.New("fila: forbidden")
-	ErrNotLeader         = errors.New("fila: not leader")
-	ErrUnavailable       = errors.New("fila: unavailable")
-	ErrInternal          = errors.New("fila: internal error")
-	ErrNotSupported      = errors.New("fila: not supported")
-	ErrInvalidArgument   = errors.New("fila: invalid argument")
-	ErrResourceExhausted = errors.New("fila: resource exhausted")
-)
-
-// Sentinels of domain failures, returned by the operations that list them.
-var (
-	ErrQueueNotFound        = errors.New("fila: queue not found")
-	ErrQueueExists          = errors.New("fila: queue already exists")
-	ErrMessageTooLarge      = errors.New("fila: message too large")
-	ErrMessageNotFound      = errors.New("fila: message not found")
-	ErrLeaseExpired         = errors.New("fila: lease expired")
-	ErrNotADLQ              = errors.New("fila: not a dead-letter queue")
-	ErrSubscriptionNotFound = errors.New("fila: subscription not found")
-	ErrInvalidConfigValue   = errors.New("fila: invalid config value")
-	ErrScriptError          = errors.New("fila: script error")
-	ErrAPIKeyNotFound       = errors.New("fila: api key not found")
-)
 
 // ErrClosed is returned by operations on a Client after Close, and by
 // operations whose connection was lost while they were in flight and that

@@ -3,8 +3,103 @@
 package fila
 
 import (
+	"errors"
 	wire "github.com/fila-mq/fila/sdk/core/wire"
 	"strings"
+)
+
+// Sentinels of connection-scoped failures: the connection is closed after
+// them.
+var (
+	// ErrMalformedFrame is MALFORMED_FRAME: a frame could not be decoded: a length
+	// runs past the frame body, a bool is not 0 or 1, a list count is impossible.
+	ErrMalformedFrame = errors.New("fila: malformed frame")
+	// ErrFrameTooLarge is FRAME_TOO_LARGE: a frame's length exceeds the receiver's
+	// max frame size, or continuation frames exceed the reassembly limit.
+	ErrFrameTooLarge = errors.New("fila: frame too large")
+	// ErrProtocolViolation is PROTOCOL_VIOLATION: a well-formed frame arrived
+	// where it is not allowed: any frame before Handshake, a second Handshake, a
+	// response opcode from the client, an interleaved continuation, a reused
+	// request ID. The server also closes with it a connection that sends no
+	// complete Handshake within its handshake timeout, or leaves a frame
+	// incomplete for its frame read timeout.
+	ErrProtocolViolation = errors.New("fila: protocol violation")
+	// ErrUnsupportedVersion is UNSUPPORTED_VERSION: the peers share no protocol
+	// version.
+	ErrUnsupportedVersion = errors.New("fila: unsupported protocol version")
+)
+
+// Sentinels of status failures, which any operation may return.
+var (
+	// ErrUnknownOpcode is UNKNOWN_OPCODE: the receiver does not know this request
+	// opcode. The connection stays open, so a newer client can probe an older
+	// server.
+	ErrUnknownOpcode = errors.New("fila: unknown opcode")
+	// ErrUnauthorized is UNAUTHORIZED: no valid API key: missing or wrong at
+	// handshake (the Error answers the Handshake, then the connection closes), or
+	// revoked while the connection is open (the Error comes on request ID 0, then
+	// the connection closes; a request that races the revocation may be answered
+	// with it first).
+	ErrUnauthorized = errors.New("fila: unauthorized")
+	// ErrForbidden is FORBIDDEN: the API key is valid but its ACL does not grant
+	// this operation on this queue. Also ends a subscription (an Error on its
+	// request ID) whose key no longer holds consume on its queue.
+	ErrForbidden = errors.New("fila: forbidden")
+	// ErrNotLeader is NOT_LEADER: this node does not lead the queue; the Error
+	// frame's leader_hint names the node that does, when known.
+	ErrNotLeader = errors.New("fila: not leader")
+	// ErrUnavailable is UNAVAILABLE: the broker cannot serve the request now
+	// (shutting down, storage failed); retrying later or elsewhere may succeed.
+	ErrUnavailable = errors.New("fila: unavailable")
+	// ErrInternal is INTERNAL: a bug or an unexpected failure inside the broker.
+	ErrInternal = errors.New("fila: internal error")
+	// ErrNotSupported is NOT_SUPPORTED: the operation is part of the protocol but
+	// this broker does not support it (yet, or in its current configuration).
+	ErrNotSupported = errors.New("fila: not supported")
+	// ErrInvalidArgument is INVALID_ARGUMENT: a field has a value the operation
+	// does not accept; the message names the field. Also a list over its declared
+	// maximum, or a batch request with more items than the server's max_batch_size
+	// (HandshakeOk): the request fails as a whole and the connection stays open.
+	ErrInvalidArgument = errors.New("fila: invalid argument")
+	// ErrResourceExhausted is RESOURCE_EXHAUSTED: a limit was reached
+	// (connections, connections or failed handshakes from one address,
+	// subscriptions per connection, the reassembly budget); the message names it.
+	// For connection limits and the reassembly budget it comes on request ID 0 and
+	// the connection is closed.
+	ErrResourceExhausted = errors.New("fila: resource exhausted")
+)
+
+// Sentinels of domain failures, returned by the operations that list them.
+var (
+	// ErrQueueNotFound is QUEUE_NOT_FOUND: no queue has this name.
+	ErrQueueNotFound = errors.New("fila: queue not found")
+	// ErrQueueExists is QUEUE_EXISTS: a queue with this name already exists.
+	ErrQueueExists = errors.New("fila: queue already exists")
+	// ErrMessageTooLarge is MESSAGE_TOO_LARGE: the message's payload and headers
+	// exceed the broker's max message size.
+	ErrMessageTooLarge = errors.New("fila: message too large")
+	// ErrMessageNotFound is MESSAGE_NOT_FOUND: no message with this ID is in the
+	// queue (already acked, dead-lettered, or never there).
+	ErrMessageNotFound = errors.New("fila: message not found")
+	// ErrLeaseExpired is LEASE_EXPIRED: the message exists but the lease named in
+	// the request is no longer current: it expired, was released, or the message
+	// was delivered again under a new lease.
+	ErrLeaseExpired = errors.New("fila: lease expired")
+	// ErrNotADLQ is NOT_A_DLQ: redrive was asked of a queue that is not a
+	// dead-letter queue.
+	ErrNotADLQ = errors.New("fila: not a dead-letter queue")
+	// ErrSubscriptionNotFound is SUBSCRIPTION_NOT_FOUND: no subscription with this
+	// ID is open on this connection.
+	ErrSubscriptionNotFound = errors.New("fila: subscription not found")
+	// ErrInvalidConfigValue is INVALID_CONFIG_VALUE: a runtime-config value has
+	// the wrong form for its key's prefix; the message names the expected form
+	// (for throttle.* keys: "rate,burst").
+	ErrInvalidConfigValue = errors.New("fila: invalid config value")
+	// ErrScriptError is SCRIPT_ERROR: a Lua script failed to compile; the message
+	// carries the line number.
+	ErrScriptError = errors.New("fila: script error")
+	// ErrAPIKeyNotFound is API_KEY_NOT_FOUND: no API key has this ID.
+	ErrAPIKeyNotFound = errors.New("fila: api key not found")
 )
 
 // sentinel returns the sentinel error of a wire code; nil for OK or an unknown code.
@@ -407,9 +502,9 @@ func (e *ReleaseError) Is(target error) bool {
 type CreateQueueCode uint16
 
 const (
-	// CreateQueueQueueExists A queue with this name already exists.
+	// CreateQueueQueueExists a queue with this name already exists.
 	CreateQueueQueueExists CreateQueueCode = 21
-	// CreateQueueScriptError A Lua script failed to compile; the message carries
+	// CreateQueueScriptError a Lua script failed to compile; the message carries
 	// the line number.
 	CreateQueueScriptError CreateQueueCode = 28
 )
@@ -510,7 +605,7 @@ func (e *QueueStatsError) Is(target error) bool {
 type SetConfigCode uint16
 
 const (
-	// SetConfigInvalidConfigValue A runtime-config value has the wrong form for
+	// SetConfigInvalidConfigValue a runtime-config value has the wrong form for
 	// its key's prefix; the message names the expected form (for throttle.* keys:
 	// "rate,burst").
 	SetConfigInvalidConfigValue SetConfigCode = 27

@@ -138,11 +138,11 @@ func Render(s *spec.Spec, old string) (string, error) {
 		w("\n")
 	}
 
-	w("## Error codes\n\n| code | name | scope | meaning |\n|---|---|---|---|\n")
+	w("## Error codes\n\n| code | name | scope | text | meaning |\n|---|---|---|---|---|\n")
 	codes := append([]spec.Code(nil), s.Codes...)
 	sort.Slice(codes, func(i, j int) bool { return codes[i].Value < codes[j].Value })
 	for _, c := range codes {
-		w("| %d | `%s` | %s | %s |\n", c.Value, c.Name, c.Scope, cell(c.Doc))
+		w("| %d | `%s` | %s | %s | %s |\n", c.Value, c.Name, c.Scope, cell(c.Text), cell(c.Doc))
 	}
 	w("\n## Operations and their errors\n\nStatus codes (%s) may answer any operation; the domain codes listed here answer only their operations.\n\n",
 		codeList(names(s.CodesByScope(spec.ScopeStatus))))

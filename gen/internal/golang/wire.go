@@ -149,7 +149,7 @@ func lowerFirst(s string) string {
 		return s
 	}
 	// Keep acronyms and names (UNAUTHORIZED, DLQ) as they are.
-	if len(s) > 1 && strings.ToUpper(s[:2]) == s[:2] {
+	if len(s) > 1 && 'A' <= s[0] && s[0] <= 'Z' && 'A' <= s[1] && s[1] <= 'Z' {
 		return s
 	}
 	return strings.ToLower(s[:1]) + s[1:]

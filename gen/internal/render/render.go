@@ -47,6 +47,9 @@ func All(root string) (map[string][]byte, error) {
 	if err := add("sdk/core/wire", wire); err != nil {
 		return nil, err
 	}
+	if err := add("broker/internal/fault", golang.Fault(s)); err != nil {
+		return nil, err
+	}
 	if err := add("broker/internal/server", golang.Broker(s)); err != nil {
 		return nil, err
 	}

@@ -95,7 +95,10 @@ type Code struct {
 	Name  string `toml:"name"`
 	Value int    `toml:"value"`
 	Scope Scope  `toml:"scope"`
-	Doc   string `toml:"doc"`
+	// Text is the short lower-case text of the code's error values
+	// ("queue not found"); empty for OK.
+	Text string `toml:"text"`
+	Doc  string `toml:"doc"`
 }
 
 // Enum is a named set of integer values.
@@ -230,6 +233,9 @@ func (s *Spec) validate() error {
 			}
 		default:
 			fail("code %q: unknown scope %q", c.Name, c.Scope)
+		}
+		if c.Scope != ScopeOK && (c.Text == "" || c.Text != strings.ToLower(c.Text) || strings.HasSuffix(c.Text, ".")) {
+			fail("code %q: text %q: want a short lower-case text without a final period", c.Name, c.Text)
 		}
 		if c.Doc == "" {
 			fail("code %q: missing doc", c.Name)

@@ -701,7 +701,7 @@ type EnqueueItemResult struct {
 	Duplicate bool
 }
 
-// RateLimit is A consumer-declared rate limit on a subscription.
+// RateLimit is a consumer-declared rate limit on a subscription.
 type RateLimit struct {
 	// Name (string) The limit's name. Subscriptions on the same queue that declare
 	// the same name share one bucket.
@@ -757,7 +757,7 @@ type ExpiredLease struct {
 	Lease uint64
 }
 
-// LeaseRef is A reference to one leased delivery.
+// LeaseRef is a reference to one leased delivery.
 type LeaseRef struct {
 	// Queue (string) Queue the message was delivered from.
 	Queue string
