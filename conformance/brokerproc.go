@@ -1,35 +1,27 @@
 package conformance
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/fila-mq/fila/broker/filatest"
 )
 
 // A Broker is a fila-server process started for a replay or a recording,
 // listening on a free 127.0.0.1 port with its data in a temporary
-// directory. (Go tests use broker/filatest instead; this is for the
-// command, which has no testing.TB.)
+// directory. It runs on filatest.Proc, the launcher Go tests use through
+// filatest.Start; this is for the command, which has no testing.TB.
 type Broker struct {
 	// Addr is the host:port it listens on.
 	Addr string
 
-	cmd  *exec.Cmd
+	proc *filatest.Proc
 	dir  string
-	done chan struct{}
-
-	mu  sync.Mutex
-	log []string
 }
-
-var listenLine = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
 
 // StartBroker starts the fila-server binary bin with env (FILA_KEY=value)
 // added to this process's environment, and waits up to 60s for it to
@@ -39,76 +31,28 @@ func StartBroker(bin string, env []string) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{dir: dir, done: make(chan struct{})}
-	cmd := exec.Command(bin)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"FILA_SERVER_LISTEN_ADDR=127.0.0.1:0",
-		"FILA_STORAGE_DATA_DIR="+dir,
-		"FILA_SERVER_NODE_ID=conformance",
-		"FILA_LOG_LEVEL=info")
-	cmd.Env = append(cmd.Env, env...)
-	stderr, err := cmd.StderrPipe()
+	p, err := filatest.StartProc(filatest.ProcConfig{
+		Bin: bin, DataDir: dir, NodeID: "conformance", Env: env,
+		Log: filatest.NewLog(10000), Wait: 60 * time.Second,
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("conformance: start %s: %w", bin, err)
+		return nil, fmt.Errorf("conformance: %w", err)
 	}
-	b.cmd = cmd
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			b.mu.Lock()
-			if len(b.log) < 10000 {
-				b.log = append(b.log, line)
-			}
-			b.mu.Unlock()
-			if m := listenLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		cmd.Wait()
-		close(b.done)
-	}()
-	select {
-	case b.Addr = <-addr:
-		return b, nil
-	case <-b.done:
+	if p.Addr == "" {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("conformance: fila-server exited at start:\n%s", b.Log())
-	case <-time.After(60 * time.Second):
-		b.Stop()
-		return nil, fmt.Errorf("conformance: fila-server did not listen within 60s:\n%s", b.Log())
+		return nil, fmt.Errorf("conformance: fila-server exited at start:\n%s", p.Log())
 	}
+	return &Broker{Addr: p.Addr, proc: p, dir: dir}, nil
 }
 
 // Log returns what the broker wrote to stderr.
-func (b *Broker) Log() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.log, "\n")
-}
+func (b *Broker) Log() string { return b.proc.Log() }
 
 // Stop stops the broker (SIGTERM, then SIGKILL after 10s) and removes its
 // data.
 func (b *Broker) Stop() {
-	b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-		b.cmd.Process.Kill()
-		<-b.done
-	}
+	b.proc.Stop(10 * time.Second)
 	os.RemoveAll(b.dir)
 }
 

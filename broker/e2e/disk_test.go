@@ -1,20 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -176,90 +173,31 @@ func drainExactly(t *testing.T, ctx context.Context, addr, queue string, produce
 	}
 }
 
-// serverProc is a fila-server process started by this file, to see how it
-// exits.
-type serverProc struct {
-	cmd  *exec.Cmd
-	Addr string
-	done chan struct{}
-	mu   sync.Mutex
-	log  []string
-}
-
-var listenLine = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
-
-// startProc starts bin on dataDir. It returns once the server listens, or
-// once it exits (Addr is then empty).
-func startProc(t *testing.T, bin, dataDir string, env ...string) *serverProc {
+// startProc starts bin on dataDir and stops it when the test ends. It
+// returns once the server listens, or once it exits (Addr is then empty).
+func startProc(t *testing.T, bin, dataDir string, env ...string) *filatest.Proc {
 	t.Helper()
-	p := &serverProc{done: make(chan struct{})}
-	p.cmd = exec.Command(bin)
-	p.cmd.Dir = dataDir
-	p.cmd.Env = append(os.Environ(),
-		"FILA_SERVER_LISTEN_ADDR=127.0.0.1:0",
-		"FILA_STORAGE_DATA_DIR="+dataDir,
-		"FILA_SERVER_NODE_ID=test",
-		"FILA_LOG_LEVEL=info",
-	)
-	p.cmd.Env = append(p.cmd.Env, env...)
-	stderr, err := p.cmd.StderrPipe()
+	p, err := filatest.StartProc(filatest.ProcConfig{Bin: bin, DataDir: dataDir, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log = append(p.log, sc.Text())
-			p.mu.Unlock()
-			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	go func() {
-		<-scanned
-		p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 		if t.Failed() {
 			t.Logf("fila-server log:\n%s", p.Log())
 		}
 	})
-	select {
-	case p.Addr = <-addr:
-	case <-p.done:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("fila-server neither listened nor exited:\n%s", p.Log())
-	}
 	return p
 }
 
-// wait waits for the process to exit and returns its exit code.
-func (p *serverProc) wait(t *testing.T) int {
+// exitCode waits for p to exit and returns its exit code.
+func exitCode(t *testing.T, p *filatest.Proc) int {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(2 * time.Minute):
+	code, err := p.Wait(2 * time.Minute)
+	if err != nil {
 		t.Fatalf("fila-server did not exit:\n%s", p.Log())
 	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-func (p *serverProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.log, "\n")
+	return code
 }
 
 // segmentFiles returns the log segment files of dir, oldest first.
@@ -349,7 +287,7 @@ func TestLostTail(t *testing.T) {
 			if p.Addr != "" {
 				t.Fatalf("fila-server started on a damaged log; want it to refuse")
 			}
-			if code := p.wait(t); code == 0 || !strings.Contains(p.Log(), tc.refuse) || !strings.Contains(p.Log(), "storage.repair") {
+			if code := exitCode(t, p); code == 0 || !strings.Contains(p.Log(), tc.refuse) || !strings.Contains(p.Log(), "storage.repair") {
 				t.Fatalf("refused start: exit %d; want non-zero and a log naming %q and storage.repair:\n%s", code, tc.refuse, p.Log())
 			}
 
@@ -448,7 +386,7 @@ func TestFsyncFailureExits(t *testing.T) {
 	if _, err := c.Producer().Send(ctx, fila.NewMessage("sync", []byte("lost"))); err == nil {
 		t.Fatalf("enqueue with a failing fsync = nil; want an error")
 	}
-	if code := p.wait(t); code != 1 {
+	if code := exitCode(t, p); code != 1 {
 		t.Fatalf("fila-server exited with %d after a failed fsync; want 1", code)
 	}
 	log := p.Log()
@@ -521,8 +459,8 @@ func TestShutdownWhileNacking(t *testing.T) {
 		for nacked.Load() < 300 {
 			time.Sleep(time.Millisecond)
 		}
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		code := p.wait(t)
+		p.Stop(2 * time.Minute)
+		code := exitCode(t, p)
 		cancel()
 		c.Close()
 		log := p.Log()

@@ -9,17 +9,14 @@
 package filatest
 
 import (
-	"bufio"
 	"debug/buildinfo"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -34,9 +31,8 @@ type Server struct {
 	Env []string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *logBuffer
+	proc *Proc
+	log  *Log
 }
 
 // An Option configures Start.
@@ -111,99 +107,45 @@ func Start(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
-var listenRE = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
-
 func (s *Server) start(t testing.TB) {
 	t.Helper()
-	cmd := exec.Command(Binary(t))
-	cmd.Dir = s.DataDir
-	cmd.Env = append(os.Environ(),
-		"FILA_SERVER_LISTEN_ADDR="+s.Addr,
-		"FILA_STORAGE_DATA_DIR="+s.DataDir,
-		"FILA_SERVER_NODE_ID=test",
-		"FILA_LOG_LEVEL=info",
-	)
-	cmd.Env = append(cmd.Env, s.Env...)
-	stderr, err := cmd.StderrPipe()
+	s.mu.Lock()
+	if s.log == nil {
+		s.log = NewLog(5000)
+	}
+	lb := s.log
+	s.mu.Unlock()
+	p, err := StartProc(ProcConfig{Bin: Binary(t), DataDir: s.DataDir, Listen: s.Addr, Env: s.Env, Log: lb, Wait: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start fila-server: %v", err)
+	if p.Addr == "" {
+		t.Fatalf("fila-server exited at start:\n%s", lb)
 	}
 	s.mu.Lock()
-	lb := s.log
-	if lb == nil {
-		lb = &logBuffer{}
-	}
+	s.proc = p
+	s.Addr = p.Addr
 	s.mu.Unlock()
-	addr := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			lb.add(line)
-			if m := listenRE.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.mu.Lock()
-	s.cmd, s.done, s.log = cmd, done, lb
-	s.mu.Unlock()
-	select {
-	case a := <-addr:
-		s.Addr = a
-	case <-done:
-		t.Fatalf("fila-server exited at start:\n%s", lb.String())
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("fila-server did not start listening in 60s:\n%s", lb.String())
-	}
 }
 
 // Kill stops the server with SIGKILL, as a crash, and waits for it to exit.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
+	p := s.proc
 	s.mu.Unlock()
-	if cmd == nil {
-		return
+	if p != nil {
+		p.Kill()
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
 }
 
 // Stop stops the server with SIGTERM (a graceful shutdown) and waits up to
 // 30s, then kills it.
 func (s *Server) Stop(t testing.TB) {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
+	p := s.proc
 	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("fila-server did not stop in 30s after SIGTERM; killing it")
-		cmd.Process.Kill()
-		<-done
+	if p != nil && !p.Stop(30*time.Second) {
+		t.Errorf("fila-server did not stop in 30s after SIGTERM; killed it")
 	}
 }
 
@@ -218,7 +160,7 @@ func (s *Server) Restart(t testing.TB) {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
 // RSS returns the process's resident set size in bytes (Linux).
@@ -291,24 +233,4 @@ func (s *Server) Log() string {
 		return ""
 	}
 	return s.log.String()
-}
-
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) add(line string) {
-	b.mu.Lock()
-	b.lines = append(b.lines, line)
-	if len(b.lines) > 5000 {
-		b.lines = b.lines[len(b.lines)-5000:]
-	}
-	b.mu.Unlock()
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "\n")
 }
