@@ -75,9 +75,12 @@ type conn struct {
 	closed    bool          // no more items are accepted
 	goingAway bool
 	subs      map[uint32]*subscription // by request ID
-	// inflight holds the requests read and not yet answered on the
-	// socket, by request ID, each with the bytes reserved for its answer.
-	inflight map[uint32]int64
+	// inflight holds the requests read and not yet answered, by request
+	// ID, each with the bytes reserved for its answer; answering counts
+	// the answers queued and not yet written. Both count toward
+	// Config.MaxInFlight.
+	inflight  map[uint32]int64
+	answering int
 	// outBytes is what the connection's answers may cost: the
 	// reservations of the requests in flight plus the estimated size of
 	// the frames queued for the writer and not yet written (deliveries
@@ -109,6 +112,9 @@ type outItem struct {
 	// size is the estimated memory of frame, counted in conn.outBytes
 	// until written.
 	size int64
+	// reserve is, for an answer, what its request reserved in
+	// conn.outBytes (conn.begin), released once written.
+	reserve int64
 }
 
 // subscription is a connection's view of one of its subscriptions. It is
@@ -194,16 +200,12 @@ func (c *conn) cleanup() {
 // push queues an item for the writer. It never blocks; after the
 // connection closed, items are dropped.
 func (c *conn) push(it outItem) {
-	if it.frame != nil {
-		it.size = frameCost(it.frame)
-	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return
 	}
-	c.out = append(c.out, it)
-	c.outBytes += it.size
+	c.pushLocked(it)
 	c.mu.Unlock()
 	c.wake()
 }
@@ -211,14 +213,25 @@ func (c *conn) push(it outItem) {
 // pushLocked queues an item for the writer, with c.mu held; the caller
 // calls wake after unlocking. After the connection closed, items are
 // dropped.
+//
+// An answer ends its request here, not once written: the client may
+// reuse the request ID as soon as it reads the answer, which can be
+// before the write returns. The request still counts toward the bounds,
+// as answering, until the answer is on the socket.
 func (c *conn) pushLocked(it outItem) {
+	if c.closed {
+		return
+	}
 	if it.frame != nil {
 		it.size = frameCost(it.frame)
 	}
-	if !c.closed {
-		c.out = append(c.out, it)
-		c.outBytes += it.size
+	if it.request {
+		it.reserve = c.inflight[it.reqID]
+		delete(c.inflight, it.reqID)
+		c.answering++
 	}
+	c.out = append(c.out, it)
+	c.outBytes += it.size
 }
 
 // wake tells the writer that items are queued.
@@ -284,7 +297,7 @@ func (c *conn) chunkBytes() int64 { return c.flow.chunkBytes() }
 func (c *conn) waitRoom() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for !c.closed && (len(c.inflight) >= c.s.cfg.MaxInFlight || c.outBytes > c.s.cfg.MaxOutbound) {
+	for !c.closed && (len(c.inflight)+c.answering >= c.s.cfg.MaxInFlight || c.outBytes > c.s.cfg.MaxOutbound) {
 		c.room.Wait()
 	}
 	return !c.closed
@@ -462,7 +475,7 @@ func (c *conn) goAway(code wire.Code, msg string) {
 
 func (c *conn) maybeFinishGoAway() {
 	c.mu.Lock()
-	done := c.goingAway && len(c.inflight) == 0 && !c.closed
+	done := c.goingAway && len(c.inflight) == 0 && c.answering == 0 && !c.closed
 	if done {
 		c.out = append(c.out, outItem{closeAfter: true})
 		c.closed = true
@@ -705,8 +718,8 @@ func (c *conn) written(items []outItem) {
 		it := &items[i]
 		c.outBytes -= it.size
 		if it.request {
-			c.outBytes -= c.inflight[it.reqID]
-			delete(c.inflight, it.reqID)
+			c.outBytes -= it.reserve
+			c.answering--
 			ended = true
 		}
 	}
