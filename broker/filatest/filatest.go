@@ -100,11 +100,31 @@ func Start(t testing.TB, opts ...Option) *Server {
 	s.start(t)
 	t.Cleanup(func() {
 		s.Stop(t)
+		if bad := s.undeclared(); bad != "" {
+			t.Errorf("fila-server answered with codes the spec does not declare for their operations:\n%s", bad)
+		}
 		if t.Failed() {
 			t.Logf("fila-server log:\n%s", s.Log())
 		}
 	})
 	return s
+}
+
+// UndeclaredCodeMsg is the message fila-server logs, at level ERROR, when
+// it answers a request with a code the spec does not declare for its
+// operation (a bug): every test that runs a Server fails on it. It is
+// the server package's UndeclaredCodeMsg.
+const UndeclaredCodeMsg = "answer code not declared for the operation"
+
+// undeclared returns the log lines of answers with undeclared codes.
+func (s *Server) undeclared() string {
+	var bad []string
+	for _, line := range strings.Split(s.Log(), "\n") {
+		if strings.Contains(line, `msg="`+UndeclaredCodeMsg+`"`) {
+			bad = append(bad, line)
+		}
+	}
+	return strings.Join(bad, "\n")
 }
 
 func (s *Server) start(t testing.TB) {

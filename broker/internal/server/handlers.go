@@ -39,7 +39,7 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 	}
 	switch op.Kind() {
 	case wire.KindUnknown:
-		if !c.begin(h.RequestID, answerReserve(nil)) {
+		if !c.begin(h.RequestID, op, answerReserve(nil)) {
 			c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
 			return false
 		}
@@ -63,7 +63,7 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 	if err := f.Decode(body); err != nil {
 		if errors.Is(err, wire.ErrListTooLong) && op.Kind() == wire.KindRequest && h.RequestID != 0 && op != wire.OpHandshake {
 			// Well framed, only too long: refuse the request alone.
-			if !c.begin(h.RequestID, answerReserve(nil)) {
+			if !c.begin(h.RequestID, op, answerReserve(nil)) {
 				c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
 				return false
 			}
@@ -85,7 +85,7 @@ func (c *conn) dispatch(h wire.Header, body []byte) bool {
 		c.fail(0, wire.CodeProtocolViolation, fmt.Sprintf("%v with request ID 0", op))
 		return false
 	}
-	if !c.begin(h.RequestID, answerReserve(f)) {
+	if !c.begin(h.RequestID, op, answerReserve(f)) {
 		c.fail(h.RequestID, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is already in flight", h.RequestID))
 		return false
 	}

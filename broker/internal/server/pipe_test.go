@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fila-mq/fila/broker/filatest"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -56,10 +58,12 @@ func (pipeAddr) String() string  { return "pipe" }
 // the test ends.
 func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var out io.Writer = io.Discard
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		out = os.Stderr
 	}
+	logged := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(out, logged), nil))
 	sh, err := shard.Open(shard.Config{Logger: log}, store.NewMem())
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +82,9 @@ func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 		srv.Shutdown(ctx)
 		<-served
 		sh.Close()
+		if strings.Contains(logged.String(), UndeclaredCodeMsg) {
+			t.Errorf("the server answered with codes the spec does not declare for their operations:\n%s", logged)
+		}
 	})
 	return func() *pipeClient {
 		client, server := net.Pipe()
@@ -86,6 +93,24 @@ func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 		t.Cleanup(func() { client.Close() })
 		return c
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // pipeClient is the client end of a connection, speaking raw frames.
@@ -346,5 +371,27 @@ func TestRequestIDReusableOnceAnswered(t *testing.T) {
 		if p, ok := f.(*wire.Pong); !ok || h.RequestID != 7 || p.Nonce != uint64(i) {
 			t.Fatalf("ping %d with request ID 7 answered by %T %+v", i, f, f)
 		}
+	}
+}
+
+// TestUndeclaredCodeIsLogged: an answer with a code its operation may not
+// return is logged as the broker bug it is, in the message tests that run
+// a fila-server fail on (filatest.UndeclaredCodeMsg).
+func TestUndeclaredCodeIsLogged(t *testing.T) {
+	if UndeclaredCodeMsg != filatest.UndeclaredCodeMsg {
+		t.Fatalf("server logs %q, filatest looks for %q", UndeclaredCodeMsg, filatest.UndeclaredCodeMsg)
+	}
+	var logged lockedBuffer
+	c := &conn{log: slog.New(slog.NewTextHandler(&logged, nil)), inflight: map[uint32]request{}}
+	c.inflight[3] = request{op: wire.OpEnqueue}
+	c.pushLocked(outItem{reqID: 3, frame: &wire.ErrorFrame{Code: wire.CodeQueueExists}, request: true})
+	if !strings.Contains(logged.String(), UndeclaredCodeMsg) || !strings.Contains(logged.String(), "QUEUE_EXISTS") {
+		t.Fatalf("QUEUE_EXISTS answering Enqueue logged %q; want %q", logged.String(), UndeclaredCodeMsg)
+	}
+	logged = lockedBuffer{}
+	c.inflight[4] = request{op: wire.OpEnqueue}
+	c.pushLocked(outItem{reqID: 4, frame: &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeQueueNotFound}, {Code: wire.CodeForbidden}}}, request: true})
+	if logged.String() != "" {
+		t.Fatalf("declared codes logged %q", logged.String())
 	}
 }

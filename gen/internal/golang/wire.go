@@ -438,7 +438,54 @@ func (g *wireGen) codes() *File {
 		Switch(Id("o")).Block(opCases...),
 		Return(Nil()),
 	)
+	g.undeclared(f)
 	return f
+}
+
+// undeclared renders Opcode.Undeclared: the check of an answer's codes
+// against its operation's, over every field of type code in a frame and
+// in the structs of its lists.
+func (g *wireGen) undeclared(f *File) {
+	check := func(expr *Statement) Code {
+		return If(Op("!").Id("o").Dot("Declares").Call(expr.Clone())).Block(Return(expr.Clone(), True()))
+	}
+	var cases []Code
+	for _, fr := range g.s.Frames {
+		if fr.Kind != spec.KindResponse && fr.Name != "Error" {
+			continue
+		}
+		var body []Code
+		for _, fd := range fr.Fields {
+			if fd.Type == "code" {
+				body = append(body, check(Id("f").Dot(spec.GoName(fd.Name))))
+				continue
+			}
+			elem, ok := strings.CutPrefix(fd.Type, "[]")
+			st := g.s.Struct(elem)
+			if !ok || st == nil {
+				continue
+			}
+			for _, sf := range st.Fields {
+				if sf.Type == "code" {
+					body = append(body, For(Id("i").Op(":=").Range().Id("f").Dot(spec.GoName(fd.Name))).Block(
+						check(Id("f").Dot(spec.GoName(fd.Name)).Index(Id("i")).Dot(spec.GoName(sf.Name))),
+					))
+				}
+			}
+		}
+		if len(body) > 0 {
+			cases = append(cases, Case(Op("*").Id(typeName(fr.Name))).Block(body...))
+		}
+	}
+	f.Add(comments("Declares reports whether the operation of request opcode o may answer with code c: any code but a domain code, and the domain codes of o.Codes()."))
+	f.Func().Params(Id("o").Id("Opcode")).Id("Declares").Params(Id("c").Id("Code")).Bool().Block(
+		Return(Id("c").Dot("Scope").Call().Op("!=").Id("ScopeDomain").Op("||").Id("o").Dot("Codes").Call().Dot("Has").Call(Id("c"))),
+	)
+	f.Add(comments("Undeclared returns the first code in f, an answer to a request of opcode o, that o may not answer with (see Declares), and true; or 0 and false. It looks at an Error frame's code and at every code of a response, per-item codes included. Peers use it to check each other in tests."))
+	f.Func().Params(Id("o").Id("Opcode")).Id("Undeclared").Params(Id("f").Id("Frame")).Params(Id("Code"), Bool()).Block(
+		Switch(Id("f").Op(":=").Id("f").Assert(Type())).Block(cases...),
+		Return(Lit(0), False()),
+	)
 }
 
 // ---------------------------------------------------------------------------

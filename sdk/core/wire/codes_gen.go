@@ -352,3 +352,59 @@ func (o Opcode) Codes() CodeSet {
 	}
 	return nil
 }
+
+// Declares reports whether the operation of request opcode o may answer with
+// code c: any code but a domain code, and the domain codes of o.Codes().
+func (o Opcode) Declares(c Code) bool {
+	return c.Scope() != ScopeDomain || o.Codes().Has(c)
+}
+
+// Undeclared returns the first code in f, an answer to a request of opcode o,
+// that o may not answer with (see Declares), and true; or 0 and false. It
+// looks at an Error frame's code and at every code of a response, per-item
+// codes included. Peers use it to check each other in tests.
+func (o Opcode) Undeclared(f Frame) (Code, bool) {
+	switch f := f.(type) {
+	case *ErrorFrame:
+		if !o.Declares(f.Code) {
+			return f.Code, true
+		}
+	case *EnqueueResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	case *AckResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	case *NackResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	case *RetryAfterResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	case *ExtendLeaseResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	case *ReleaseResult:
+		for i := range f.Results {
+			if !o.Declares(f.Results[i].Code) {
+				return f.Results[i].Code, true
+			}
+		}
+	}
+	return 0, false
+}
