@@ -39,8 +39,14 @@ func encodeRecord(k *apiKey) []byte {
 	b = append(b, k.hash[:]...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(k.name)))
 	b = append(b, k.name...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(k.perms)))
-	for _, p := range k.perms {
+	return appendPerms(b, k.perms)
+}
+
+// appendPerms appends the count and the permissions of an ACL, in the
+// record's layout.
+func appendPerms(b []byte, perms []Permission) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(perms)))
+	for _, p := range perms {
 		b = append(b, byte(p.Kind))
 		b = binary.BigEndian.AppendUint16(b, uint16(len(p.Pattern)))
 		b = append(b, p.Pattern...)
@@ -81,6 +87,15 @@ func parseRecord(b []byte) (*apiKey, error) {
 		return nil, err
 	}
 	k.name = name
+	if k.perms, err = parsePerms(b); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// parsePerms parses what appendPerms wrote, to the end of b, and checks
+// it as SetACL would.
+func parsePerms(b []byte) ([]Permission, error) {
 	if len(b) < 2 {
 		return nil, errShort
 	}
@@ -89,27 +104,31 @@ func parseRecord(b []byte) (*apiKey, error) {
 	if count > MaxPermissions || count*3 > len(b) {
 		return nil, fmt.Errorf("%d permissions in %d bytes", count, len(b))
 	}
+	var perms []Permission
 	if count > 0 {
-		k.perms = make([]Permission, count)
+		perms = make([]Permission, count)
 	}
-	for i := range k.perms {
+	for i := range perms {
 		if len(b) < 1 {
 			return nil, errShort
 		}
 		kind := Kind(b[0])
-		var pattern string
+		var (
+			pattern string
+			err     error
+		)
 		if pattern, b, err = readString(b[1:]); err != nil {
 			return nil, err
 		}
-		k.perms[i] = Permission{Kind: kind, Pattern: pattern}
+		perms[i] = Permission{Kind: kind, Pattern: pattern}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d trailing bytes", len(b))
 	}
-	if err := validatePermissions(k.perms); err != nil {
+	if err := validatePermissions(perms); err != nil {
 		return nil, err
 	}
-	return k, nil
+	return perms, nil
 }
 
 // readString reads a u16-length-prefixed string from b and returns the rest.

@@ -176,33 +176,30 @@ func (s *Store) Create(name string, perms []Permission) (keyID, secret string, e
 	var raw [secretBytes]byte
 	rand.Read(raw[:])
 	secret = SecretPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
-
-	s.mu.Lock()
-	old := s.state.Load()
-	var id string
+	c := Change{
+		Op:      ChangeCreate,
+		Name:    name,
+		Created: time.UnixMilli(max(s.now().UnixMilli(), 0)).UTC(),
+		Hash:    sha256.Sum256([]byte(secret)),
+		Perms:   clonePerms(perms),
+	}
 	for {
 		var b [idBytes]byte
 		rand.Read(b[:])
-		if id = hex.EncodeToString(b[:]); old.byID[id] == nil {
+		if c.KeyID = hex.EncodeToString(b[:]); s.state.Load().byID[c.KeyID] == nil {
 			break
 		}
 	}
-	key := &apiKey{
-		id:      id,
-		name:    name,
-		created: time.UnixMilli(max(s.now().UnixMilli(), 0)).UTC(),
-		hash:    sha256.Sum256([]byte(secret)),
-		perms:   clonePerms(perms),
+	if err := s.propose(c); err != nil {
+		return "", "", err
 	}
-	if err := s.kv.Put(storageKey(id), encodeRecord(key)); err != nil {
-		s.mu.Unlock()
-		return "", "", fmt.Errorf("auth: create key %s: %w", id, err)
-	}
-	s.publish(old, key, "")
-	s.mu.Unlock()
-	s.changed(id)
-	return id, secret, nil
+	return c.KeyID, secret, nil
 }
+
+// propose applies c. On one node a change is applied where it is made; in
+// a cluster it goes through the meta group's log, and every node applies
+// it (Apply).
+func (s *Store) propose(c Change) error { return s.Apply(c) }
 
 // Revoke deletes the key keyID durably. From then on Authenticate refuses
 // its secret, and every Principal of it fails its checks (see
@@ -211,25 +208,10 @@ func (s *Store) Create(name string, perms []Permission) (keyID, secret string, e
 // has the ID (the bootstrap key is not stored: remove it from the
 // configuration instead), or the KV's error, wrapped.
 func (s *Store) Revoke(keyID string) error {
-	if err := s.revoke(keyID); err != nil {
-		return err
-	}
-	s.changed(keyID)
-	return nil
-}
-
-func (s *Store) revoke(keyID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.state.Load()
-	if old.byID[keyID] == nil {
+	if s.state.Load().byID[keyID] == nil {
 		return notFound("revoke", keyID)
 	}
-	if err := s.kv.Delete(storageKey(keyID)); err != nil {
-		return fmt.Errorf("auth: revoke key %s: %w", keyID, err)
-	}
-	s.publish(old, nil, keyID)
-	return nil
+	return s.propose(Change{Op: ChangeRevoke, KeyID: keyID})
 }
 
 // SetACL replaces the permissions of key keyID with perms, durably; checks
@@ -241,28 +223,10 @@ func (s *Store) SetACL(keyID string, perms []Permission) error {
 	if err := validatePermissions(perms); err != nil {
 		return err
 	}
-	if err := s.setACL(keyID, perms); err != nil {
-		return err
-	}
-	s.changed(keyID)
-	return nil
-}
-
-func (s *Store) setACL(keyID string, perms []Permission) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.state.Load()
-	cur := old.byID[keyID]
-	if cur == nil {
+	if s.state.Load().byID[keyID] == nil {
 		return notFound("set acl of", keyID)
 	}
-	key := *cur
-	key.perms = clonePerms(perms)
-	if err := s.kv.Put(storageKey(keyID), encodeRecord(&key)); err != nil {
-		return fmt.Errorf("auth: set acl of key %s: %w", keyID, err)
-	}
-	s.publish(old, &key, "")
-	return nil
+	return s.propose(Change{Op: ChangeSetACL, KeyID: keyID, Perms: clonePerms(perms)})
 }
 
 // GetACL returns a copy of the permissions of key keyID, or an error
@@ -287,9 +251,10 @@ func (s *Store) List() []KeyInfo {
 }
 
 // OnChange registers fn to be told of every change applied to a stored
-// key: after Create, Revoke or SetACL has made the change durable and
-// visible to checks, fn is called with the key's ID, on the goroutine that
-// made the change, outside the store's lock, before that method returns.
+// key: after Apply (which Create, Revoke and SetACL go through) has made
+// the change durable and visible to checks, fn is called with the key's
+// ID, on the goroutine that applied it, outside the store's lock, before
+// Apply returns.
 // fn is told only which key changed: it reads the key's current state
 // (Principal.Valid, Principal.Allowed), so notifications of concurrent
 // changes may arrive in any order. fn must not call the store's change

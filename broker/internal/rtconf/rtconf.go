@@ -207,25 +207,10 @@ func (s *Store) Set(key, value string) error {
 			key, fault.ErrInvalidArgument, BrokerPrefix)
 	}
 
-	old := s.snap.Load()
-	shard := s.shardOf(key)
-	cur, existed := old.shards[shard][key]
-	if existed && cur == value {
-		return nil
-	}
-	if err := s.kv.Put(storageKey(key), []byte(value)); err != nil {
-		return fmt.Errorf("rtconf: set %s: %w", key, err)
-	}
-	next := *old
-	next.shards[shard] = maps.Clone(old.shards[shard])
-	next.shards[shard][key] = value
-	if !existed {
-		i, _ := slices.BinarySearch(old.keys, key)
-		next.keys = slices.Insert(slices.Clip(old.keys), i, key) // copies: old.keys is shared
-	}
-	s.snap.Store(&next)
-	s.notify(key, value, false)
-	return nil
+	// Validated: propose, with the lock held, so that no validator
+	// registered meanwhile is skipped.
+	_, err := s.applyLocked(Change{Op: ChangeSet, Key: key, Value: value})
+	return err
 }
 
 // Delete removes key, durably, then calls the watchers of key. existed is
@@ -237,23 +222,66 @@ func (s *Store) Delete(key string) (existed bool, err error) {
 	if err := ValidateKey(key); err != nil {
 		return false, err
 	}
+	return s.Apply(Change{Op: ChangeDelete, Key: key})
+}
+
+// Apply applies c, the one path by which entries change: it makes the
+// change durable, then visible to Get, then calls the watchers of its key,
+// in the order changes are applied. changed is false, and nothing is
+// written, when c sets a key to its current value or deletes a key that
+// is not set. Apply checks the key and the value's form (the errors of
+// Set and Delete), not the validators, which ran when the change was
+// proposed: applying the same changes in the same order to two stores
+// gives the same entries. Set and Delete apply their change at once; in a
+// cluster, a change is an entry of the meta group's log, applied on every
+// node.
+func (s *Store) Apply(c Change) (changed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.applyLocked(c)
+}
+
+func (s *Store) applyLocked(c Change) (bool, error) {
+	if err := ValidateKey(c.Key); err != nil {
+		return false, err
+	}
 	old := s.snap.Load()
-	shard := s.shardOf(key)
-	if _, ok := old.shards[shard][key]; !ok {
-		return false, nil
-	}
-	if err := s.kv.Delete(storageKey(key)); err != nil {
-		return false, fmt.Errorf("rtconf: delete %s: %w", key, err)
-	}
+	shard := s.shardOf(c.Key)
+	cur, existed := old.shards[shard][c.Key]
 	next := *old
-	next.shards[shard] = maps.Clone(old.shards[shard])
-	delete(next.shards[shard], key)
-	i, _ := slices.BinarySearch(old.keys, key)
-	next.keys = slices.Delete(slices.Clone(old.keys), i, i+1) // old.keys is shared
+	switch c.Op {
+	case ChangeSet:
+		if err := validateValue(c.Key, c.Value); err != nil {
+			return false, err
+		}
+		if existed && cur == c.Value {
+			return false, nil
+		}
+		if err := s.kv.Put(storageKey(c.Key), []byte(c.Value)); err != nil {
+			return false, fmt.Errorf("rtconf: set %s: %w", c.Key, err)
+		}
+		next.shards[shard] = maps.Clone(old.shards[shard])
+		next.shards[shard][c.Key] = c.Value
+		if !existed {
+			i, _ := slices.BinarySearch(old.keys, c.Key)
+			next.keys = slices.Insert(slices.Clip(old.keys), i, c.Key) // copies: old.keys is shared
+		}
+	case ChangeDelete:
+		if !existed {
+			return false, nil
+		}
+		if err := s.kv.Delete(storageKey(c.Key)); err != nil {
+			return false, fmt.Errorf("rtconf: delete %s: %w", c.Key, err)
+		}
+		next.shards[shard] = maps.Clone(old.shards[shard])
+		delete(next.shards[shard], c.Key)
+		i, _ := slices.BinarySearch(old.keys, c.Key)
+		next.keys = slices.Delete(slices.Clone(old.keys), i, i+1) // old.keys is shared
+	default:
+		return false, fmt.Errorf("rtconf: %w: change op %d", fault.ErrInvalidArgument, c.Op)
+	}
 	s.snap.Store(&next)
-	s.notify(key, "", true)
+	s.notify(c.Key, c.Value, c.Op == ChangeDelete)
 	return true, nil
 }
 
@@ -276,7 +304,7 @@ func (s *Store) RegisterValidator(prefix string, fn func(key, value string) erro
 // Watch calls fn for every entry whose key starts with prefix, at once and
 // in key order (deleted false), then for every later change of such a key:
 // after the change is durable and visible to Get, in the order the changes
-// were made, on the goroutine that made it. A deletion passes value "" and
+// were applied, on the goroutine that applied it (Apply). A deletion passes value "" and
 // deleted true. Between the entries replayed at registration and the
 // changes that follow, none is missed and none is reported twice.
 //

@@ -1,0 +1,134 @@
+package auth
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+)
+
+func sampleChanges() []Change {
+	return []Change{
+		{Op: ChangeCreate, KeyID: "00000000000000a1", Name: "ci", Created: epoch.Truncate(time.Millisecond),
+			Hash: sha256.Sum256([]byte("fila_one")), Perms: []Permission{{Produce, "orders.*"}, {Consume, "orders"}}},
+		{Op: ChangeCreate, KeyID: "00000000000000b2", Name: "ops", Created: epoch.Truncate(time.Millisecond),
+			Hash: sha256.Sum256([]byte("fila_two")), Perms: []Permission{{Admin, "*"}}},
+		{Op: ChangeSetACL, KeyID: "00000000000000a1", Perms: []Permission{{Consume, "billing.*"}}},
+		{Op: ChangeSetACL, KeyID: "00000000000000b2"},
+		{Op: ChangeRevoke, KeyID: "00000000000000b2"},
+	}
+}
+
+// TestChangeRoundTrip encodes and decodes a change of every op.
+func TestChangeRoundTrip(t *testing.T) {
+	ops := map[ChangeOp]bool{}
+	for _, c := range sampleChanges() {
+		ops[c.Op] = true
+		got, err := DecodeChange(c.AppendTo(nil))
+		if err != nil {
+			t.Fatalf("DecodeChange(%+v): %v", c, err)
+		}
+		if !bytes.Equal(got.AppendTo(nil), c.AppendTo(nil)) || got.KeyID != c.KeyID || got.Op != c.Op || len(got.Perms) != len(c.Perms) {
+			t.Fatalf("round trip of %+v gave %+v", c, got)
+		}
+	}
+	if len(ops) != 3 {
+		t.Fatalf("the samples cover %d ops; want every one", len(ops))
+	}
+}
+
+// TestChangesApplyAlike: the same changes, encoded, decoded and applied
+// in the same order to two stores, give the same keys, the same stored
+// bytes, and the same answers to checks; each store's listeners hear of
+// every change it applies.
+func TestChangesApplyAlike(t *testing.T) {
+	kvs := []*memKV{newMemKV(), newMemKV()}
+	stores := []*Store{mustOpen(t, kvs[0], ""), mustOpen(t, kvs[1], "")}
+	heard := make([][]string, 2)
+	for i, s := range stores {
+		s.OnChange(func(id string) { heard[i] = append(heard[i], id) })
+	}
+	for _, c := range sampleChanges() {
+		enc := c.AppendTo(nil)
+		for i, s := range stores {
+			d, err := DecodeChange(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Apply(d); err != nil {
+				t.Fatalf("store %d: Apply(%+v): %v", i, d, err)
+			}
+		}
+	}
+	if a, b := cloneKV(kvs[0]), cloneKV(kvs[1]); len(a) != len(b) {
+		t.Fatalf("stores hold %d and %d keys", len(a), len(b))
+	} else {
+		for k, v := range a {
+			if !bytes.Equal(v, b[k]) {
+				t.Fatalf("key %q differs: % x and % x", k, v, b[k])
+			}
+		}
+	}
+	for i, s := range stores {
+		p, err := s.Authenticate("fila_one")
+		if err != nil || !p.Allowed(Consume, "billing.x") || p.Allowed(Produce, "orders.x") {
+			t.Fatalf("store %d: the key after its ACL change: %v", i, err)
+		}
+		if _, err := s.Authenticate("fila_two"); err == nil {
+			t.Fatalf("store %d: a revoked key authenticates", i)
+		}
+		if len(heard[i]) != len(sampleChanges()) {
+			t.Fatalf("store %d: listeners heard %v; want every change", i, heard[i])
+		}
+	}
+}
+
+// TestApplyRefuses: changes that do not fit the store's keys fail and
+// change nothing.
+func TestApplyRefuses(t *testing.T) {
+	kv := newMemKV()
+	s := mustOpen(t, kv, "")
+	create := sampleChanges()[0]
+	if err := s.Apply(create); err != nil {
+		t.Fatal(err)
+	}
+	before := cloneKV(kv)
+	for _, tc := range []struct {
+		name string
+		c    Change
+		want error
+	}{
+		{"create an ID in use", create, fault.ErrInvalidArgument},
+		{"set the ACL of an unknown key", Change{Op: ChangeSetACL, KeyID: "00000000000000ff"}, fault.ErrAPIKeyNotFound},
+		{"revoke an unknown key", Change{Op: ChangeRevoke, KeyID: "00000000000000ff"}, fault.ErrAPIKeyNotFound},
+		{"invalid ID", Change{Op: ChangeRevoke, KeyID: "../x"}, fault.ErrInvalidArgument},
+		{"unknown op", Change{Op: 9, KeyID: "00000000000000a1"}, fault.ErrInvalidArgument},
+	} {
+		if err := s.Apply(tc.c); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Apply = %v; want %v", tc.name, err, tc.want)
+		}
+	}
+	after := cloneKV(kv)
+	if len(before) != len(after) {
+		t.Fatal("a refused change changed the stored keys")
+	}
+}
+
+func FuzzDecodeChange(f *testing.F) {
+	for _, c := range sampleChanges() {
+		f.Add(c.AppendTo(nil))
+	}
+	f.Add([]byte{1, 3, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeChange(b)
+		if err != nil {
+			return
+		}
+		if back := c.AppendTo(nil); !bytes.Equal(back, b) {
+			t.Fatalf("AppendTo(DecodeChange(% x)) = % x", b, back)
+		}
+	})
+}
