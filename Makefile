@@ -54,10 +54,11 @@ check-gen: ## fail if a generated file is stale
 	$(GO) run ./gen -check
 
 .PHONY: lint
-lint: check-gen ## vet, gofmt and staticcheck
+lint: check-gen ## vet, gofmt, staticcheck, and the architecture's rules (import direction, determinism)
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l bench broker cli conformance gen sdk); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(STATICCHECK) $(PKGS)
+	$(GO) test -count=1 ./broker/internal/archlint
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s), one at a time

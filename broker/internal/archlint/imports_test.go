@@ -1,0 +1,95 @@
+package archlint
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/fila-mq/fila/"
+
+// layers says, for every package of the broker and the client core, which
+// of the repository's packages its non-test files may import. The
+// direction is cmd → server → shard → {sched, hook, store}, with auth,
+// rtconf and hook beside the server, and fault under everything; the
+// client core knows nothing of the broker. A package missing here fails
+// the test: place it when you add it.
+var layers = map[string][]string{
+	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/config", "broker/internal/hook", "broker/internal/rtconf",
+		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/server":       {"broker/internal/auth", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/shard":        {"broker/internal/sched", "broker/internal/store", "broker/internal/fault"},
+	"broker/internal/sched":        {"broker/internal/sched/bucket", "broker/internal/sched/drr", "broker/internal/sched/idem", "broker/internal/fault"},
+	"broker/internal/sched/bucket": {},
+	"broker/internal/sched/drr":    {},
+	"broker/internal/sched/idem":   {},
+	"broker/internal/store":        {"broker/internal/fault"},
+	"broker/internal/hook":         {"broker/internal/fault"},
+	"broker/internal/auth":         {"broker/internal/fault"},
+	"broker/internal/rtconf":       {"broker/internal/fault"},
+	"broker/internal/config":       {"broker/internal/sched"},
+	"broker/internal/fault":        {},
+	"broker/internal/tmpfs":        {},
+	"broker/filatest":              {},
+	"sdk/core":                     {"sdk/core/wire"},
+	"sdk/core/wire":                {},
+}
+
+// TestImportDirection parses the imports of every non-test Go file of
+// the broker and the client core and checks them against layers.
+func TestImportDirection(t *testing.T) {
+	seen := map[string]bool{}
+	for _, top := range []string{"broker", "sdk/core"} {
+		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if name := d.Name(); name == "testdata" || name == "e2e" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			pkg := filepath.ToSlash(rel)
+			allowed, placed := layers[pkg]
+			if !placed {
+				if !seen[pkg] {
+					t.Errorf("package %s is not placed in the import layers (archlint/imports_test.go)", pkg)
+				}
+				seen[pkg] = true
+				return nil
+			}
+			seen[pkg] = true
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				dep, ours := strings.CutPrefix(p, module)
+				if ours && !slices.Contains(allowed, dep) {
+					name, _ := filepath.Rel(root, path)
+					t.Errorf("%s imports %s: %s may import only %v", name, dep, pkg, allowed)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pkg := range layers {
+		if !seen[pkg] {
+			t.Errorf("layers names %s, which has no Go files", pkg)
+		}
+	}
+}
