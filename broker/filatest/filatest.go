@@ -120,7 +120,8 @@ const UndeclaredCodeMsg = "answer code not declared for the operation"
 func (s *Server) undeclared() string {
 	var bad []string
 	for _, line := range strings.Split(s.Log(), "\n") {
-		if strings.Contains(line, `msg="`+UndeclaredCodeMsg+`"`) {
+		// The text and the JSON log formats.
+		if strings.Contains(line, `msg="`+UndeclaredCodeMsg+`"`) || strings.Contains(line, `"msg":"`+UndeclaredCodeMsg+`"`) {
 			bad = append(bad, line)
 		}
 	}
