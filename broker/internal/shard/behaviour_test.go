@@ -69,18 +69,31 @@ func receive[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
+// openWithQueue opens a shard with cfg on st, closed when the test ends,
+// and creates queue spec on it.
+func openWithQueue(t *testing.T, cfg Config, st Storage, spec sched.QueueSpec) *Shard {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	sh, err := Open(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	if v := call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, spec) }); asError(v) != nil {
+		t.Fatalf("CreateQueue(%s) = %v", spec.Name, v)
+	}
+	return sh
+}
+
 // TestRepliesWaitForDurability: an enqueue is answered, and its message
 // delivered, only once the storage group that holds it is durable
 // (persist before send).
 func TestRepliesWaitForDurability(t *testing.T) {
 	st := &gateStore{Mem: store.NewMem()}
 	defer st.Close()
-	sh, err := Open(Config{Logger: quiet}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) })
+	sh := openWithQueue(t, Config{}, st, sched.QueueSpec{Name: "q"})
 	sink := newRecSink()
 	subscribe(t, sh, 1, "q", sink)
 
@@ -140,12 +153,7 @@ func (f *failStore) ApplyAsync(b *store.Batch, done func(error)) {
 func TestStorageFailureIsSticky(t *testing.T) {
 	st := &failStore{Mem: store.NewMem()}
 	defer st.Close()
-	sh, err := Open(Config{Logger: quiet}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) })
+	sh := openWithQueue(t, Config{}, st, sched.QueueSpec{Name: "q"})
 	st.mu.Lock()
 	st.failing = true
 	st.mu.Unlock()
@@ -155,7 +163,7 @@ func TestStorageFailureIsSticky(t *testing.T) {
 	if !errors.Is(sh.Err(), errDisk) {
 		t.Fatalf("Err() = %v; want the storage failure", sh.Err())
 	}
-	err = sh.Enqueue(context.Background(), []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{Body: []byte("x")}}}, func(any) {})
+	err := sh.Enqueue(context.Background(), []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{Body: []byte("x")}}}, func(any) {})
 	if !errors.Is(err, errDisk) {
 		t.Fatalf("a later command = %v; want it refused with the storage failure", err)
 	}
@@ -168,14 +176,7 @@ func TestLeaseExpiresOnTheClock(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	st := store.NewMem()
 	defer st.Close()
-	sh, err := Open(Config{Logger: quiet, Clock: clock.Now}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) {
-		s.CreateQueue(ref, sched.QueueSpec{Name: "q", VisibilityTimeout: time.Minute})
-	})
+	sh := openWithQueue(t, Config{Clock: clock.Now}, st, sched.QueueSpec{Name: "q", VisibilityTimeout: time.Minute})
 	sink := newRecSink()
 	subscribe(t, sh, 1, "q", sink)
 	if err := asError(enqueue(t, sh, "q")); err != nil {

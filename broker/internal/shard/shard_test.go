@@ -147,12 +147,7 @@ func TestCloseWhileFailureCompletes(t *testing.T) {
 func TestEnqueueRefusedWhileFull(t *testing.T) {
 	st := &gateStore{Mem: store.NewMem()}
 	defer st.Close()
-	sh, err := Open(Config{Logger: quiet}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) })
+	sh := openWithQueue(t, Config{}, st, sched.QueueSpec{Name: "q"})
 
 	st.mu.Lock()
 	st.health.Full = true
