@@ -346,6 +346,14 @@ func (l *loop) flushBatch() {
 // handle acts on what the core reports in a Ready.
 func (l *loop) handle(rd core.Ready) {
 	reconnect := l.c.opts.reconnect
+	// Deliveries first: the broker sent them before any answer in this
+	// Ready that ends their subscription, and Close, woken by the
+	// UnsubscribeOk, gives back what was queued and never read.
+	for _, d := range rd.Deliveries {
+		if s, ok := l.subs[d.Subscription]; ok {
+			s.push(d.Messages, l.s.epoch)
+		}
+	}
 	for _, cp := range rd.Completions {
 		inf, ok := l.inflight[cp.RequestID]
 		if !ok {
@@ -389,11 +397,6 @@ func (l *loop) handle(rd core.Ready) {
 				}
 			}
 			o.answer(result{resp: cp.Response, err: cp.Err})
-		}
-	}
-	for _, d := range rd.Deliveries {
-		if s, ok := l.subs[d.Subscription]; ok {
-			s.push(d.Messages, l.s.epoch)
 		}
 	}
 	// rd.Expired needs nothing here: the core has taken the expired

@@ -179,3 +179,85 @@ func TestReadsWhileWriteBlocked(t *testing.T) {
 		t.Fatalf("Close() = %v", err)
 	}
 }
+
+// TestCloseReleasesDeliveriesReadWithUnsubscribeOk sends Deliveries and
+// the UnsubscribeOk that follows them in one write, so the client reads
+// them at once: every delivery, none of which the application saw, must be
+// released by Close, not left leased until its visibility timeout. (The
+// client once answered Close before queueing the deliveries read with its
+// UnsubscribeOk; many deliveries make that window wide.)
+func TestCloseReleasesDeliveriesReadWithUnsubscribeOk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cnc, bnc := net.Pipe()
+	defer bnc.Close()
+	b := &pipeBroker{t: t, nc: bnc}
+	go func() {
+		h, _ := b.read()
+		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: "n1",
+			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
+	}()
+	c, err := Connect(ctx, "pipe", WithoutReconnect(), WithKeepalive(-1),
+		WithDialer(func(context.Context, string) (net.Conn, error) { return cnc, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop() // on failure
+
+	const n = 1000
+	subscribed := make(chan uint32, 1)
+	go func() {
+		h, _ := b.read()
+		b.write(h.RequestID, &wire.SubscribeOk{Prefetch: n})
+		subscribed <- h.RequestID
+	}()
+	sub, err := c.Consumer().Subscribe(ctx, "q", Prefetch(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subID := <-subscribed
+
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close(ctx) }()
+	h, _ := b.read()
+	if h.Opcode != wire.OpUnsubscribe {
+		t.Fatalf("frame after Close %v; want Unsubscribe", h.Opcode)
+	}
+	msgs := make([]wire.DeliveredMessage, n)
+	deadline := uint64(time.Now().Add(time.Hour).UnixMilli())
+	for i := range msgs {
+		msgs[i] = wire.DeliveredMessage{ID: [16]byte{byte(i), byte(i >> 8)}, Queue: "q", Payload: []byte("x"),
+			Attempt: 1, Lease: uint64(i + 1), LeaseDeadlineAtMS: deadline}
+	}
+	var buf []byte
+	for i := 0; i < n; i += 100 {
+		buf = wire.AppendFrames(buf, subID, &wire.Delivery{Messages: msgs[i : i+100]}, wire.DefaultMaxFrameSize)
+	}
+	buf = wire.AppendFrames(buf, h.RequestID, &wire.UnsubscribeOk{}, wire.DefaultMaxFrameSize)
+	if _, err := bnc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+
+	// A client that releases nothing sends nothing more: stop waiting.
+	bnc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	released := map[uint64]bool{}
+	for len(released) < n {
+		h, body := b.read()
+		var r wire.Release
+		if t.Failed() || h.Opcode != wire.OpRelease {
+			t.Fatalf("frame after UnsubscribeOk %v with %d of %d deliveries released; want Release of the rest", h.Opcode, len(released), n)
+		}
+		if err := r.Decode(body); err != nil {
+			t.Fatal(err)
+		}
+		res := make([]wire.ItemResult, len(r.Items))
+		for i, it := range r.Items {
+			released[it.Lease] = true
+			res[i].Code = wire.CodeOK
+		}
+		b.write(h.RequestID, &wire.ReleaseResult{Results: res})
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+}
