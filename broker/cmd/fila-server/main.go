@@ -162,7 +162,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	applyThrottle := func(key, value string, deleted bool) {
 		tk := key[len(rtconf.ThrottlePrefix):]
 		if deleted {
-			sh.Post(context.Background(), func(s *sched.Sched) { s.RemoveThrottle(tk) })
+			sh.Submit(context.Background(), &shard.RemoveThrottle{Key: tk}, nil)
 			return
 		}
 		rate, burst, err := sched.ParseThrottle(value)
@@ -170,7 +170,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			log.Error("ignoring invalid stored throttle", "key", key, "err", err)
 			return
 		}
-		sh.Post(context.Background(), func(s *sched.Sched) { s.SetThrottle(tk, rate, burst) })
+		sh.Submit(context.Background(), &shard.SetThrottle{Key: tk, Rate: rate, Burst: burst}, nil)
 	}
 	rt.Watch(rtconf.ThrottlePrefix, applyThrottle) // replays the stored entries first
 

@@ -5,7 +5,7 @@
 //
 // The package does no I/O, starts no goroutines, reads no clock and draws
 // no random numbers: IDs, time and lease tokens all enter through
-// commands (Config.LeaseBase, Message.ID, Tick). The same sequence of
+// commands (StartLeaseEpoch, Message.ID, Tick). The same sequence of
 // calls always produces the same Readys, which is what lets a log of
 // commands be replayed at recovery or replicated with Raft later.
 //

@@ -52,8 +52,7 @@ type Config struct {
 	// grants at most this much initial credit.
 	MaxUnsettled int
 	// LeaseBase is the lease token before the first delivery's; each
-	// delivery takes the next. The shell derives it from the boot time so
-	// that tokens are never reused across restarts.
+	// delivery takes the next. StartLeaseEpoch raises it.
 	LeaseBase uint64
 }
 
@@ -145,6 +144,14 @@ func New(cfg Config) *Sched {
 	s.lease = s.cfg.LeaseBase
 	s.cur = &s.bufs[0]
 	return s
+}
+
+// StartLeaseEpoch makes every later lease token greater than base (and
+// than every token handed out before): the shell starts an epoch at boot,
+// with a base from the boot time, so that tokens never repeat across
+// restarts.
+func (s *Sched) StartLeaseEpoch(base uint64) {
+	s.lease = max(s.lease, base)
 }
 
 // Tick advances the scheduler's clock to now (a time before the current

@@ -73,14 +73,24 @@ func startAuthBroker(t *testing.T) *authBroker {
 	return &authBroker{srv: srv, sh: sh, keys: keys, addr: ln.Addr().String()}
 }
 
-// call runs a scheduler command and returns its reply.
-func (b *authBroker) call(t *testing.T, cmd func(s *sched.Sched, ref sched.Ref)) any {
+// call submits a shard command and returns its result.
+func (b *authBroker) call(t *testing.T, cmd shard.Command) shard.Result {
 	t.Helper()
-	done := make(chan any, 1)
-	if err := b.sh.Call(context.Background(), cmd, func(v any) { done <- v }); err != nil {
+	done := make(chan shard.Result, 1)
+	if err := b.sh.Submit(context.Background(), cmd, func(r shard.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
 	return <-done
+}
+
+// stats reads a queue's statistics.
+func (b *authBroker) stats(t *testing.T, queue string) sched.QueueStats {
+	t.Helper()
+	done := make(chan shard.Result, 1)
+	if err := b.sh.QueueStats(context.Background(), queue, func(r shard.Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	return (<-done).Stats
 }
 
 // frameConn speaks frames over TCP.
@@ -144,10 +154,8 @@ func (fc *frameConn) recv() (wire.Header, wire.Frame) {
 // FORBIDDEN and releases its lease.
 func TestCreditChecksConsume(t *testing.T) {
 	b := startAuthBroker(t)
-	if v := b.call(t, func(s *sched.Sched, ref sched.Ref) {
-		s.CreateQueue(ref, sched.QueueSpec{Name: "q", VisibilityTimeout: time.Hour})
-	}); asErr(v) != nil {
-		t.Fatal(v)
+	if r := b.call(t, &shard.CreateQueue{Spec: sched.QueueSpec{Name: "q", VisibilityTimeout: time.Hour}}); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	id, secret, err := b.keys.Create("worker", []auth.Permission{{Kind: auth.Consume, Pattern: "q"}, {Kind: auth.Produce, Pattern: "q"}})
 	if err != nil {
@@ -185,7 +193,7 @@ func TestCreditChecksConsume(t *testing.T) {
 	if err := <-changed; err != nil {
 		t.Fatal(err)
 	}
-	st := b.call(t, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, "q") }).(sched.QueueStats)
+	st := b.stats(t, "q")
 	if st.Leased != 0 || st.Ready != 1 {
 		t.Fatalf("q: ready %d, leased %d; want the lease released", st.Ready, st.Leased)
 	}
@@ -202,8 +210,8 @@ func TestCreditChecksConsume(t *testing.T) {
 // SubscribeOk, and the shard's subscription is closed.
 func TestSubscribeEndedBeforeItOpens(t *testing.T) {
 	b := startAuthBroker(t)
-	if v := b.call(t, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) }); asErr(v) != nil {
-		t.Fatal(v)
+	if r := b.call(t, &shard.CreateQueue{Spec: sched.QueueSpec{Name: "q"}}); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	id, secret, err := b.keys.Create("worker", []auth.Permission{{Kind: auth.Consume, Pattern: "q"}})
 	if err != nil {
@@ -213,7 +221,7 @@ func TestSubscribeEndedBeforeItOpens(t *testing.T) {
 
 	// Hold the shard, so the Subscribe waits for it once checked.
 	unblock := make(chan struct{})
-	if err := b.sh.Post(context.Background(), func(*sched.Sched) { <-unblock }); err != nil {
+	if err := b.sh.Barrier(context.Background(), func() { <-unblock }); err != nil {
 		t.Fatal(err)
 	}
 	fc.send(3, &wire.Subscribe{Queue: "q", Prefetch: 10})
@@ -233,7 +241,7 @@ func TestSubscribeEndedBeforeItOpens(t *testing.T) {
 	}
 	// The shard's subscription is closed soon after (the test's deadline
 	// bounds the wait).
-	for b.call(t, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, "q") }).(sched.QueueStats).Subscriptions != 0 {
+	for b.stats(t, "q").Subscriptions != 0 {
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -14,14 +14,14 @@ import (
 	"github.com/fila-mq/fila/broker/internal/store"
 )
 
-// postWatcher is a shard that reports each Post.
+// postWatcher is a shard that reports each Barrier.
 type postWatcher struct {
 	*shard.Shard
 	posted chan struct{}
 }
 
-func (w *postWatcher) Post(ctx context.Context, cmd func(s *sched.Sched)) error {
-	err := w.Shard.Post(ctx, cmd)
+func (w *postWatcher) Barrier(ctx context.Context, fn func()) error {
+	err := w.Shard.Barrier(ctx, fn)
 	w.posted <- struct{}{}
 	return err
 }
@@ -58,9 +58,9 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sh.Close()
-	created := make(chan any, 1)
-	sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) }, func(v any) { created <- v })
-	if err := asErr(<-created); err != nil {
+	created := make(chan shard.Result, 1)
+	sh.Submit(ctx, &shard.CreateQueue{Spec: sched.QueueSpec{Name: "q"}}, func(r shard.Result) { created <- r })
+	if err := (<-created).Err; err != nil {
 		t.Fatal(err)
 	}
 
@@ -69,7 +69,7 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(hold) }) }
 	defer release() // before sh.Close, which waits for the shard
-	sh.Post(ctx, func(*sched.Sched) { <-hold })
+	sh.Barrier(ctx, func() { <-hold })
 
 	items := make([]sched.EnqueueItem, 2*enqueueChunkItems+10)
 	for i := range items {
@@ -78,8 +78,8 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	ids := make([][16]byte, len(items))
 	finished := make(chan error, 1)
 	w := &postWatcher{Shard: sh, posted: make(chan struct{}, 8)}
-	go enqueueChunks(ctx, w, openFlow{}, items, encoded(items), noBodies, func(from, n int, v any) {
-		for j, r := range v.([]sched.EnqueueResult) {
+	go enqueueChunks(ctx, w, openFlow{}, items, encoded(items), noBodies, func(from, n int, res shard.Result) {
+		for j, r := range res.Enqueued {
 			ids[from+j] = r.ID
 		}
 	}, func(err error) { finished <- err })
@@ -91,8 +91,8 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	}
 	var other [16]byte
 	otherDone := make(chan struct{})
-	if err := sh.Enqueue(ctx, []sched.EnqueueItem{message("q")}, func(v any) {
-		other = v.([]sched.EnqueueResult)[0].ID
+	if err := sh.Submit(ctx, &shard.Enqueue{Items: []sched.EnqueueItem{message("q")}}, func(r shard.Result) {
+		other = r.Enqueued[0].ID
 		close(otherDone)
 	}); err != nil {
 		t.Fatal(err)
@@ -117,20 +117,21 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 // heldQueue is a shard whose Enqueue replies only when the test says.
 type heldQueue struct {
 	mu      sync.Mutex
-	replies []func(any)
+	replies []func()
 	queued  chan int // each Enqueue's item count
 }
 
-func (q *heldQueue) Enqueue(_ context.Context, items []sched.EnqueueItem, done func(any)) error {
+func (q *heldQueue) Submit(_ context.Context, cmd shard.Command, done func(shard.Result)) error {
+	items := cmd.(*shard.Enqueue).Items
 	q.mu.Lock()
-	q.replies = append(q.replies, func(any) { done(make([]sched.EnqueueResult, len(items))) })
+	q.replies = append(q.replies, func() { done(shard.Result{Enqueued: make([]sched.EnqueueResult, len(items))}) })
 	q.mu.Unlock()
 	q.queued <- len(items)
 	return nil
 }
 
-func (q *heldQueue) Post(_ context.Context, cmd func(*sched.Sched)) error {
-	cmd(nil)
+func (q *heldQueue) Barrier(_ context.Context, fn func()) error {
+	fn()
 	return nil
 }
 
@@ -139,7 +140,7 @@ func (q *heldQueue) answerOne() {
 	r := q.replies[0]
 	q.replies = q.replies[1:]
 	q.mu.Unlock()
-	r(nil)
+	r()
 }
 
 // TestEnqueueInFlightBound: the chunks of a batch wait for room in the
@@ -156,7 +157,7 @@ func TestEnqueueInFlightBound(t *testing.T) {
 	q := &heldQueue{queued: make(chan int, len(items))}
 	finished := make(chan error, 1)
 	go enqueueChunks(context.Background(), q, c, items, encoded(items), noBodies,
-		func(int, int, any) {}, func(err error) { finished <- err })
+		func(int, int, shard.Result) {}, func(err error) { finished <- err })
 	for range 2 {
 		<-q.queued
 	}

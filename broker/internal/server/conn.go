@@ -18,6 +18,7 @@ import (
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -191,7 +192,7 @@ func (c *conn) cleanup() {
 	c.subs = map[uint32]*subscription{}
 	c.mu.Unlock()
 	for _, sub := range subs {
-		if err := c.s.sh.Unsubscribe(context.Background(), sub.id, true, nil); err != nil {
+		if err := c.s.sh.Submit(context.Background(), &shard.Unsubscribe{Sub: sub.id, Release: true}, nil); err != nil {
 			c.log.Debug("release subscription", "queue", sub.queue, "err", err)
 		}
 	}

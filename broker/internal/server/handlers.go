@@ -13,6 +13,7 @@ import (
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -219,28 +220,28 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
 		return c.settle(id, wire.OpAck, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Ack(ref, pick(items, keep)) })
+			func(keep []int) shard.Command { return &shard.Ack{Items: pick(items, keep)} })
 	case *wire.Nack:
 		items := make([]sched.NackItem, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = sched.NackItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Reason: it.Reason}
 		}
 		return c.settle(id, wire.OpNack, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Nack(ref, pick(items, keep)) })
+			func(keep []int) shard.Command { return &shard.Nack{Items: pick(items, keep)} })
 	case *wire.RetryAfter:
 		items := make([]sched.RetryItem, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = sched.RetryItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Delay: msDur(it.DelayMS)}
 		}
 		return c.settle(id, wire.OpRetryAfter, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(s *sched.Sched, ref sched.Ref, keep []int) { s.RetryAfter(ref, pick(items, keep)) })
+			func(keep []int) shard.Command { return &shard.RetryAfter{Items: pick(items, keep)} })
 	case *wire.Release:
 		items := make([]sched.LeaseRef, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
 		return c.settle(id, wire.OpRelease, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(s *sched.Sched, ref sched.Ref, keep []int) { s.Release(ref, pick(items, keep)) })
+			func(keep []int) shard.Command { return &shard.Release{Items: pick(items, keep)} })
 	case *wire.ExtendLease:
 		return c.extend(id, f)
 	case *wire.CreateQueue:
@@ -250,8 +251,8 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			return err
 		}
 		name := f.Name
-		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.DeleteQueue(ref, name) }, func(v any) {
-			if err := asErr(v); err != nil {
+		return sh.Submit(ctx, &shard.DeleteQueue{Name: name}, func(r shard.Result) {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
@@ -260,13 +261,13 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			c.respond(id, &wire.DeleteQueueOk{})
 		})
 	case *wire.ListQueues:
-		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.ListQueues(ref) }, func(v any) {
-			if err := asErr(v); err != nil {
+		return sh.ListQueues(ctx, func(r shard.Result) {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
 			var out []wire.QueueSummary
-			for _, q := range v.([]sched.QueueSummary) {
+			for _, q := range r.Queues {
 				if !c.principal.Visible(q.Name) {
 					continue
 				}
@@ -279,24 +280,24 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			return err
 		}
 		name := f.Name
-		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, name) }, func(v any) {
-			if err := asErr(v); err != nil {
+		return sh.QueueStats(ctx, name, func(r shard.Result) {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.respond(id, c.statsFrame(v.(sched.QueueStats)))
+			c.respond(id, c.statsFrame(r.Stats))
 		})
 	case *wire.Redrive:
 		if err := c.authorize(auth.OpRedrive, f.DeadLetterQueue); err != nil {
 			return err
 		}
 		dlq, n := f.DeadLetterQueue, f.Count
-		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.Redrive(ref, dlq, n) }, func(v any) {
-			if err := asErr(v); err != nil {
+		return sh.Submit(ctx, &shard.Redrive{DLQ: dlq, N: n}, func(r shard.Result) {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.respond(id, &wire.RedriveResult{Moved: v.(sched.Redriven).Moved})
+			c.respond(id, &wire.RedriveResult{Moved: r.Redriven.Moved})
 		})
 	case *wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig:
 		return c.config(id, f)
@@ -311,8 +312,8 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			addr = c.nc.LocalAddr().String()
 		}
 		q := f.Queue
-		return sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, q) }, func(v any) {
-			if err := asErr(v); err != nil {
+		return sh.QueueStats(ctx, q, func(r shard.Result) {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
@@ -414,13 +415,6 @@ func fromAuth(ps []auth.Permission) []wire.Permission {
 	return out
 }
 
-func asErr(v any) error {
-	if err, ok := v.(error); ok {
-		return err
-	}
-	return nil
-}
-
 func msDur(ms uint64) time.Duration {
 	if ms > uint64(1<<63-1)/uint64(time.Millisecond) {
 		return 1<<63 - 1
@@ -481,8 +475,8 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		c.respond(id, &wire.EnqueueResult{Results: results})
 		return nil
 	}
-	fill := func(from int, v any) {
-		for j, r := range v.([]sched.EnqueueResult) {
+	fill := func(from int, res []sched.EnqueueResult) {
+		for j, r := range res {
 			i := keep[from+j]
 			if r.Err != nil {
 				results[i] = wire.EnqueueItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
@@ -500,14 +494,14 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			return fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
 		}
 		free := bodies(0, len(items))
-		err := c.s.sh.Enqueue(c.ctx, items, func(v any) {
+		err := c.s.sh.Submit(c.ctx, &shard.Enqueue{Items: items}, func(r shard.Result) {
 			c.enqueueDone(size)
 			free()
-			if err := asErr(v); err != nil {
+			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			fill(0, v)
+			fill(0, r.Enqueued)
 			c.respond(id, &wire.EnqueueResult{Results: results})
 		})
 		if err != nil {
@@ -517,15 +511,15 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		return err
 	}
 	sizes := func(j int) int { m := &f.Messages[keep[j]]; return bodySize(m.Headers, m.Payload) }
-	enqueueChunks(c.ctx, c.s.sh, c, items, sizes, bodies, func(from, n int, v any) {
-		if err := asErr(v); err != nil {
+	enqueueChunks(c.ctx, c.s.sh, c, items, sizes, bodies, func(from, n int, r shard.Result) {
+		if err := r.Err; err != nil {
 			// This chunk failed as a whole; the others may not have.
 			for j := from; j < from+n; j++ {
 				results[keep[j]] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
 			}
 			return
 		}
-		fill(from, v)
+		fill(from, r.Enqueued)
 	}, func(err error) {
 		if err != nil {
 			c.respondErr(id, err)
@@ -573,8 +567,8 @@ const (
 
 // commandQueue is the part of the shard enqueueChunks uses.
 type commandQueue interface {
-	Enqueue(ctx context.Context, items []sched.EnqueueItem, done func(v any)) error
-	Post(ctx context.Context, cmd func(s *sched.Sched)) error
+	Submit(ctx context.Context, cmd shard.Command, done func(shard.Result)) error
+	Barrier(ctx context.Context, fn func()) error
 }
 
 // enqueueFlow is the part of the connection enqueueChunks uses: its chunk
@@ -604,14 +598,14 @@ type enqueueFlow interface {
 // connection's bound on bodies in flight to storage; the chunk's reply
 // gives it back.
 //
-// done(from, n, v) receives the reply of the chunk of items[from:from+n]:
-// []sched.EnqueueResult, or an error if the chunk failed as a whole (or
-// could not be submitted). After the last reply, finish(err) runs, with
+// done(from, n, r) receives the result of the chunk of items[from:from+n]:
+// r.Enqueued, or r.Err if the chunk failed as a whole (or could not be
+// submitted). After the last reply, finish(err) runs, with
 // the first error when every chunk failed. Replies come on the storage
 // completion goroutine, in any order. It returns once every chunk is
 // submitted; ctx ends the wait between chunks (the connection closed).
 func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []sched.EnqueueItem, size func(j int) int, bodies func(from, to int) func(),
-	done func(from, n int, v any), finish func(err error)) {
+	done func(from, n int, r shard.Result), finish func(err error)) {
 	left := int64(0)
 	for j := range items {
 		left += int64(size(j))
@@ -623,15 +617,15 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 		failed  int
 		first   error
 	)
-	// complete records the end of one chunk (from, n, v), or of the
+	// complete records the end of one chunk (from, n, r), or of the
 	// submitting (n < 0), and runs finish after the last.
-	complete := func(from, n int, v any) {
+	complete := func(from, n int, r shard.Result) {
 		if n >= 0 {
-			done(from, n, v)
+			done(from, n, r)
 		}
 		mu.Lock()
 		if n >= 0 {
-			if err := asErr(v); err != nil {
+			if err := r.Err; err != nil {
 				failed++
 				if first == nil {
 					first = err
@@ -655,9 +649,9 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 		chunks++
 		pending++
 		mu.Unlock()
-		complete(from, len(items)-from, err)
+		complete(from, len(items)-from, shard.Result{Err: err})
 	}
-	defer complete(0, -1, nil)
+	defer complete(0, -1, shard.Result{})
 	for from := 0; from < len(items); {
 		limit := int(fl.chunkBytes())
 		to, n := from, 0
@@ -677,10 +671,10 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 		pending++
 		mu.Unlock()
 		sp := from
-		if err := q.Enqueue(ctx, items[from:to], func(v any) { free(); fl.enqueueDone(bytes); complete(sp, to-sp, v) }); err != nil {
+		if err := q.Submit(ctx, &shard.Enqueue{Items: items[from:to]}, func(r shard.Result) { free(); fl.enqueueDone(bytes); complete(sp, to-sp, r) }); err != nil {
 			free()
 			fl.enqueueDone(bytes)
-			complete(from, to-from, err)
+			complete(from, to-from, shard.Result{Err: err})
 			if to < len(items) {
 				fail(to, err)
 			}
@@ -701,7 +695,7 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 // goroutine queued before the call.
 func afterCommands(ctx context.Context, q commandQueue) error {
 	ran := make(chan struct{})
-	if err := q.Post(ctx, func(*sched.Sched) { close(ran) }); err != nil {
+	if err := q.Barrier(ctx, func() { close(ran) }); err != nil {
 		return err
 	}
 	select {
@@ -767,8 +761,8 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	for i, l := range f.RateLimits {
 		limits[i] = sched.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
 	}
-	err := c.s.sh.Subscribe(c.ctx, sub.id, f.Queue, credit, limits, sub, func(v any) {
-		err := asErr(v)
+	err := c.s.sh.Subscribe(c.ctx, &shard.Subscribe{Sub: sub.id, Queue: f.Queue, Credit: credit, Limits: limits}, sub, func(r shard.Result) {
+		err := r.Err
 		release := false
 		c.mu.Lock()
 		switch {
@@ -788,8 +782,7 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		if err != nil {
 			c.pushLocked(outItem{reqID: id, frame: errorFrame(err), request: true})
 		} else if !release {
-			granted, _ := v.(sched.Subscribed)
-			c.pushLocked(outItem{reqID: id, frame: &wire.SubscribeOk{Prefetch: granted.Credit}, request: true})
+			c.pushLocked(outItem{reqID: id, frame: &wire.SubscribeOk{Prefetch: r.Subscribed.Credit}, request: true})
 		}
 		c.mu.Unlock()
 		c.wake()
@@ -817,8 +810,8 @@ func (c *conn) unsubscribe(id uint32, f *wire.Unsubscribe) error {
 	if !ok {
 		return fmt.Errorf("subscription %d: %w", f.Subscription, fault.ErrSubscriptionNotFound)
 	}
-	return c.s.sh.Unsubscribe(c.ctx, sub.id, false, func(v any) {
-		if err := asErr(v); err != nil {
+	return c.s.sh.Submit(c.ctx, &shard.Unsubscribe{Sub: sub.id}, func(r shard.Result) {
+		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return
 		}
@@ -848,12 +841,12 @@ func (c *conn) credit(f *wire.Credit) {
 	if f.Credits == 0 {
 		return
 	}
-	c.s.sh.AddCredit(c.ctx, sub.id, f.Credits)
+	c.s.sh.Submit(c.ctx, &shard.AddCredit{Sub: sub.id, N: f.Credits}, nil)
 }
 
 // settle runs Ack, Nack, RetryAfter or Release: per-item checks, then the
 // scheduler, then one result per item.
-func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int, cmd func(s *sched.Sched, ref sched.Ref, keep []int)) error {
+func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int, cmd func(keep []int) shard.Command) error {
 	results := make([]wire.ItemResult, n)
 	keep := make([]int, 0, n)
 	for i := 0; i < n; i++ {
@@ -879,12 +872,12 @@ func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int
 		respond()
 		return nil
 	}
-	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { cmd(s, ref, keep) }, func(v any) {
-		if err := asErr(v); err != nil {
+	return c.s.sh.Submit(c.ctx, cmd(keep), func(r shard.Result) {
+		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return
 		}
-		for j, err := range v.([]error) {
+		for j, err := range r.Items {
 			if err != nil {
 				results[keep[j]] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
 			}
@@ -909,12 +902,12 @@ func (c *conn) extend(id uint32, f *wire.ExtendLease) error {
 		c.respond(id, &wire.ExtendLeaseResult{Results: results})
 		return nil
 	}
-	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { s.ExtendLease(ref, items) }, func(v any) {
-		if err := asErr(v); err != nil {
+	return c.s.sh.Submit(c.ctx, &shard.Extend{Items: items}, func(res shard.Result) {
+		if err := res.Err; err != nil {
 			c.respondErr(id, err)
 			return
 		}
-		for j, r := range v.([]sched.ExtendResult) {
+		for j, r := range res.Extended {
 			i := keep[j]
 			if r.Err != nil {
 				results[i] = wire.ExtendLeaseItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
@@ -948,15 +941,15 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		BackoffMax:        msDur(f.BackoffMaxMS),
 		DedupWindow:       msDur(f.DedupWindowMS),
 	}
-	return c.s.sh.Call(c.ctx, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, spec) }, func(v any) {
-		if err := asErr(v); err != nil {
+	return c.s.sh.Submit(c.ctx, &shard.CreateQueue{Spec: spec}, func(r shard.Result) {
+		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return
 		}
 		if prog != nil {
 			c.s.cfg.Hooks.Set(spec.Name, prog)
 		}
-		qc := v.(sched.QueueCreated)
+		qc := r.Created
 		c.audit(auditQueueCreated, "queue", qc.Name, "dead_letter_queue", qc.DLQ)
 		c.respond(id, &wire.CreateQueueOk{Name: qc.Name, DeadLetterQueue: qc.DLQ})
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -94,7 +95,8 @@ type chunkRecorder struct {
 	wrong   bool // a body did not decode to the payload
 }
 
-func (q *chunkRecorder) Enqueue(_ context.Context, items []sched.EnqueueItem, done func(any)) error {
+func (q *chunkRecorder) Submit(_ context.Context, cmd shard.Command, done func(shard.Result)) error {
+	items := cmd.(*shard.Enqueue).Items
 	q.mu.Lock()
 	n := 0
 	for _, it := range items {
@@ -111,12 +113,12 @@ func (q *chunkRecorder) Enqueue(_ context.Context, items []sched.EnqueueItem, do
 	}
 	q.sizes = append(q.sizes, n)
 	q.mu.Unlock()
-	done(make([]sched.EnqueueResult, len(items)))
+	done(shard.Result{Enqueued: make([]sched.EnqueueResult, len(items))})
 	return nil
 }
 
-func (q *chunkRecorder) Post(_ context.Context, cmd func(*sched.Sched)) error {
-	cmd(nil)
+func (q *chunkRecorder) Barrier(_ context.Context, fn func()) error {
+	fn()
 	return nil
 }
 
@@ -145,7 +147,7 @@ func TestHeldBulkBatchInSharedChunks(t *testing.T) {
 	finished := make(chan error, 1)
 	size := func(j int) int { return bodySize(nil, payload) }
 	bodies := func(from, to int) func() { return encodeBodies(items[from:to], msgs, keep[from:to]) }
-	go enqueueChunks(context.Background(), q, c, items, size, bodies, func(int, int, any) {}, func(err error) { finished <- err })
+	go enqueueChunks(context.Background(), q, c, items, size, bodies, func(int, int, shard.Result) {}, func(err error) { finished <- err })
 	select {
 	case err := <-finished:
 		if err != nil {

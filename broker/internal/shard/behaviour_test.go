@@ -49,11 +49,11 @@ func (r *recSink) Ended(sched.SubID, error)                           {}
 
 func subscribe(t *testing.T, sh *Shard, sub sched.SubID, queue string, sink Sink) {
 	t.Helper()
-	done := make(chan any, 1)
-	if err := sh.Subscribe(context.Background(), sub, queue, 100, nil, sink, func(v any) { done <- v }); err != nil {
+	done := make(chan Result, 1)
+	if err := sh.Subscribe(context.Background(), &Subscribe{Sub: sub, Queue: queue, Credit: 100}, sink, func(r Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
-	if err := asError(<-done); err != nil {
+	if err := (<-done).Err; err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
 }
@@ -81,8 +81,8 @@ func openWithQueue(t *testing.T, cfg Config, st Storage, spec sched.QueueSpec) *
 		t.Fatal(err)
 	}
 	t.Cleanup(sh.Close)
-	if v := call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, spec) }); asError(v) != nil {
-		t.Fatalf("CreateQueue(%s) = %v", spec.Name, v)
+	if r := call(t, sh, &CreateQueue{Spec: spec}); r.Err != nil {
+		t.Fatalf("CreateQueue(%s) = %v", spec.Name, r.Err)
 	}
 	return sh
 }
@@ -100,9 +100,9 @@ func TestRepliesWaitForDurability(t *testing.T) {
 	st.mu.Lock()
 	st.hold = true
 	st.mu.Unlock()
-	reply := make(chan any, 1)
+	reply := make(chan Result, 1)
 	items := []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{PayloadSize: 1, Body: []byte("x")}}}
-	if err := sh.Enqueue(context.Background(), items, func(v any) { reply <- v }); err != nil {
+	if err := sh.Submit(context.Background(), &Enqueue{Items: items}, func(r Result) { reply <- r }); err != nil {
 		t.Fatal(err)
 	}
 	for st.holding() == 0 {
@@ -116,10 +116,10 @@ func TestRepliesWaitForDurability(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	st.releaseAll()
-	v := receive(t, reply, "enqueue reply")
-	res, ok := v.([]sched.EnqueueResult)
-	if !ok || len(res) != 1 || res[0].Err != nil {
-		t.Fatalf("Enqueue = %v; want one result", v)
+	r := receive(t, reply, "enqueue reply")
+	res := r.Enqueued
+	if r.Err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("Enqueue = %+v; want one result", r)
 	}
 	msgs := receive(t, sink.delivered, "delivery")
 	if len(msgs) != 1 || msgs[0].ID != res[0].ID {
@@ -157,13 +157,13 @@ func TestStorageFailureIsSticky(t *testing.T) {
 	st.mu.Lock()
 	st.failing = true
 	st.mu.Unlock()
-	if err := asError(enqueue(t, sh, "q")); !errors.Is(err, fault.ErrUnavailable) {
+	if err := enqueue(t, sh, "q").Err; !errors.Is(err, fault.ErrUnavailable) {
 		t.Fatalf("enqueue on a failed store = %v; want UNAVAILABLE", err)
 	}
 	if !errors.Is(sh.Err(), errDisk) {
 		t.Fatalf("Err() = %v; want the storage failure", sh.Err())
 	}
-	err := sh.Enqueue(context.Background(), []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{Body: []byte("x")}}}, func(any) {})
+	err := sh.Submit(context.Background(), &Enqueue{Items: []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{Body: []byte("x")}}}}, nil)
 	if !errors.Is(err, errDisk) {
 		t.Fatalf("a later command = %v; want it refused with the storage failure", err)
 	}
@@ -179,13 +179,13 @@ func TestLeaseExpiresOnTheClock(t *testing.T) {
 	sh := openWithQueue(t, Config{Clock: clock.Now}, st, sched.QueueSpec{Name: "q", VisibilityTimeout: time.Minute})
 	sink := newRecSink()
 	subscribe(t, sh, 1, "q", sink)
-	if err := asError(enqueue(t, sh, "q")); err != nil {
+	if err := enqueue(t, sh, "q").Err; err != nil {
 		t.Fatal(err)
 	}
 	first := receive(t, sink.delivered, "delivery")[0]
 
 	clock.advance(59 * time.Second)
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.ListQueues(ref) }) // the shard ticks on each command
+	stats(t, sh, "q") // the shard ticks on each command
 	select {
 	case l := <-sink.expired:
 		t.Fatalf("lease expired (%v) before its visibility timeout", l)
@@ -193,7 +193,7 @@ func TestLeaseExpiresOnTheClock(t *testing.T) {
 	}
 
 	clock.advance(2 * time.Second)
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.ListQueues(ref) })
+	stats(t, sh, "q")
 	expired := receive(t, sink.expired, "expired lease")
 	if len(expired) != 1 || expired[0].ID != first.ID || expired[0].Lease != first.Lease {
 		t.Fatalf("expired %v; want the lease of %x", expired, first.ID)
@@ -204,7 +204,7 @@ func TestLeaseExpiresOnTheClock(t *testing.T) {
 	var again sched.Delivered
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		clock.advance(time.Minute)
-		call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.ListQueues(ref) })
+		stats(t, sh, "q")
 		select {
 		case msgs := <-sink.delivered:
 			again = msgs[0]
@@ -228,10 +228,10 @@ func TestRecoveryRestoresState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.CreateQueue(ref, sched.QueueSpec{Name: "q"}) })
+	call(t, sh, &CreateQueue{Spec: sched.QueueSpec{Name: "q"}})
 	var ids [][16]byte
 	for range 3 {
-		res := enqueue(t, sh, "q").([]sched.EnqueueResult)
+		res := enqueue(t, sh, "q").Enqueued
 		ids = append(ids, res[0].ID)
 	}
 	sh.Close()

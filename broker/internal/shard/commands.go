@@ -4,84 +4,146 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/store"
 )
 
-// Call runs cmd on the shard goroutine with a fresh Ref; done receives the
-// scheduler's reply for that Ref once the Ready holding it is durable (or
-// an error wrapping fault.ErrUnavailable if storage failed). done runs on
-// the storage completion goroutine and must not block.
-//
-//	sh.Call(ctx, func(s *sched.Sched, ref sched.Ref) { s.DeleteQueue(ref, name) }, done)
-//
-// Call returns an error, and done is never called, when the shard has
-// stopped or ctx ends while the command channel is full.
-func (sh *Shard) Call(ctx context.Context, cmd func(s *sched.Sched, ref sched.Ref), done func(v any)) error {
-	return sh.do(ctx, func() { cmd(sh.s, sh.ref(done)) })
+// op is one entry of the shard's channel: a command to propose and apply,
+// a read, or a barrier.
+type op struct {
+	cmd    Command      // a command, or nil
+	sink   Sink         // *Subscribe: where its deliveries go
+	read   func() Query // a read: which one
+	fn     func()       // a barrier: run on the loop goroutine
+	replay []Command    // commands to apply as they are (Replay)
+	done   func(Result) // receives the result once durable; nil: none wanted
 }
 
-// Post runs cmd on the shard goroutine, for commands without a reply.
-func (sh *Shard) Post(ctx context.Context, cmd func(s *sched.Sched)) error {
-	return sh.do(ctx, func() { cmd(sh.s) })
+// Query names a read of the scheduler's state.
+type Query struct {
+	Stats string // QueueStats of this queue; "" lists the queues
 }
 
-// Enqueue assigns each item a new message ID (UUIDv7, increasing in
-// enqueue order) and enqueues the batch; done receives the scheduler's
-// reply: []sched.EnqueueResult, or an error. While the storage reports its
-// disk full, done receives an error wrapping store.ErrNoSpace (and so
-// fault.ErrResourceExhausted) and nothing is enqueued.
-func (sh *Shard) Enqueue(ctx context.Context, items []sched.EnqueueItem, done func(v any)) error {
-	return sh.do(ctx, func() {
+// Submit proposes cmd and applies it on the shard goroutine. done (may be
+// nil) receives the Result once the storage group holding the command's
+// effects is durable, or a Result whose Err wraps fault.ErrUnavailable if
+// storage failed. done runs on the storage completion goroutine and must
+// not block. cmd is the shard's until done runs.
+//
+// Before applying, the shard fills in what the command must carry: an
+// Enqueue's message IDs (UUIDv7, increasing in enqueue order) where they
+// are zero. While the storage reports its disk full, an Enqueue's done
+// receives an Err wrapping store.ErrNoSpace (and so
+// fault.ErrResourceExhausted), and nothing is enqueued. A *Subscribe
+// submitted here has no sink, so its deliveries are dropped: open
+// subscriptions with Subscribe.
+//
+// Submit blocks while the command channel is full (back-pressure on
+// producers). It returns an error, and done is never called, when the
+// shard has stopped (wrapping fault.ErrUnavailable) or ctx ends first.
+func (sh *Shard) Submit(ctx context.Context, cmd Command, done func(Result)) error {
+	return sh.do(ctx, op{cmd: cmd, done: done})
+}
+
+// Subscribe opens a subscription whose deliveries, expired leases and end
+// go to sink; done receives Subscribed (the credit granted) or Err.
+// Otherwise as Submit.
+func (sh *Shard) Subscribe(ctx context.Context, cmd *Subscribe, sink Sink, done func(Result)) error {
+	return sh.do(ctx, op{cmd: cmd, sink: sink, done: done})
+}
+
+// ListQueues reads every queue's summary into Result.Queues.
+func (sh *Shard) ListQueues(ctx context.Context, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query { return Query{} }, done: done})
+}
+
+// QueueStats reads one queue's statistics into Result.Stats, or an Err
+// wrapping fault.ErrQueueNotFound.
+func (sh *Shard) QueueStats(ctx context.Context, name string, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query { return Query{Stats: name} }, done: done})
+}
+
+// Barrier runs fn on the shard goroutine after every operation the caller
+// submitted before it. fn must not block.
+func (sh *Shard) Barrier(ctx context.Context, fn func()) error {
+	return sh.do(ctx, op{fn: fn})
+}
+
+// Replay applies cmds in order on the shard goroutine, as a follower
+// applies committed log entries or recovery replays a command log: no
+// command is filled in (an Enqueue's IDs must be set), no Tick is added
+// from the shard's clock, and the effects are cut into a storage group at
+// each Deliver, and after the last command. Results go nowhere;
+// deliveries go to the sinks of subscriptions opened with Subscribe. It
+// returns once the commands are queued; a later Barrier runs after them.
+func (sh *Shard) Replay(ctx context.Context, cmds []Command) error {
+	return sh.do(ctx, op{replay: cmds})
+}
+
+// run1 runs one op on the shard goroutine.
+func (sh *Shard) run1(o op) {
+	switch {
+	case o.fn != nil:
+		o.fn()
+	case o.replay != nil:
+		for _, c := range o.replay {
+			apply(sh.s, 0, c)
+			if _, ok := c.(*Deliver); ok {
+				sh.flush(sh.timer)
+			}
+		}
+		sh.flush(sh.timer)
+	case o.read != nil:
+		ref := sh.ref(o.done)
+		if q := o.read(); q.Stats != "" {
+			sh.s.QueueStats(ref, q.Stats)
+		} else {
+			sh.s.ListQueues(ref)
+		}
+	default:
+		sh.propose(o)
+	}
+}
+
+// propose fills in what a command carries from the shell (IDs), applies
+// it, and registers its result callback.
+func (sh *Shard) propose(o op) {
+	done := o.done
+	switch c := o.cmd.(type) {
+	case *Enqueue:
 		if sh.st.Health().Full {
-			done(fmt.Errorf("shard: enqueue of %d messages refused: %w", len(items), store.ErrNoSpace))
+			if done != nil {
+				done(Result{Err: fmt.Errorf("shard: enqueue of %d messages refused: %w", len(c.Items), store.ErrNoSpace)})
+			}
 			return
 		}
-		for i := range items {
+		for i := range c.Items {
+			if c.Items[i].Msg.ID != ([16]byte{}) {
+				continue
+			}
 			id, err := NewID()
 			if err != nil {
-				done(err)
+				if done != nil {
+					done(Result{Err: err})
+				}
 				return
 			}
-			items[i].Msg.ID = id
+			c.Items[i].Msg.ID = id
 		}
-		sh.s.Enqueue(sh.ref(done), items)
-	})
-}
-
-// Subscribe opens a subscription whose deliveries go to sink with credit
-// deliveries of initial credit (math.MaxUint32: as much as the scheduler
-// allows, Config.Sched.MaxUnsettled); done receives the reply, a
-// sched.Subscribed with the credit granted, or an error.
-func (sh *Shard) Subscribe(ctx context.Context, sub sched.SubID, queue string, credit uint32, limits []sched.RateLimit, sink Sink, done func(v any)) error {
-	return sh.do(ctx, func() {
-		sh.sinks[sub] = sink
-		ref := sh.ref(func(v any) {
-			if err, ok := v.(error); ok && err != nil {
-				sh.do(context.Background(), func() { delete(sh.sinks, sub) })
+	case *Subscribe:
+		if o.sink != nil {
+			sub := c.Sub
+			sh.sinks[sub] = o.sink
+			done = func(r Result) {
+				if r.Err != nil {
+					sh.do(context.Background(), op{fn: func() { delete(sh.sinks, sub) }})
+				}
+				if o.done != nil {
+					o.done(r)
+				}
 			}
-			done(v)
-		})
-		sh.s.Subscribe(ref, sub, queue, credit, limits)
-	})
-}
-
-// Unsubscribe closes a subscription. With release, its leased messages
-// return to their queue at once (the consumer disconnected); without, they
-// keep their leases. Deliveries made before the command still reach the
-// sink. done (may be nil) receives the reply.
-func (sh *Shard) Unsubscribe(ctx context.Context, sub sched.SubID, release bool, done func(v any)) error {
-	return sh.do(ctx, func() {
-		if done == nil {
-			done = func(any) {}
 		}
-		sh.s.Unsubscribe(sh.ref(done), sub, release)
-		sh.closing = append(sh.closing, sub)
-	})
-}
-
-// AddCredit grants a subscription n more deliveries. It never lets the
-// subscription hold more than Config.Sched.MaxUnsettled leases.
-func (sh *Shard) AddCredit(ctx context.Context, sub sched.SubID, n uint32) error {
-	return sh.do(ctx, func() { sh.s.AddCredit(sub, n) })
+	case *Unsubscribe:
+		sh.closing = append(sh.closing, c.Sub)
+	}
+	apply(sh.s, sh.ref(done), o.cmd)
 }

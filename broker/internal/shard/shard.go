@@ -81,13 +81,14 @@ type Shard struct {
 	st   Storage
 	log  *slog.Logger
 	s    *sched.Sched
-	cmds chan func()
+	cmds chan op
 
 	// Owned by the loop goroutine.
-	refs    map[sched.Ref]func(any)
+	refs    map[sched.Ref]func(Result)
 	nextRef sched.Ref
 	sinks   map[sched.SubID]Sink
 	closing []sched.SubID // unsubscribed this iteration: drop sinks after the flush
+	timer   *time.Timer   // armed for the scheduler's next deadline
 
 	// Time: a wall-clock origin plus monotonic elapsed, so scheduler time
 	// is Unix nanoseconds that never go backwards.
@@ -184,18 +185,13 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 		cfg.Clock = time.Now
 	}
 	origin := cfg.Clock()
-	if cfg.Sched.LeaseBase == 0 {
-		// Lease tokens must never repeat across restarts: start above any
-		// token of an earlier boot by counting from the boot time.
-		cfg.Sched.LeaseBase = uint64(origin.UnixNano())
-	}
 	sh := &Shard{
 		cfg:      cfg,
 		st:       st,
 		log:      cfg.Logger,
 		s:        sched.New(cfg.Sched),
-		cmds:     make(chan func(), 4096),
-		refs:     map[sched.Ref]func(any){},
+		cmds:     make(chan op, 4096),
+		refs:     map[sched.Ref]func(Result){},
 		sinks:    map[sched.SubID]Sink{},
 		origin:   origin,
 		stop:     make(chan struct{}),
@@ -212,7 +208,10 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard: recover: %w", err)
 	}
-	sh.s.Tick(sh.now())
+	// Lease tokens must never repeat across restarts: start above any
+	// token of an earlier boot by counting from the boot time.
+	apply(sh.s, 0, &LeaseEpoch{Base: uint64(origin.UnixNano())})
+	apply(sh.s, 0, &Tick{Now: sh.now()})
 	sh.restored = sh.s.Specs()
 	sh.log.Info("recovered scheduler state", "records", n, "elapsed", time.Since(start).Round(time.Millisecond))
 
@@ -264,15 +263,15 @@ func (sh *Shard) Err() error {
 	return nil
 }
 
-// do runs fn on the shard goroutine. It blocks while the command channel
-// is full (back-pressure on producers) and fails with ErrUnavailable once
-// the shard has stopped.
-func (sh *Shard) do(ctx context.Context, fn func()) error {
+// do queues o for the shard goroutine. It blocks while the command
+// channel is full (back-pressure on producers) and fails with
+// ErrUnavailable once the shard has stopped.
+func (sh *Shard) do(ctx context.Context, o op) error {
 	if err := sh.Err(); err != nil {
 		return err
 	}
 	select {
-	case sh.cmds <- fn:
+	case sh.cmds <- o:
 		return nil
 	case <-sh.done:
 		return fmt.Errorf("shard: stopped: %w", fault.ErrUnavailable)
@@ -281,8 +280,11 @@ func (sh *Shard) do(ctx context.Context, fn func()) error {
 	}
 }
 
-// ref registers a reply callback; runs on the shard goroutine.
-func (sh *Shard) ref(cb func(any)) sched.Ref {
+// ref registers a result callback, if any; runs on the shard goroutine.
+func (sh *Shard) ref(cb func(Result)) sched.Ref {
+	if cb == nil {
+		return 0
+	}
 	sh.nextRef++
 	sh.refs[sh.nextRef] = cb
 	return sh.nextRef
@@ -290,32 +292,35 @@ func (sh *Shard) ref(cb func(any)) sched.Ref {
 
 func (sh *Shard) run() {
 	defer close(sh.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	sh.timer = time.NewTimer(time.Hour)
+	defer sh.timer.Stop()
+	timer := sh.timer
 	for {
 		select {
-		case fn := <-sh.cmds:
-			sh.s.Tick(sh.now())
-			fn()
+		case o := <-sh.cmds:
+			if o.replay == nil {
+				apply(sh.s, 0, &Tick{Now: sh.now()})
+			}
+			sh.run1(o)
 			// Take every command already queued, so they share one
 			// storage group.
 		drain:
 			for i := 0; i < 1024; i++ {
 				select {
-				case fn := <-sh.cmds:
-					fn()
+				case o := <-sh.cmds:
+					sh.run1(o)
 				default:
 					break drain
 				}
 			}
 		case <-timer.C:
-			sh.s.Tick(sh.now())
+			apply(sh.s, 0, &Tick{Now: sh.now()})
 		case <-sh.stop:
 			// Run what is already queued, then stop.
 			for {
 				select {
-				case fn := <-sh.cmds:
-					fn()
+				case o := <-sh.cmds:
+					sh.run1(o)
 					continue
 				default:
 				}
@@ -324,6 +329,9 @@ func (sh *Shard) run() {
 			sh.flush(timer)
 			return
 		}
+		// Each batch ends with a Deliver: decide the deliveries and cut
+		// the batch's effects into one storage group.
+		apply(sh.s, 0, &Deliver{})
 		sh.flush(timer)
 	}
 }
@@ -352,7 +360,7 @@ func (sh *Shard) flush(timer *time.Timer) {
 			cb := sh.refs[r.Ref]
 			delete(sh.refs, r.Ref)
 			if cb != nil {
-				rel.replies = append(rel.replies, reply{cb, ownReply(r.Value)})
+				rel.replies = append(rel.replies, reply{cb, resultOf(r.Value)})
 			}
 		}
 		for _, e := range rd.Expired {
@@ -397,30 +405,9 @@ func (sh *Shard) flush(timer *time.Timer) {
 	}
 }
 
-// ownReply copies a reply value out of the Ready's buffers, which the
-// scheduler reuses after the next Ready, while the reply waits for its
-// group to be durable.
-func ownReply(v any) any {
-	switch v := v.(type) {
-	case []sched.EnqueueResult:
-		return slices.Clone(v)
-	case []error:
-		return slices.Clone(v)
-	case []sched.ExtendResult:
-		return slices.Clone(v)
-	case []sched.QueueSummary:
-		return slices.Clone(v)
-	case sched.QueueStats:
-		v.FairnessKeys = slices.Clone(v.FairnessKeys)
-		v.ThrottleKeys = slices.Clone(v.ThrottleKeys)
-		return v
-	}
-	return v
-}
-
 type reply struct {
-	cb func(any)
-	v  any
+	cb func(Result)
+	r  Result
 }
 
 type delivery struct {
@@ -464,12 +451,12 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 			sh.storageFailed(err)
 			err = fmt.Errorf("shard: storage: %w", fault.ErrUnavailable)
 			for _, rp := range r.replies {
-				rp.cb(err)
+				rp.cb(Result{Err: err})
 			}
 			return
 		}
 		for _, rp := range r.replies {
-			rp.cb(rp.v)
+			rp.cb(rp.r)
 		}
 		// Expiries first: a delivery of this Ready may spend the credit
 		// they gave back.
@@ -539,13 +526,13 @@ func (sh *Shard) failureWorker() {
 func (sh *Shard) decide(f sched.Failure, d sched.Decision) {
 	// Never block a storage completion: Decide is posted from a goroutine
 	// when the command channel is full.
-	fn := func() { sh.s.Decide(f.Queue, f.ID, d) }
+	o := op{cmd: &Decide{Queue: f.Queue, ID: f.ID, Decision: d}}
 	select {
-	case sh.cmds <- fn:
+	case sh.cmds <- o:
 	default:
 		go func() {
 			select {
-			case sh.cmds <- fn:
+			case sh.cmds <- o:
 			case <-sh.done:
 			}
 		}()

@@ -67,24 +67,29 @@ func (c chanSink) Deliver(_ sched.SubID, msgs []sched.Delivered) { c <- msgs }
 func (c chanSink) Ended(sched.SubID, error)                      {}
 func (c chanSink) Expired(sched.SubID, []sched.ExpiredLease)     {}
 
-// call runs cmd on the shard and waits for its reply.
-func call(t *testing.T, sh *Shard, cmd func(s *sched.Sched, ref sched.Ref)) any {
+// call submits cmd to the shard and waits for its result.
+func call(t *testing.T, sh *Shard, cmd Command) Result {
 	t.Helper()
-	reply := make(chan any, 1)
-	if err := sh.Call(context.Background(), cmd, func(v any) { reply <- v }); err != nil {
+	reply := make(chan Result, 1)
+	if err := sh.Submit(context.Background(), cmd, func(r Result) { reply <- r }); err != nil {
 		t.Fatal(err)
 	}
 	return <-reply
 }
 
-func enqueue(t *testing.T, sh *Shard, queue string) any {
+// stats reads a queue's statistics.
+func stats(t *testing.T, sh *Shard, queue string) Result {
 	t.Helper()
-	reply := make(chan any, 1)
-	items := []sched.EnqueueItem{{Queue: queue, Msg: sched.Message{PayloadSize: 1, Body: []byte("x")}}}
-	if err := sh.Enqueue(context.Background(), items, func(v any) { reply <- v }); err != nil {
+	reply := make(chan Result, 1)
+	if err := sh.QueueStats(context.Background(), queue, func(r Result) { reply <- r }); err != nil {
 		t.Fatal(err)
 	}
 	return <-reply
+}
+
+func enqueue(t *testing.T, sh *Shard, queue string) Result {
+	t.Helper()
+	return call(t, sh, &Enqueue{Items: []sched.EnqueueItem{{Queue: queue, Msg: sched.Message{PayloadSize: 1, Body: []byte("x")}}}})
 }
 
 // TestCloseWhileFailureCompletes closes the shard while the storage group
@@ -103,21 +108,19 @@ func TestCloseWhileFailureCompletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := call(t, sh, func(s *sched.Sched, ref sched.Ref) {
-		s.CreateQueue(ref, sched.QueueSpec{Name: "q", OnFailure: "return {action = 'retry'}"})
-	}); asError(v) != nil {
-		t.Fatalf("CreateQueue = %v", v)
+	if r := call(t, sh, &CreateQueue{Spec: sched.QueueSpec{Name: "q", OnFailure: "return {action = 'retry'}"}}); r.Err != nil {
+		t.Fatalf("CreateQueue = %v", r.Err)
 	}
-	if v := enqueue(t, sh, "q"); asError(v) != nil {
-		t.Fatalf("Enqueue = %v", v)
+	if r := enqueue(t, sh, "q"); r.Err != nil {
+		t.Fatalf("Enqueue = %v", r.Err)
 	}
 	sink := make(chanSink, 16)
-	subscribed := make(chan any, 1)
-	if err := sh.Subscribe(context.Background(), 1, "q", 10, nil, sink, func(v any) { subscribed <- v }); err != nil {
+	subscribed := make(chan Result, 1)
+	if err := sh.Subscribe(context.Background(), &Subscribe{Sub: 1, Queue: "q", Credit: 10}, sink, func(r Result) { subscribed <- r }); err != nil {
 		t.Fatal(err)
 	}
-	if v := <-subscribed; asError(v) != nil {
-		t.Fatalf("Subscribe = %v", v)
+	if r := <-subscribed; r.Err != nil {
+		t.Fatalf("Subscribe = %v", r.Err)
 	}
 	msgs := <-sink
 	m := msgs[0]
@@ -125,9 +128,7 @@ func TestCloseWhileFailureCompletes(t *testing.T) {
 	st.mu.Lock()
 	st.hold = true
 	st.mu.Unlock()
-	err = sh.Call(context.Background(), func(s *sched.Sched, ref sched.Ref) {
-		s.Nack(ref, []sched.NackItem{{LeaseRef: sched.LeaseRef{Queue: m.Queue, ID: m.ID, Lease: m.Lease}, Reason: "boom"}})
-	}, func(any) {})
+	err = sh.Submit(context.Background(), &Nack{Items: []sched.NackItem{{LeaseRef: sched.LeaseRef{Queue: m.Queue, ID: m.ID, Lease: m.Lease}, Reason: "boom"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,26 +153,17 @@ func TestEnqueueRefusedWhileFull(t *testing.T) {
 	st.mu.Lock()
 	st.health.Full = true
 	st.mu.Unlock()
-	v := enqueue(t, sh, "q")
-	if err := asError(v); !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, fault.ErrResourceExhausted) {
-		t.Fatalf("Enqueue while full = %v; want an error wrapping store.ErrNoSpace", v)
+	if err := enqueue(t, sh, "q").Err; !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, fault.ErrResourceExhausted) {
+		t.Fatalf("Enqueue while full = %v; want an error wrapping store.ErrNoSpace", err)
 	}
-	stats := call(t, sh, func(s *sched.Sched, ref sched.Ref) { s.QueueStats(ref, "q") })
-	if qs, ok := stats.(sched.QueueStats); !ok || qs.Ready != 0 {
-		t.Fatalf("QueueStats after a refused enqueue = %+v; want no message", stats)
+	if r := stats(t, sh, "q"); r.Err != nil || r.Stats.Ready != 0 {
+		t.Fatalf("QueueStats after a refused enqueue = %+v, %v; want no message", r.Stats, r.Err)
 	}
 
 	st.mu.Lock()
 	st.health.Full = false
 	st.mu.Unlock()
-	if v := enqueue(t, sh, "q"); asError(v) != nil {
-		t.Fatalf("Enqueue after space returned = %v", v)
+	if r := enqueue(t, sh, "q"); r.Err != nil {
+		t.Fatalf("Enqueue after space returned = %v", r.Err)
 	}
-}
-
-func asError(v any) error {
-	if err, ok := v.(error); ok {
-		return err
-	}
-	return nil
 }

@@ -54,6 +54,10 @@ func (b *Bucket) Rate() float64 { return b.rate }
 // Burst returns the capacity in tokens.
 func (b *Bucket) Burst() float64 { return b.burst }
 
+// State returns the tokens held at the last refill and that refill's time
+// (ns), without refilling: what a digest of the bucket compares.
+func (b *Bucket) State() (tokens float64, last int64) { return b.tokens, b.last }
+
 // Set changes the rate and burst at time now. Tokens accrued until now at
 // the old rate are kept, capped at the new burst; a larger burst does not
 // add tokens by itself.

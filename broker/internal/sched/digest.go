@@ -1,0 +1,211 @@
+package sched
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"math"
+	"slices"
+)
+
+// Digest returns a SHA-256 digest of the scheduler's state: the clock, the
+// lease counter, and every queue (definition, counters, idempotency keys,
+// fairness keys with their deficits and weights, lanes in order, every
+// message with its state, attempts, due time and lease), subscription
+// (credit, leases held in order) and token bucket. Two schedulers that
+// applied the same commands to the same restored records have equal
+// digests, and behave the same from then on; that is what replaying a log
+// and replicating one rely on.
+//
+// It walks the whole state, in a canonical order, and changes nothing: it
+// is for tests and consistency checks, not for hot paths.
+func (s *Sched) Digest() [32]byte {
+	d := digester{h: sha256.New()}
+	d.int(int64(s.now))
+	d.uint(s.lease)
+	d.uint(s.tseq)
+
+	names := sortedKeys(s.queues, cmp.Compare)
+	d.uint(uint64(len(names)))
+	for _, name := range names {
+		d.queue(s, s.queues[name])
+	}
+
+	ids := sortedKeys(s.subs, cmp.Compare)
+	d.uint(uint64(len(ids)))
+	for _, id := range ids {
+		sb := s.subs[id]
+		d.uint(uint64(sb.id))
+		d.str(sb.q.name)
+		d.uint(uint64(sb.credit))
+		d.uint(uint64(sb.held))
+		d.uint(uint64(sb.state))
+		d.bool(sb.closed)
+		for _, l := range sb.limits {
+			d.str(l.name)
+		}
+		for m := sb.leases.next; m != nil && m != &sb.leases; m = m.next {
+			d.id(m.id)
+			d.uint(m.lease)
+		}
+	}
+
+	keys := sortedKeys(s.buckets, cmp.Compare)
+	d.uint(uint64(len(keys)))
+	for _, k := range keys {
+		d.bucket(s.buckets[k])
+	}
+	var sum [32]byte
+	d.h.Sum(sum[:0])
+	return sum
+}
+
+func (d *digester) queue(s *Sched, q *queue) {
+	d.str(q.name)
+	sp := &q.spec
+	d.int(int64(sp.VisibilityTimeout))
+	d.str(sp.OnEnqueue)
+	d.str(sp.OnFailure)
+	d.uint(uint64(sp.MaxAttempts))
+	d.int(int64(sp.BackoffBase))
+	d.int(int64(sp.BackoffMax))
+	d.int(int64(sp.DedupWindow))
+	if q.parent != nil {
+		d.str(q.parent.name)
+	}
+	d.uint(q.ready)
+	d.uint(q.delayed)
+	d.uint(q.leased)
+	d.bool(q.deleted)
+	d.uint(q.drr.Round())
+	d.uint(uint64(q.drr.Len()))
+
+	type idk struct {
+		key     string
+		id      [16]byte
+		expires int64
+	}
+	var dedup []idk
+	q.dedup.All(func(key []byte, id [16]byte, expires int64) {
+		dedup = append(dedup, idk{string(key), id, expires})
+	})
+	slices.SortFunc(dedup, func(a, b idk) int { return cmp.Compare(a.key, b.key) })
+	d.uint(uint64(len(dedup)))
+	for _, e := range dedup {
+		d.str(e.key)
+		d.id(e.id)
+		d.int(e.expires)
+	}
+
+	fks := sortedKeys(q.keys, cmp.Compare)
+	d.uint(uint64(len(fks)))
+	for _, name := range fks {
+		k := q.keys[name]
+		d.str(k.name)
+		d.int(k.flow.Deficit())
+		d.uint(uint64(k.flow.Weight()))
+		d.bool(k.flow.Active())
+		d.int(int64(k.pending))
+		d.uint(k.delivered)
+		d.bool(k.backlogged)
+		lanes := []*lane{&k.dflt}
+		for _, l := range k.lanes {
+			lanes = append(lanes, l)
+		}
+		slices.SortFunc(lanes[1:], func(a, b *lane) int {
+			return cmp.Or(cmp.Compare(canon(a.ts), canon(b.ts)), cmp.Compare(a.okey, b.okey))
+		})
+		for _, l := range lanes {
+			d.str(canon(l.ts))
+			d.str(l.okey)
+			d.uint(uint64(l.state))
+			d.int(int64(l.n))
+			for m := l.head; m != nil; m = m.next {
+				d.id(m.id)
+			}
+			if l.inflight != nil {
+				d.id(l.inflight.id)
+			}
+		}
+	}
+
+	msgs := make([]*msg, 0, q.msgs.len())
+	for m := range q.msgs.all() {
+		msgs = append(msgs, m)
+	}
+	slices.SortFunc(msgs, func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
+	d.uint(uint64(len(msgs)))
+	for _, m := range msgs {
+		d.id(m.id)
+		d.str(m.lane.key.name)
+		d.uint(uint64(m.state))
+		d.uint(uint64(m.flags &^ fFresh))
+		d.int(int64(m.enq))
+		d.int(int64(m.due))
+		d.uint(m.lease)
+		d.uint(uint64(m.attempts))
+		d.uint(uint64(m.cost))
+		d.uint(uint64(m.weight))
+		if sb := s.slots[m.slot]; sb != nil {
+			d.uint(uint64(sb.id))
+		} else {
+			d.uint(0)
+		}
+		d.str(s.reasons[m])
+	}
+
+	lims := sortedKeys(q.limits, cmp.Compare)
+	d.uint(uint64(len(lims)))
+	for _, name := range lims {
+		d.bucket(q.limits[name])
+	}
+}
+
+func (d *digester) bucket(b *tbucket) {
+	d.str(b.name)
+	d.bool(b.limited)
+	d.float(b.b.Rate())
+	d.float(b.b.Burst())
+	tokens, last := b.b.State()
+	d.float(tokens)
+	d.int(last)
+	d.int(int64(b.nwait))
+	for l := b.whead; l != nil; l = l.next {
+		d.str(l.key.name)
+		d.str(canon(l.ts))
+		d.str(l.okey)
+	}
+}
+
+func canon(ts *tset) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.canon
+}
+
+// digester writes fields into a hash, each length-prefixed or fixed-size
+// so that no two states write the same bytes.
+type digester struct {
+	h   hash.Hash
+	buf [binary.MaxVarintLen64]byte
+}
+
+func (d *digester) uint(v uint64) { d.h.Write(binary.AppendUvarint(d.buf[:0], v)) }
+func (d *digester) int(v int64)   { d.h.Write(binary.AppendVarint(d.buf[:0], v)) }
+func (d *digester) float(v float64) {
+	d.uint(math.Float64bits(v))
+}
+func (d *digester) bool(v bool) {
+	if v {
+		d.uint(1)
+	} else {
+		d.uint(0)
+	}
+}
+func (d *digester) str(v string) {
+	d.uint(uint64(len(v)))
+	d.h.Write([]byte(v))
+}
+func (d *digester) id(id [16]byte) { d.h.Write(id[:]) }

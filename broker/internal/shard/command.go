@@ -1,0 +1,317 @@
+package shard
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
+)
+
+// A Command is one change to a shard's state. The set is closed: the
+// types in this file, each with a stable binary encoding (AppendCommand,
+// DecodeCommand). A command is data, so it can be logged, replicated and
+// replayed. Commands carry everything their application depends on: the
+// time enters in Tick, message IDs in Enqueue, the lease tokens' origin in
+// LeaseEpoch. Applying the same commands, in the same order, to two fresh
+// shards gives the same state and the same effects.
+//
+// Reads (ListQueues, QueueStats) change nothing and are not commands.
+type Command interface {
+	// Kind returns the command's type tag, the first byte of its
+	// encoding.
+	Kind() Kind
+}
+
+// Kind is a Command's type tag. The values are part of the encoding: never
+// renumber one, only add.
+type Kind uint8
+
+// The command kinds.
+const (
+	KindTick           Kind = 1
+	KindLeaseEpoch     Kind = 2
+	KindCreateQueue    Kind = 3
+	KindDeleteQueue    Kind = 4
+	KindEnqueue        Kind = 5
+	KindSubscribe      Kind = 6
+	KindUnsubscribe    Kind = 7
+	KindAddCredit      Kind = 8
+	KindAck            Kind = 9
+	KindNack           Kind = 10
+	KindRetryAfter     Kind = 11
+	KindExtend         Kind = 12
+	KindRelease        Kind = 13
+	KindRedrive        Kind = 14
+	KindDecide         Kind = 15
+	KindSetThrottle    Kind = 16
+	KindRemoveThrottle Kind = 17
+	KindDeliver        Kind = 18
+)
+
+var kindNames = [...]string{
+	KindTick: "Tick", KindLeaseEpoch: "LeaseEpoch", KindCreateQueue: "CreateQueue",
+	KindDeleteQueue: "DeleteQueue", KindEnqueue: "Enqueue", KindSubscribe: "Subscribe",
+	KindUnsubscribe: "Unsubscribe", KindAddCredit: "AddCredit", KindAck: "Ack", KindNack: "Nack",
+	KindRetryAfter: "RetryAfter", KindExtend: "Extend", KindRelease: "Release", KindRedrive: "Redrive",
+	KindDecide: "Decide", KindSetThrottle: "SetThrottle", KindRemoveThrottle: "RemoveThrottle",
+	KindDeliver: "Deliver",
+}
+
+// String returns the kind's name, e.g. "Enqueue".
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Tick advances the scheduler's clock to Now (Unix nanoseconds; an earlier
+// time is ignored) and fires what is due: delays, backoffs, lease
+// deadlines, token refills, idempotency-key expiry.
+type Tick struct{ Now sched.Time }
+
+// LeaseEpoch starts a new run of lease tokens: the next delivery's token
+// is above Base (and above every token handed out before). The shard
+// proposes one when it starts, with Base from the boot time, so that a
+// token never repeats across restarts; a replicated queue's new leader
+// will propose one per term.
+type LeaseEpoch struct{ Base uint64 }
+
+// CreateQueue creates a queue and its dead-letter queue. Result: Created,
+// or Err wrapping fault.ErrQueueExists or fault.ErrInvalidArgument.
+type CreateQueue struct{ Spec sched.QueueSpec }
+
+// DeleteQueue deletes a queue, its DLQ and their messages. Result: Err nil,
+// or wrapping fault.ErrQueueNotFound or fault.ErrInvalidArgument (a DLQ).
+type DeleteQueue struct{ Name string }
+
+// Enqueue enqueues a batch. Every item's Msg.ID is set (the shard's
+// Enqueue sets them before proposing). Result: Enqueued, one result per
+// item.
+type Enqueue struct{ Items []sched.EnqueueItem }
+
+// Subscribe opens subscription Sub on Queue with Credit deliveries of
+// initial credit (math.MaxUint32: sched.Config.MaxUnsettled) and the
+// consumer's rate limits. Result: Subscribed, or Err wrapping
+// fault.ErrQueueNotFound or fault.ErrInvalidArgument.
+type Subscribe struct {
+	Sub    sched.SubID
+	Queue  string
+	Credit uint32
+	Limits []sched.RateLimit
+}
+
+// Unsubscribe closes subscription Sub. With Release its leased messages
+// return to their queue at once (the consumer disconnected); without, they
+// keep their leases. Result: Err nil or wrapping
+// fault.ErrSubscriptionNotFound.
+type Unsubscribe struct {
+	Sub     sched.SubID
+	Release bool
+}
+
+// AddCredit grants subscription Sub N more deliveries, never more than
+// sched.Config.MaxUnsettled leases held. No result.
+type AddCredit struct {
+	Sub sched.SubID
+	N   uint32
+}
+
+// Ack deletes acknowledged deliveries. Result: Items, one error (or nil)
+// per item.
+type Ack struct{ Items []sched.LeaseRef }
+
+// Nack fails deliveries with a reason. Result: Items.
+type Nack struct{ Items []sched.NackItem }
+
+// RetryAfter fails deliveries and redelivers each after its delay. Result:
+// Items.
+type RetryAfter struct{ Items []sched.RetryItem }
+
+// Extend moves lease deadlines. Result: Extended, one per item.
+type Extend struct{ Items []sched.ExtendItem }
+
+// Release gives deliveries back unsettled, their attempt not counted.
+// Result: Items.
+type Release struct{ Items []sched.LeaseRef }
+
+// Redrive moves up to N messages (0: all) from a dead-letter queue back to
+// its parent. Result: Redriven, or Err wrapping fault.ErrQueueNotFound or
+// fault.ErrNotADLQ.
+type Redrive struct {
+	DLQ string
+	N   uint64
+}
+
+// Decide applies an on_failure verdict to a failed message waiting for
+// one. No result.
+type Decide struct {
+	Queue    string
+	ID       [16]byte
+	Decision sched.Decision
+}
+
+// SetThrottle sets the token bucket of throttle key Key to Rate tokens a
+// second and Burst tokens (runtime config throttle.<key>). No result.
+type SetThrottle struct {
+	Key         string
+	Rate, Burst float64
+}
+
+// RemoveThrottle makes throttle key Key unlimited. No result.
+type RemoveThrottle struct{ Key string }
+
+// Deliver decides deliveries now (the scheduler leases messages to the
+// subscriptions with credit, by DRR across fairness keys and within token
+// buckets) and cuts the effects of the commands since the last Deliver
+// into one storage group. Deliveries are decided only here, so where a
+// Deliver falls in the command sequence is part of what that sequence
+// means. The shard proposes one after each batch of commands it takes
+// from its channel. No result.
+type Deliver struct{}
+
+// Kind returns KindTick.
+func (*Tick) Kind() Kind { return KindTick }
+
+// Kind returns KindLeaseEpoch.
+func (*LeaseEpoch) Kind() Kind { return KindLeaseEpoch }
+
+// Kind returns KindCreateQueue.
+func (*CreateQueue) Kind() Kind { return KindCreateQueue }
+
+// Kind returns KindDeleteQueue.
+func (*DeleteQueue) Kind() Kind { return KindDeleteQueue }
+
+// Kind returns KindEnqueue.
+func (*Enqueue) Kind() Kind { return KindEnqueue }
+
+// Kind returns KindSubscribe.
+func (*Subscribe) Kind() Kind { return KindSubscribe }
+
+// Kind returns KindUnsubscribe.
+func (*Unsubscribe) Kind() Kind { return KindUnsubscribe }
+
+// Kind returns KindAddCredit.
+func (*AddCredit) Kind() Kind { return KindAddCredit }
+
+// Kind returns KindAck.
+func (*Ack) Kind() Kind { return KindAck }
+
+// Kind returns KindNack.
+func (*Nack) Kind() Kind { return KindNack }
+
+// Kind returns KindRetryAfter.
+func (*RetryAfter) Kind() Kind { return KindRetryAfter }
+
+// Kind returns KindExtend.
+func (*Extend) Kind() Kind { return KindExtend }
+
+// Kind returns KindRelease.
+func (*Release) Kind() Kind { return KindRelease }
+
+// Kind returns KindRedrive.
+func (*Redrive) Kind() Kind { return KindRedrive }
+
+// Kind returns KindDecide.
+func (*Decide) Kind() Kind { return KindDecide }
+
+// Kind returns KindSetThrottle.
+func (*SetThrottle) Kind() Kind { return KindSetThrottle }
+
+// Kind returns KindRemoveThrottle.
+func (*RemoveThrottle) Kind() Kind { return KindRemoveThrottle }
+
+// Kind returns KindDeliver.
+func (*Deliver) Kind() Kind { return KindDeliver }
+
+// Result is a command's or a read's outcome. Err is set when the whole
+// operation failed; otherwise the field named in the command's doc holds
+// the outcome. A Result is the receiver's to keep.
+type Result struct {
+	Err        error
+	Enqueued   []sched.EnqueueResult // Enqueue: one per item
+	Items      []error               // Ack, Nack, RetryAfter, Release: one per item, nil for success
+	Extended   []sched.ExtendResult  // Extend: one per item
+	Subscribed sched.Subscribed      // Subscribe
+	Created    sched.QueueCreated    // CreateQueue
+	Redriven   sched.Redriven        // Redrive
+	Queues     []sched.QueueSummary  // ListQueues
+	Stats      sched.QueueStats      // QueueStats
+}
+
+// resultOf turns a scheduler reply into a Result, copying it out of the
+// Ready's buffers, which the scheduler reuses after the next Ready.
+func resultOf(v any) Result {
+	switch v := v.(type) {
+	case nil:
+		return Result{}
+	case error:
+		return Result{Err: v}
+	case []sched.EnqueueResult:
+		return Result{Enqueued: slices.Clone(v)}
+	case []error:
+		return Result{Items: slices.Clone(v)}
+	case []sched.ExtendResult:
+		return Result{Extended: slices.Clone(v)}
+	case sched.Subscribed:
+		return Result{Subscribed: v}
+	case sched.QueueCreated:
+		return Result{Created: v}
+	case sched.Redriven:
+		return Result{Redriven: v}
+	case []sched.QueueSummary:
+		return Result{Queues: slices.Clone(v)}
+	case sched.QueueStats:
+		v.FairnessKeys = slices.Clone(v.FairnessKeys)
+		v.ThrottleKeys = slices.Clone(v.ThrottleKeys)
+		return Result{Stats: v}
+	}
+	panic(fmt.Sprintf("shard: scheduler reply of unknown type %T", v))
+}
+
+// apply applies one command to the scheduler: the one place where
+// commands change state. It reads no clock and generates nothing; ref
+// receives the command's result in a later Ready (0: none wanted).
+func apply(s *sched.Sched, ref sched.Ref, c Command) {
+	switch c := c.(type) {
+	case *Tick:
+		s.Tick(c.Now)
+	case *LeaseEpoch:
+		s.StartLeaseEpoch(c.Base)
+	case *CreateQueue:
+		s.CreateQueue(ref, c.Spec)
+	case *DeleteQueue:
+		s.DeleteQueue(ref, c.Name)
+	case *Enqueue:
+		s.Enqueue(ref, c.Items)
+	case *Subscribe:
+		s.Subscribe(ref, c.Sub, c.Queue, c.Credit, c.Limits)
+	case *Unsubscribe:
+		s.Unsubscribe(ref, c.Sub, c.Release)
+	case *AddCredit:
+		s.AddCredit(c.Sub, c.N)
+	case *Ack:
+		s.Ack(ref, c.Items)
+	case *Nack:
+		s.Nack(ref, c.Items)
+	case *RetryAfter:
+		s.RetryAfter(ref, c.Items)
+	case *Extend:
+		s.ExtendLease(ref, c.Items)
+	case *Release:
+		s.Release(ref, c.Items)
+	case *Redrive:
+		s.Redrive(ref, c.DLQ, c.N)
+	case *Decide:
+		s.Decide(c.Queue, c.ID, c.Decision)
+	case *SetThrottle:
+		s.SetThrottle(c.Key, c.Rate, c.Burst)
+	case *RemoveThrottle:
+		s.RemoveThrottle(c.Key)
+	case *Deliver:
+		// The shell cuts the Ready (Shard.flush), which decides the
+		// deliveries.
+	default:
+		panic(fmt.Sprintf("shard: command of unknown type %T", c))
+	}
+}

@@ -1,0 +1,232 @@
+package shard
+
+import (
+	"context"
+	"crypto/sha256"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// replica is one fresh shard of TestSameCommandsSameState, with a fixed
+// clock, its own store and a sink that records every delivery.
+type replica struct {
+	sh    *Shard
+	st    *store.Mem
+	sink  *recSink
+	hold  chan struct{} // on_failure hooks wait on it: only Decide commands decide
+	ready []sched.Delivered
+}
+
+func newReplica(t *testing.T, clock func() time.Time) *replica {
+	t.Helper()
+	r := &replica{st: store.NewMem(), sink: newRecSink(), hold: make(chan struct{})}
+	sh, err := Open(Config{Logger: quiet, Clock: clock,
+		Failure: func(context.Context, sched.Failure, []byte) (sched.Decision, error) {
+			<-r.hold
+			return sched.Decision{}, context.Canceled
+		}}, r.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sh = sh
+	t.Cleanup(func() {
+		close(r.hold)
+		sh.Close()
+		r.st.Close()
+	})
+	return r
+}
+
+// apply decodes each encoded command, replays them on the shard, and
+// waits until their storage groups are durable and their deliveries
+// reached the sink.
+func (r *replica) apply(t *testing.T, encoded [][]byte) []sched.Delivered {
+	t.Helper()
+	ctx := context.Background()
+	cmds := make([]Command, len(encoded))
+	for i, b := range encoded {
+		c, err := DecodeCommand(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = c
+		if s, ok := c.(*Subscribe); ok {
+			sub := s.Sub
+			if err := r.sh.Barrier(ctx, func() { r.sh.sinks[sub] = r.sink }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := r.sh.Replay(ctx, cmds); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	if err := r.sh.Barrier(ctx, func() { close(ran) }); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	r.st.Apply(new(store.Batch)) // every earlier group has completed
+	var got []sched.Delivered
+	for {
+		select {
+		case msgs := <-r.sink.delivered:
+			got = append(got, msgs...)
+			continue
+		default:
+		}
+		return got
+	}
+}
+
+// digest returns the digest of the scheduler's state and of everything
+// stored.
+func (r *replica) digest(t *testing.T) (state, stored [32]byte) {
+	t.Helper()
+	done := make(chan struct{})
+	if err := r.sh.Barrier(context.Background(), func() { state = r.sh.s.Digest(); close(done) }); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	h := sha256.New()
+	end := prefixEnd([]byte(sched.Prefix))
+	if err := r.st.Scan([]byte(sched.Prefix), end, func(k, v []byte) error {
+		h.Write(AppendCommand(nil, &DeleteQueue{Name: string(k)})) // length-prefixed
+		h.Write(AppendCommand(nil, &DeleteQueue{Name: string(v)}))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.Sum(stored[:0])
+	return state, stored
+}
+
+// TestSameCommandsSameState encodes commands of every kind, decodes them,
+// and applies them to two fresh shards: the two make the same deliveries
+// and end with the same state and the same stored records. This is what
+// replaying a command log at recovery, and replicating it with Raft, rely
+// on.
+func TestSameCommandsSameState(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return t0 }
+	a, b := newReplica(t, clock), newReplica(t, clock)
+	fresh, _ := a.digest(t)
+
+	at := func(d time.Duration) Command { return &Tick{Now: sched.Time(t0.Add(d).UnixNano())} }
+	id := func(n byte) [16]byte { return [16]byte{0x01, 0x9a, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 0, n} }
+	msg := func(queue string, n byte, m sched.Message) sched.EnqueueItem {
+		m.ID = id(n)
+		m.Body = []byte{1, 0, 'm', n}
+		m.PayloadSize = 2
+		return sched.EnqueueItem{Queue: queue, Msg: m}
+	}
+	kinds := map[Kind]bool{}
+	var delivered []sched.Delivered
+	step := func(cmds ...Command) []sched.Delivered {
+		t.Helper()
+		enc := make([][]byte, len(cmds))
+		for i, c := range cmds {
+			enc[i] = AppendCommand(nil, c)
+			kinds[c.Kind()] = true
+		}
+		da, db := a.apply(t, enc), b.apply(t, enc)
+		if !reflect.DeepEqual(da, db) {
+			t.Fatalf("the replicas delivered differently:\n%+v\n%+v", da, db)
+		}
+		sa, _ := a.digest(t)
+		sb, _ := b.digest(t)
+		if sa != sb {
+			t.Fatalf("after %d commands from %v, the replicas' states differ", len(cmds), cmds[0].Kind())
+		}
+		delivered = append(delivered, da...)
+		return da
+	}
+	ref := func(d sched.Delivered) sched.LeaseRef {
+		return sched.LeaseRef{Queue: d.Queue, ID: d.ID, Lease: d.Lease}
+	}
+
+	ds := step(
+		&LeaseEpoch{Base: uint64(t0.Add(time.Hour).UnixNano())},
+		&CreateQueue{Spec: sched.QueueSpec{Name: "jobs", MaxAttempts: 1, VisibilityTimeout: 30 * time.Second}},
+		&CreateQueue{Spec: sched.QueueSpec{Name: "hooked", OnFailure: "return {action = 'dlq'}"}},
+		&SetThrottle{Key: "provider", Rate: 1, Burst: 2},
+		&Enqueue{Items: []sched.EnqueueItem{
+			msg("jobs", 1, sched.Message{FairnessKey: "acme", Weight: 2}),
+			msg("jobs", 2, sched.Message{FairnessKey: "acme", IdempotencyKey: "k1"}),
+			msg("jobs", 3, sched.Message{FairnessKey: "globex", ThrottleKeys: []string{"provider"}}),
+			msg("jobs", 4, sched.Message{FairnessKey: "globex", OrderingKey: "cart"}),
+			msg("jobs", 5, sched.Message{FairnessKey: "initech"}),
+			msg("jobs", 6, sched.Message{FairnessKey: "acme", Delay: time.Second}),
+			msg("jobs", 7, sched.Message{FairnessKey: "acme", IdempotencyKey: "k1"}), // a duplicate
+			msg("hooked", 8, sched.Message{}),
+		}},
+		&Subscribe{Sub: 1, Queue: "jobs", Credit: 5, Limits: []sched.RateLimit{{Name: "api", Limit: 100, Period: time.Second}}},
+		&Subscribe{Sub: 2, Queue: "hooked", Credit: 1},
+		&Deliver{},
+	)
+	if len(ds) != 6 {
+		t.Fatalf("%d deliveries; want 5 of jobs and 1 of hooked", len(ds))
+	}
+	var jobs []sched.Delivered
+	var hooked sched.Delivered
+	for _, d := range ds {
+		if d.Queue == "jobs" {
+			jobs = append(jobs, d)
+		} else {
+			hooked = d
+		}
+	}
+	step(
+		at(2*time.Second),
+		&Ack{Items: []sched.LeaseRef{ref(jobs[0])}},
+		&Nack{Items: []sched.NackItem{{LeaseRef: ref(jobs[1]), Reason: "boom"}}}, // max attempts 1: to the DLQ
+		&RetryAfter{Items: []sched.RetryItem{{LeaseRef: ref(jobs[2]), Delay: 10 * time.Millisecond}}},
+		&Extend{Items: []sched.ExtendItem{{LeaseRef: ref(jobs[3]), Duration: time.Minute}}},
+		&Release{Items: []sched.LeaseRef{ref(jobs[4])}},
+		&Nack{Items: []sched.NackItem{{LeaseRef: ref(hooked), Reason: "hook decides"}}},
+		&AddCredit{Sub: 1, N: 3},
+		&Deliver{},
+	)
+	step(
+		at(3*time.Second),
+		&Decide{Queue: "hooked", ID: hooked.ID, Decision: sched.DeadLetter()},
+		&Redrive{DLQ: "jobs.dlq", N: 0},
+		&Deliver{},
+	)
+	step(
+		at(2*time.Minute), // leases expire
+		&RemoveThrottle{Key: "provider"},
+		&Unsubscribe{Sub: 1, Release: true},
+		&Deliver{},
+	)
+	step(
+		&DeleteQueue{Name: "hooked"},
+		&Subscribe{Sub: 3, Queue: "jobs", Credit: 100},
+		&Deliver{},
+	)
+
+	for k := Kind(1); int(k) < len(kindNames); k++ {
+		if !kinds[k] {
+			t.Errorf("no %v command applied", k)
+		}
+	}
+	sa, storedA := a.digest(t)
+	sb, storedB := b.digest(t)
+	if sa != sb || storedA != storedB {
+		t.Fatalf("the replicas ended in different states (state equal: %v, stored equal: %v)", sa == sb, storedA == storedB)
+	}
+	if sa == fresh {
+		t.Fatal("the commands left the state unchanged")
+	}
+	if len(delivered) < 10 {
+		t.Fatalf("%d deliveries in all; want the commands to have exercised delivery", len(delivered))
+	}
+	// The digest sees a difference: one more command on one replica.
+	a.apply(t, [][]byte{AppendCommand(nil, &Enqueue{Items: []sched.EnqueueItem{msg("jobs", 9, sched.Message{Delay: time.Hour})}})})
+	if sa, _ := a.digest(t); sa == sb {
+		t.Fatal("an enqueue on one replica left the digests equal")
+	}
+}
