@@ -35,12 +35,12 @@ import (
 
 	"github.com/fila-mq/fila/broker/internal/config"
 	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/rtconf"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/server"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
-	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -125,12 +125,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rt.RegisterValidator(rtconf.ThrottlePrefix, func(_, value string) error {
-		_, _, err := sched.ParseThrottle(value)
-		return err
-	})
-
-	hooks := server.NewHooks(hook.Limits{
+	hooks := node.NewHooks(hook.Limits{
 		Timeout:                 cfg.Lua.DefaultTimeout,
 		MemoryLimit:             cfg.Lua.MemoryLimit,
 		CircuitBreakerThreshold: cfg.Lua.CircuitBreakerThreshold,
@@ -149,30 +144,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			MaxUnsettled:      cfg.Server.MaxUnsettled,
 		},
 		Logger:  log.With("component", "shard"),
-		Failure: server.FailureHook(hooks),
+		Failure: node.FailureHook(hooks),
 	}, st)
 	if err != nil {
 		return err
 	}
 	defer sh.Close()
-	hooks.RestoreHooks(sh.RestoredSpecs())
-
-	// Throttle rates live in the runtime config: apply the stored ones,
-	// then every change from here on.
-	applyThrottle := func(key, value string, deleted bool) {
-		tk := key[len(rtconf.ThrottlePrefix):]
-		if deleted {
-			sh.Submit(context.Background(), &shard.RemoveThrottle{Key: tk}, nil)
-			return
-		}
-		rate, burst, err := sched.ParseThrottle(value)
-		if err != nil {
-			log.Error("ignoring invalid stored throttle", "key", key, "err", err)
-			return
-		}
-		sh.Submit(context.Background(), &shard.SetThrottle{Key: tk, Rate: rate, Burst: burst}, nil)
-	}
-	rt.Watch(rtconf.ThrottlePrefix, applyThrottle) // replays the stored entries first
 
 	scfg := server.Config{
 		NodeID:                   cfg.Server.NodeID,
@@ -190,16 +167,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		FrameReadTimeout:         cfg.Server.FrameReadTimeout,
 		MaxBatchSize:             cfg.Server.MaxBatchSize,
 		MaxFrameSize:             int(cfg.Server.MaxFrameSize),
-		MaxMessageSize:           int(cfg.Server.MaxMessageSize),
-		Hooks:                    hooks,
-		Config:                   runtimeConfig{rt},
 		Logger:                   log.With("component", "server"),
 		Version:                  version,
 	}
 	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
 		return err
 	}
-	srv := server.New(scfg, sh)
+	// The node applies the stored throttle rates, then every change.
+	n := node.New(node.Config{
+		NodeID:         cfg.Server.NodeID,
+		MaxMessageSize: int(cfg.Server.MaxMessageSize),
+		Hooks:          hooks,
+		Runtime:        rt,
+		Keys:           scfg.Auth,
+		Logger:         log.With("component", "node"),
+	}, sh)
+	srv := server.New(scfg, n)
 
 	ln, err := net.Listen("tcp", cfg.Server.ListenAddr)
 	if err != nil {
@@ -266,19 +249,4 @@ func (kv storeKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
 		}
 	}
 	return kv.st.Scan(prefix, end, fn)
-}
-
-// runtimeConfig presents rtconf to the server.
-type runtimeConfig struct{ s *rtconf.Store }
-
-func (r runtimeConfig) Get(key string) (string, bool)   { return r.s.Get(key) }
-func (r runtimeConfig) Set(key, value string) error     { return r.s.Set(key, value) }
-func (r runtimeConfig) Delete(key string) (bool, error) { return r.s.Delete(key) }
-func (r runtimeConfig) List(prefix string) []wire.ConfigEntry {
-	es := r.s.List(prefix)
-	out := make([]wire.ConfigEntry, len(es))
-	for i, e := range es {
-		out[i] = wire.ConfigEntry{Key: e.Key, Value: e.Value}
-	}
-	return out
 }

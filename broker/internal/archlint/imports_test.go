@@ -15,14 +15,18 @@ const module = "github.com/fila-mq/fila/"
 
 // layers says, for every package of the broker and the client core, which
 // of the repository's packages its non-test files may import. The
-// direction is cmd → server → shard → {sched, hook, store}, with auth,
-// rtconf and hook beside the server, and fault under everything; the
-// client core knows nothing of the broker. A package missing here fails
-// the test: place it when you add it.
+// direction is cmd → server → node → shard → {sched, hook, store}: the
+// server speaks the wire and reaches the shards only through the node,
+// which checks permissions, routes, and runs the hooks. auth and rtconf
+// are under the node; the server also uses auth, to authenticate a
+// connection at its handshake and to hear of key changes. fault is under
+// everything, and the client core knows nothing of the broker. A package
+// missing here fails the test: place it when you add it.
 var layers = map[string][]string{
-	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/config", "broker/internal/hook", "broker/internal/rtconf",
+	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/config", "broker/internal/hook", "broker/internal/node", "broker/internal/rtconf",
 		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire"},
-	"broker/internal/server":       {"broker/internal/auth", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/server":       {"broker/internal/auth", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/node":         {"broker/internal/auth", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
 	"broker/internal/shard":        {"broker/internal/sched", "broker/internal/store", "broker/internal/fault"},
 	"broker/internal/sched":        {"broker/internal/sched/bucket", "broker/internal/sched/drr", "broker/internal/sched/idem", "broker/internal/fault"},
 	"broker/internal/sched/bucket": {},

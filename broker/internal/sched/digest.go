@@ -61,6 +61,25 @@ func (s *Sched) Digest() [32]byte {
 	return sum
 }
 
+// QueueDigest returns a SHA-256 digest of one queue's state and its
+// dead-letter queue's, as Digest walks them; the zero digest if there is
+// no such queue. Two schedulers that restored the same records of a
+// queue (sched.QueueRanges) have equal digests for it.
+func (s *Sched) QueueDigest(name string) [32]byte {
+	var sum [32]byte
+	q := s.queues[name]
+	if q == nil {
+		return sum
+	}
+	d := digester{h: sha256.New()}
+	d.queue(s, q)
+	if q.dlq != nil {
+		d.queue(s, q.dlq)
+	}
+	d.h.Sum(sum[:0])
+	return sum
+}
+
 func (d *digester) queue(s *Sched, q *queue) {
 	d.str(q.name)
 	sp := &q.spec

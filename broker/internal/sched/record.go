@@ -36,6 +36,31 @@ const (
 
 const recordVersion = 1
 
+// A KeyRange is the keys from Start (inclusive) to End (exclusive).
+type KeyRange struct{ Start, End []byte }
+
+// QueueRanges returns the key ranges that hold every record of queue: its
+// definition (which defines its dead-letter queue too), its idempotency
+// keys, and its messages and their states, dead-lettered ones included
+// (they stay under their home queue). A queue is one unit of state:
+// copying these ranges from one store to another, and restoring them,
+// moves the queue and its DLQ whole, with nothing of any other queue.
+// queue must be a queue's name, not a DLQ's.
+func QueueRanges(queue string) []KeyRange {
+	under := func(prefix string) KeyRange {
+		start := append([]byte(prefix+queue), 0)
+		end := append([]byte(prefix+queue), 1)
+		return KeyRange{start, end}
+	}
+	def := []byte(prefixQueue + queue)
+	return []KeyRange{
+		{def, append(def[:len(def):len(def)], 0)},
+		under(prefixDedup),
+		under(prefixMsg),
+		under(prefixState),
+	}
+}
+
 // MaxReasonLen bounds a failure reason kept in memory and storage, in
 // bytes; longer reasons are cut at a character boundary.
 const MaxReasonLen = 1024

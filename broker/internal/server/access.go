@@ -6,7 +6,6 @@ import (
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
-	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -174,7 +173,7 @@ func (c *conn) endSubscription(sub *subscription, err error) {
 // release closes sub in the shard, returning its leased messages to the
 // queue at once, each attempt counted as failed.
 func (c *conn) release(sub *subscription) {
-	if err := c.s.sh.Submit(context.Background(), &shard.Unsubscribe{Sub: sub.id, Release: true}, nil); err != nil {
+	if err := c.s.n.Unsubscribe(context.Background(), sub.id, sub.queue, true, nil); err != nil {
 		c.log.Debug("release subscription", "queue", sub.queue, "err", err)
 	}
 }

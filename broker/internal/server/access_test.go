@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
-	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -60,7 +60,7 @@ func startAuthBroker(t *testing.T) *authBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{NodeID: "test", Logger: log, Auth: keys, RequireAuth: true, Hooks: NewHooks(hook.Limits{}, nil, log)}, sh)
+	srv := New(Config{NodeID: "test", Logger: log, Auth: keys, RequireAuth: true}, node.New(node.Config{NodeID: "test", Keys: keys, Logger: log}, sh))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

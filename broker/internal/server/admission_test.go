@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 )
@@ -240,8 +240,7 @@ func TestRefusalsPaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{NodeID: "test", Logger: log, MaxConnectionsPerAddress: 1, RefusalRate: 5,
-		Hooks: NewHooks(hook.Limits{}, nil, log)}, sh)
+	srv := New(Config{NodeID: "test", Logger: log, MaxConnectionsPerAddress: 1, RefusalRate: 5}, node.New(node.Config{NodeID: "test", Logger: log}, sh))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

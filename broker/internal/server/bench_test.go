@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 	fila "github.com/fila-mq/fila/sdk/go"
@@ -30,7 +30,7 @@ func inProcess(b testing.TB, noSync bool) (addr string, st *store.Disk, stop fun
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := New(Config{NodeID: "bench", Logger: log, Hooks: NewHooks(hook.Limits{}, nil, log)}, sh)
+	srv := New(Config{NodeID: "bench", Logger: log}, node.New(node.Config{NodeID: "bench", Logger: log}, sh))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

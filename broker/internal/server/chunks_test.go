@@ -9,25 +9,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 )
 
-// postWatcher is a shard that reports each Barrier.
+// postWatcher is a node that reports each Barrier.
 type postWatcher struct {
-	*shard.Shard
+	*node.Node
 	posted chan struct{}
 }
 
 func (w *postWatcher) Barrier(ctx context.Context, fn func()) error {
-	err := w.Shard.Barrier(ctx, fn)
+	err := w.Node.Barrier(ctx, fn)
 	w.posted <- struct{}{}
 	return err
 }
 
 func message(queue string) sched.EnqueueItem {
-	body := encodeBody(nil, nil, []byte("x"))
+	body := node.EncodeBody(nil, nil, []byte("x"))
 	return sched.EnqueueItem{Queue: queue, Msg: sched.Message{PayloadSize: 1, Body: body}}
 }
 
@@ -77,7 +78,7 @@ func TestLargeEnqueueInterleaves(t *testing.T) {
 	}
 	ids := make([][16]byte, len(items))
 	finished := make(chan error, 1)
-	w := &postWatcher{Shard: sh, posted: make(chan struct{}, 8)}
+	w := &postWatcher{Node: node.New(node.Config{Logger: log}, sh), posted: make(chan struct{}, 8)}
 	go enqueueChunks(ctx, w, openFlow{}, items, encoded(items), noBodies, func(from, n int, res shard.Result) {
 		for j, r := range res.Enqueued {
 			ids[from+j] = r.ID
@@ -121,8 +122,7 @@ type heldQueue struct {
 	queued  chan int // each Enqueue's item count
 }
 
-func (q *heldQueue) Submit(_ context.Context, cmd shard.Command, done func(shard.Result)) error {
-	items := cmd.(*shard.Enqueue).Items
+func (q *heldQueue) Enqueue(_ context.Context, items []node.EnqueueItem, done func(node.Result)) error {
 	q.mu.Lock()
 	q.replies = append(q.replies, func() { done(shard.Result{Enqueued: make([]sched.EnqueueResult, len(items))}) })
 	q.mu.Unlock()

@@ -17,8 +17,7 @@ import (
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
-	"github.com/fila-mq/fila/broker/internal/sched"
-	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -105,7 +104,7 @@ type outItem struct {
 	frame wire.Frame
 	// deliveries of a subscription, when sub is not nil
 	sub  *subscription
-	msgs []sched.Delivered
+	msgs []node.Delivered
 	// request marks a response that ends a request in flight.
 	request bool
 	// closeAfter closes the connection once this item is written.
@@ -122,7 +121,7 @@ type outItem struct {
 // the shard's Sink for it.
 type subscription struct {
 	c     *conn
-	id    sched.SubID
+	id    node.SubID
 	reqID uint32
 	queue string
 
@@ -192,7 +191,7 @@ func (c *conn) cleanup() {
 	c.subs = map[uint32]*subscription{}
 	c.mu.Unlock()
 	for _, sub := range subs {
-		if err := c.s.sh.Submit(context.Background(), &shard.Unsubscribe{Sub: sub.id, Release: true}, nil); err != nil {
+		if err := c.s.n.Unsubscribe(context.Background(), sub.id, sub.queue, true, nil); err != nil {
 			c.log.Debug("release subscription", "queue", sub.queue, "err", err)
 		}
 	}
@@ -755,7 +754,7 @@ func (c *conn) written(items []outItem) {
 // it fills. It returns how many messages it encoded; a message whose
 // record is gone (acked or deleted meanwhile) is skipped. An error is
 // w's: the connection must close.
-func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []sched.Delivered) (int, error) {
+func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []node.Delivered) (int, error) {
 	maxFrame := int(c.peerMaxFrame.Load())
 	var d wire.Delivery
 	size := 0
@@ -774,19 +773,13 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []sched.De
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		rec, err := c.s.sh.ReadRecord(m.Key)
-		if err != nil {
+		headers, payload, err := c.s.n.ReadMessage(m)
+		if errors.Is(err, fault.ErrMessageNotFound) {
 			c.log.Debug("delivery record gone", "queue", m.Queue, "err", err)
 			continue
 		}
-		body, err := sched.MessageBody(rec)
 		if err != nil {
 			c.log.Error("corrupt message record", "queue", m.Queue, "err", err)
-			continue
-		}
-		headers, payload, err := decodeBody(body)
-		if err != nil {
-			c.log.Error("corrupt message body", "queue", m.Queue, "err", err)
 			continue
 		}
 		if m.DeadLettered {
@@ -823,11 +816,11 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []sched.De
 	return n, flush()
 }
 
-// Expired implements shard.Sink: the client hears of the leases that
+// Expired implements node.Sink: the client hears of the leases that
 // ended, and of the credit they gave back, before any delivery that
 // spends it (both go through the same ordered queue). Nothing is sent
 // for a subscription the broker has ended: the client has forgotten it.
-func (s *subscription) Expired(_ sched.SubID, leases []sched.ExpiredLease) {
+func (s *subscription) Expired(_ node.SubID, leases []node.ExpiredLease) {
 	f := &wire.LeaseExpired{Leases: make([]wire.ExpiredLease, len(leases))}
 	for i, l := range leases {
 		f.Leases[i] = wire.ExpiredLease{ID: l.ID, Lease: l.Lease}
@@ -841,16 +834,16 @@ func (s *subscription) Expired(_ sched.SubID, leases []sched.ExpiredLease) {
 	c.wake()
 }
 
-// Deliver implements shard.Sink.
-func (s *subscription) Deliver(_ sched.SubID, msgs []sched.Delivered) {
+// Deliver implements node.Sink.
+func (s *subscription) Deliver(_ node.SubID, msgs []node.Delivered) {
 	if s.ended.Load() {
 		return // released: the shard takes the leases back
 	}
 	s.c.push(outItem{reqID: s.reqID, sub: s, msgs: msgs})
 }
 
-// Ended implements shard.Sink: the broker closed the subscription.
-func (s *subscription) Ended(_ sched.SubID, err error) {
+// Ended implements node.Sink: the broker closed the subscription.
+func (s *subscription) Ended(_ node.SubID, err error) {
 	c := s.c
 	if err == nil {
 		err = fmt.Errorf("subscription %s ended: %w", s.queue, fault.ErrQueueNotFound)

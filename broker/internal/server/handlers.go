@@ -5,25 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
-	"github.com/fila-mq/fila/broker/internal/hook"
-	"github.com/fila-mq/fila/broker/internal/sched"
-	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
-
-// RuntimeConfig is the runtime config store (package rtconf).
-type RuntimeConfig interface {
-	Get(key string) (string, bool)
-	Set(key, value string) error
-	Delete(key string) (bool, error)
-	List(prefix string) []wire.ConfigEntry
-}
 
 // serverCapabilities are the optional features this broker grants.
 var serverCapabilities = []string{"continuation", "dedup", "ordering", "rate-limits", "lua"}
@@ -192,18 +181,10 @@ func batchItems(f wire.Frame) (int, bool) {
 	return 0, false
 }
 
-// authorize checks the connection's key for op on queue: nil, or an error
-// wrapping fault.ErrForbidden or (once the key is revoked)
-// fault.ErrUnauthorized.
-func (c *conn) authorize(op auth.Op, queue string) error {
-	return c.principal.Authorize(op, queue)
-}
-
 // handle runs one request. A returned error answers the request with an
 // Error frame; otherwise the handler answers it, now or later.
 func (c *conn) handle(id uint32, f wire.Frame) error {
-	ctx := c.ctx
-	sh := c.s.sh
+	ctx, n, p := c.ctx, c.s.n, c.principal
 	switch f := f.(type) {
 	case *wire.Ping:
 		c.respond(id, &wire.Pong{Nonce: f.Nonce})
@@ -215,72 +196,57 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 	case *wire.Unsubscribe:
 		return c.unsubscribe(id, f)
 	case *wire.Ack:
-		items := make([]sched.LeaseRef, len(f.Items))
+		items := make([]node.LeaseRef, len(f.Items))
 		for i, it := range f.Items {
-			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
+			items[i] = node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
-		return c.settle(id, wire.OpAck, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(keep []int) shard.Command { return &shard.Ack{Items: pick(items, keep)} })
+		return n.Ack(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.AckResult{Results: r} }))
 	case *wire.Nack:
-		items := make([]sched.NackItem, len(f.Items))
+		items := make([]node.NackItem, len(f.Items))
 		for i, it := range f.Items {
-			items[i] = sched.NackItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Reason: it.Reason}
+			items[i] = node.NackItem{LeaseRef: node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Reason: it.Reason}
 		}
-		return c.settle(id, wire.OpNack, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(keep []int) shard.Command { return &shard.Nack{Items: pick(items, keep)} })
+		return n.Nack(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.NackResult{Results: r} }))
 	case *wire.RetryAfter:
-		items := make([]sched.RetryItem, len(f.Items))
+		items := make([]node.RetryItem, len(f.Items))
 		for i, it := range f.Items {
-			items[i] = sched.RetryItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Delay: msDur(it.DelayMS)}
+			items[i] = node.RetryItem{LeaseRef: node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Delay: msDur(it.DelayMS)}
 		}
-		return c.settle(id, wire.OpRetryAfter, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(keep []int) shard.Command { return &shard.RetryAfter{Items: pick(items, keep)} })
+		return n.RetryAfter(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.RetryAfterResult{Results: r} }))
 	case *wire.Release:
-		items := make([]sched.LeaseRef, len(f.Items))
+		items := make([]node.LeaseRef, len(f.Items))
 		for i, it := range f.Items {
-			items[i] = sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
+			items[i] = node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
-		return c.settle(id, wire.OpRelease, func(i int) string { return f.Items[i].Queue }, len(items),
-			func(keep []int) shard.Command { return &shard.Release{Items: pick(items, keep)} })
+		return n.Release(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.ReleaseResult{Results: r} }))
 	case *wire.ExtendLease:
 		return c.extend(id, f)
 	case *wire.CreateQueue:
 		return c.createQueue(id, f)
 	case *wire.DeleteQueue:
-		if err := c.authorize(auth.OpDeleteQueue, f.Name); err != nil {
-			return err
-		}
 		name := f.Name
-		return sh.Submit(ctx, &shard.DeleteQueue{Name: name}, func(r shard.Result) {
+		return n.DeleteQueue(ctx, p, name, func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.s.cfg.Hooks.Remove(name)
 			c.audit(auditQueueDeleted, "queue", name)
 			c.respond(id, &wire.DeleteQueueOk{})
 		})
 	case *wire.ListQueues:
-		return sh.ListQueues(ctx, func(r shard.Result) {
+		return n.ListQueues(ctx, p, func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
 			var out []wire.QueueSummary
 			for _, q := range r.Queues {
-				if !c.principal.Visible(q.Name) {
-					continue
-				}
 				out = append(out, wire.QueueSummary{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent})
 			}
 			c.respond(id, &wire.ListQueuesResult{Queues: out})
 		})
 	case *wire.QueueStats:
-		if err := c.authorize(auth.OpQueueStats, f.Name); err != nil {
-			return err
-		}
-		name := f.Name
-		return sh.QueueStats(ctx, name, func(r shard.Result) {
+		return n.QueueStats(ctx, p, f.Name, func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
@@ -288,11 +254,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			c.respond(id, c.statsFrame(r.Stats))
 		})
 	case *wire.Redrive:
-		if err := c.authorize(auth.OpRedrive, f.DeadLetterQueue); err != nil {
-			return err
-		}
-		dlq, n := f.DeadLetterQueue, f.Count
-		return sh.Submit(ctx, &shard.Redrive{DLQ: dlq, N: n}, func(r shard.Result) {
+		return n.Redrive(ctx, p, f.DeadLetterQueue, f.Count, func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
@@ -304,80 +266,38 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 	case *wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
 		return c.keys(id, f)
 	case *wire.Topology:
-		if err := c.authorize(auth.OpTopology, f.Queue); err != nil {
-			return err
-		}
 		addr := c.s.cfg.AdvertiseAddr
 		if addr == "" {
 			addr = c.nc.LocalAddr().String()
 		}
 		q := f.Queue
-		return sh.QueueStats(ctx, q, func(r shard.Result) {
-			if err := r.Err; err != nil {
+		return n.Leader(ctx, p, q, func(leader string, err error) {
+			if err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: c.s.cfg.NodeID, LeaderAddr: addr}}})
+			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: leader, LeaderAddr: addr}}})
 		})
 	}
 	return fmt.Errorf("%v: %w", f.Opcode(), fault.ErrNotSupported)
 }
 
-// authOp is the auth operation of a request opcode.
-func authOp(op wire.Opcode) auth.Op {
-	switch op {
-	case wire.OpPing:
-		return auth.OpPing
-	case wire.OpEnqueue:
-		return auth.OpEnqueue
-	case wire.OpSubscribe:
-		return auth.OpSubscribe
-	case wire.OpCredit:
-		return auth.OpCredit
-	case wire.OpUnsubscribe:
-		return auth.OpUnsubscribe
-	case wire.OpAck:
-		return auth.OpAck
-	case wire.OpNack:
-		return auth.OpNack
-	case wire.OpRetryAfter:
-		return auth.OpRetryAfter
-	case wire.OpExtendLease:
-		return auth.OpExtendLease
-	case wire.OpRelease:
-		return auth.OpRelease
-	case wire.OpCreateQueue:
-		return auth.OpCreateQueue
-	case wire.OpDeleteQueue:
-		return auth.OpDeleteQueue
-	case wire.OpListQueues:
-		return auth.OpListQueues
-	case wire.OpQueueStats:
-		return auth.OpQueueStats
-	case wire.OpSetConfig:
-		return auth.OpSetConfig
-	case wire.OpGetConfig:
-		return auth.OpGetConfig
-	case wire.OpListConfig:
-		return auth.OpListConfig
-	case wire.OpDeleteConfig:
-		return auth.OpDeleteConfig
-	case wire.OpRedrive:
-		return auth.OpRedrive
-	case wire.OpCreateApiKey:
-		return auth.OpCreateAPIKey
-	case wire.OpRevokeApiKey:
-		return auth.OpRevokeAPIKey
-	case wire.OpListApiKeys:
-		return auth.OpListAPIKeys
-	case wire.OpSetAcl:
-		return auth.OpSetACL
-	case wire.OpGetAcl:
-		return auth.OpGetACL
-	case wire.OpTopology:
-		return auth.OpTopology
+// settled returns the completion of an Ack, Nack, RetryAfter or Release:
+// one result per item, in the frame frame builds.
+func (c *conn) settled(id uint32, frame func([]wire.ItemResult) wire.Frame) func(errs []error, err error) {
+	return func(errs []error, err error) {
+		if err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		results := make([]wire.ItemResult, len(errs))
+		for i, err := range errs {
+			if err != nil {
+				results[i] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
+			}
+		}
+		c.respond(id, frame(results))
 	}
-	return 0 // unknown operations need admin on "*": they fail closed
 }
 
 func toAuth(ps []wire.Permission) []auth.Permission {
@@ -422,60 +342,29 @@ func msDur(ms uint64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func pick[T any](items []T, keep []int) []T {
-	if len(keep) == len(items) {
-		return items
-	}
-	out := make([]T, len(keep))
-	for i, k := range keep {
-		out[i] = items[k]
-	}
-	return out
-}
-
 func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	n := len(f.Messages)
 	results := make([]wire.EnqueueItemResult, n)
-	items := make([]sched.EnqueueItem, 0, n)
+	items := make([]node.EnqueueItem, 0, n)
 	keep := make([]int, 0, n)
 	total := 0
 	for i := range f.Messages {
 		m := &f.Messages[i]
-		if err := c.checkMessage(m); err != nil {
+		msg, err := c.s.n.Admit(c.ctx, c.principal, m)
+		if err != nil {
 			results[i] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
 			continue
 		}
-		fk, weight, tks := m.FairnessKey, m.Weight, m.ThrottleKeys
-		if r := c.s.cfg.Hooks.Runner(m.Queue); r != nil && r.HasOnEnqueue() {
-			in := hook.EnqueueInput{Queue: m.Queue, PayloadSize: len(m.Payload), FairnessKey: fk, Weight: weight, ThrottleKeys: tks}
-			in.Headers = make([]hook.Header, len(m.Headers))
-			for j, h := range m.Headers {
-				in.Headers[j] = hook.Header{Key: h.Key, Value: h.Value}
-			}
-			out, err := r.OnEnqueue(c.ctx, in)
-			if err != nil {
-				c.log.Warn("on_enqueue failed; using the producer's values", "queue", m.Queue, "err", err)
-			}
-			fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys
-		}
-		total += bodySize(m.Headers, m.Payload)
+		total += node.BodySize(m.Headers, m.Payload)
 		// The body is encoded with its chunk (encodeBodies).
-		items = append(items, sched.EnqueueItem{Queue: m.Queue, Msg: sched.Message{
-			FairnessKey:    fk,
-			Weight:         weight,
-			ThrottleKeys:   tks,
-			OrderingKey:    m.OrderingKey,
-			IdempotencyKey: m.IdempotencyKey,
-			Delay:          msDur(m.DelayMS),
-			PayloadSize:    uint32(len(m.Payload)),
-		}})
+		items = append(items, node.EnqueueItem{Queue: m.Queue, Msg: msg})
 		keep = append(keep, i)
 	}
 	if len(items) == 0 {
 		c.respond(id, &wire.EnqueueResult{Results: results})
 		return nil
 	}
-	fill := func(from int, res []sched.EnqueueResult) {
+	fill := func(from int, res []node.EnqueueResult) {
 		for j, r := range res {
 			i := keep[from+j]
 			if r.Err != nil {
@@ -494,7 +383,7 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			return fmt.Errorf("connection closed: %w", fault.ErrUnavailable)
 		}
 		free := bodies(0, len(items))
-		err := c.s.sh.Submit(c.ctx, &shard.Enqueue{Items: items}, func(r shard.Result) {
+		err := c.s.n.Enqueue(c.ctx, items, func(r node.Result) {
 			c.enqueueDone(size)
 			free()
 			if err := r.Err; err != nil {
@@ -510,8 +399,8 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		}
 		return err
 	}
-	sizes := func(j int) int { m := &f.Messages[keep[j]]; return bodySize(m.Headers, m.Payload) }
-	enqueueChunks(c.ctx, c.s.sh, c, items, sizes, bodies, func(from, n int, r shard.Result) {
+	sizes := func(j int) int { m := &f.Messages[keep[j]]; return node.BodySize(m.Headers, m.Payload) }
+	enqueueChunks(c.ctx, c.s.n, c, items, sizes, bodies, func(from, n int, r node.Result) {
 		if err := r.Err; err != nil {
 			// This chunk failed as a whole; the others may not have.
 			for j := from; j < from+n; j++ {
@@ -535,16 +424,16 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 // its part. The returned func gives the buffer back: call it once the
 // shard has answered the items (the scheduler copies bodies into its
 // storage group before it replies).
-func encodeBodies(items []sched.EnqueueItem, msgs []wire.EnqueueMessage, idx []int) func() {
+func encodeBodies(items []node.EnqueueItem, msgs []wire.EnqueueMessage, idx []int) func() {
 	total := 0
 	for _, i := range idx {
-		total += bodySize(msgs[i].Headers, msgs[i].Payload)
+		total += node.BodySize(msgs[i].Headers, msgs[i].Payload)
 	}
-	p := getBodyBuf(total)
+	p := node.GetBodyBuf(total)
 	buf := *p
 	for j, i := range idx {
 		start := len(buf)
-		buf = encodeBody(buf, msgs[i].Headers, msgs[i].Payload)
+		buf = node.EncodeBody(buf, msgs[i].Headers, msgs[i].Payload)
 		items[j].Msg.Body = buf[start:len(buf):len(buf)]
 	}
 	return func() {
@@ -552,7 +441,7 @@ func encodeBodies(items []sched.EnqueueItem, msgs []wire.EnqueueMessage, idx []i
 			items[j].Msg.Body = nil
 		}
 		*p = buf[:0]
-		putBodyBuf(p)
+		node.PutBodyBuf(p)
 	}
 }
 
@@ -565,9 +454,9 @@ const (
 	enqueueChunkBytes = 1 << 20
 )
 
-// commandQueue is the part of the shard enqueueChunks uses.
+// commandQueue is the part of the node enqueueChunks uses.
 type commandQueue interface {
-	Submit(ctx context.Context, cmd shard.Command, done func(shard.Result)) error
+	Enqueue(ctx context.Context, items []node.EnqueueItem, done func(node.Result)) error
 	Barrier(ctx context.Context, fn func()) error
 }
 
@@ -604,8 +493,8 @@ type enqueueFlow interface {
 // the first error when every chunk failed. Replies come on the storage
 // completion goroutine, in any order. It returns once every chunk is
 // submitted; ctx ends the wait between chunks (the connection closed).
-func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []sched.EnqueueItem, size func(j int) int, bodies func(from, to int) func(),
-	done func(from, n int, r shard.Result), finish func(err error)) {
+func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []node.EnqueueItem, size func(j int) int, bodies func(from, to int) func(),
+	done func(from, n int, r node.Result), finish func(err error)) {
 	left := int64(0)
 	for j := range items {
 		left += int64(size(j))
@@ -619,7 +508,7 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 	)
 	// complete records the end of one chunk (from, n, r), or of the
 	// submitting (n < 0), and runs finish after the last.
-	complete := func(from, n int, r shard.Result) {
+	complete := func(from, n int, r node.Result) {
 		if n >= 0 {
 			done(from, n, r)
 		}
@@ -649,9 +538,9 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 		chunks++
 		pending++
 		mu.Unlock()
-		complete(from, len(items)-from, shard.Result{Err: err})
+		complete(from, len(items)-from, node.Result{Err: err})
 	}
-	defer complete(0, -1, shard.Result{})
+	defer complete(0, -1, node.Result{})
 	for from := 0; from < len(items); {
 		limit := int(fl.chunkBytes())
 		to, n := from, 0
@@ -671,10 +560,10 @@ func enqueueChunks(ctx context.Context, q commandQueue, fl enqueueFlow, items []
 		pending++
 		mu.Unlock()
 		sp := from
-		if err := q.Submit(ctx, &shard.Enqueue{Items: items[from:to]}, func(r shard.Result) { free(); fl.enqueueDone(bytes); complete(sp, to-sp, r) }); err != nil {
+		if err := q.Enqueue(ctx, items[from:to], func(r node.Result) { free(); fl.enqueueDone(bytes); complete(sp, to-sp, r) }); err != nil {
 			free()
 			fl.enqueueDone(bytes)
-			complete(from, to-from, shard.Result{Err: err})
+			complete(from, to-from, node.Result{Err: err})
 			if to < len(items) {
 				fail(to, err)
 			}
@@ -707,26 +596,6 @@ func afterCommands(ctx context.Context, q commandQueue) error {
 }
 
 // checkMessage validates a message before it reaches the scheduler.
-func (c *conn) checkMessage(m *wire.EnqueueMessage) error {
-	if err := c.authorize(auth.OpEnqueue, m.Queue); err != nil {
-		return err
-	}
-	size := len(m.Payload)
-	for _, h := range m.Headers {
-		size += len(h.Key) + len(h.Value)
-		if strings.HasPrefix(h.Key, "fila-") {
-			return fmt.Errorf("header %q: the fila- prefix is reserved: %w", h.Key, fault.ErrInvalidArgument)
-		}
-	}
-	if size > c.s.cfg.MaxMessageSize {
-		return fmt.Errorf("%s: message of %d bytes exceeds %d: %w", m.Queue, size, c.s.cfg.MaxMessageSize, fault.ErrMessageTooLarge)
-	}
-	if len(m.Headers) > 1024 {
-		return fmt.Errorf("%d headers: at most 1024: %w", len(m.Headers), fault.ErrInvalidArgument)
-	}
-	return nil
-}
-
 func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	c.mu.Lock()
 	if len(c.subs) >= c.s.cfg.MaxSubscriptions {
@@ -738,18 +607,9 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 		c.fail(id, wire.CodeProtocolViolation, fmt.Sprintf("request ID %d is an open subscription", id))
 		return nil
 	}
-	sub := &subscription{c: c, id: sched.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue}
+	sub := &subscription{c: c, id: node.SubID(c.s.subID.Add(1)), reqID: id, queue: f.Queue}
 	c.subs[id] = sub
 	c.mu.Unlock()
-	// Check the key once the subscription is where an ACL change looks
-	// for it (Server.keyChanged): a change either sees it there or is
-	// seen here.
-	if err := c.authorize(auth.OpSubscribe, f.Queue); err != nil {
-		c.mu.Lock()
-		delete(c.subs, id)
-		c.mu.Unlock()
-		return err
-	}
 
 	// Prefetch 0 asks for as much as the broker allows: the scheduler
 	// grants its cap on unsettled deliveries, as it does to a larger ask.
@@ -757,11 +617,14 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	if credit == 0 {
 		credit = math.MaxUint32
 	}
-	limits := make([]sched.RateLimit, len(f.RateLimits))
+	limits := make([]node.RateLimit, len(f.RateLimits))
 	for i, l := range f.RateLimits {
-		limits[i] = sched.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
+		limits[i] = node.RateLimit{Name: l.Name, Limit: l.Limit, Period: msDur(l.PeriodMS), Burst: l.Burst}
 	}
-	err := c.s.sh.Subscribe(c.ctx, &shard.Subscribe{Sub: sub.id, Queue: f.Queue, Credit: credit, Limits: limits}, sub, func(r shard.Result) {
+	// The node checks the key once the subscription is where an ACL
+	// change looks for it (Server.keyChanged): a change either sees it
+	// there or is seen there.
+	err := c.s.n.Subscribe(c.ctx, c.principal, sub.id, f.Queue, credit, limits, sub, func(r node.Result) {
 		err := r.Err
 		release := false
 		c.mu.Lock()
@@ -810,7 +673,7 @@ func (c *conn) unsubscribe(id uint32, f *wire.Unsubscribe) error {
 	if !ok {
 		return fmt.Errorf("subscription %d: %w", f.Subscription, fault.ErrSubscriptionNotFound)
 	}
-	return c.s.sh.Submit(c.ctx, &shard.Unsubscribe{Sub: sub.id}, func(r shard.Result) {
+	return c.s.n.Unsubscribe(c.ctx, sub.id, sub.queue, false, func(r node.Result) {
 		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return
@@ -830,85 +693,28 @@ func (c *conn) credit(f *wire.Credit) {
 	}
 	// The key may have lost consume on the queue since the Subscribe: a
 	// Credit never refills a subscription it could not open now.
-	if err := c.authorize(auth.OpCredit, sub.queue); err != nil {
+	err := c.s.n.AddCredit(c.ctx, c.principal, sub.id, sub.queue, f.Credits)
+	if errors.Is(err, fault.ErrForbidden) || errors.Is(err, fault.ErrUnauthorized) {
 		if !c.principal.Valid() {
 			c.revoked()
 		} else {
 			c.endSubscription(sub, c.lostConsume(sub.queue))
 		}
-		return
 	}
-	if f.Credits == 0 {
-		return
-	}
-	c.s.sh.Submit(c.ctx, &shard.AddCredit{Sub: sub.id, N: f.Credits}, nil)
-}
-
-// settle runs Ack, Nack, RetryAfter or Release: per-item checks, then the
-// scheduler, then one result per item.
-func (c *conn) settle(id uint32, op wire.Opcode, queueOf func(int) string, n int, cmd func(keep []int) shard.Command) error {
-	results := make([]wire.ItemResult, n)
-	keep := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		if err := c.authorize(authOp(op), queueOf(i)); err != nil {
-			results[i] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
-			continue
-		}
-		keep = append(keep, i)
-	}
-	respond := func() {
-		switch op {
-		case wire.OpAck:
-			c.respond(id, &wire.AckResult{Results: results})
-		case wire.OpNack:
-			c.respond(id, &wire.NackResult{Results: results})
-		case wire.OpRelease:
-			c.respond(id, &wire.ReleaseResult{Results: results})
-		default:
-			c.respond(id, &wire.RetryAfterResult{Results: results})
-		}
-	}
-	if len(keep) == 0 {
-		respond()
-		return nil
-	}
-	return c.s.sh.Submit(c.ctx, cmd(keep), func(r shard.Result) {
-		if err := r.Err; err != nil {
-			c.respondErr(id, err)
-			return
-		}
-		for j, err := range r.Items {
-			if err != nil {
-				results[keep[j]] = wire.ItemResult{Code: CodeOf(err), Message: err.Error()}
-			}
-		}
-		respond()
-	})
 }
 
 func (c *conn) extend(id uint32, f *wire.ExtendLease) error {
-	results := make([]wire.ExtendLeaseItemResult, len(f.Items))
-	items := make([]sched.ExtendItem, 0, len(f.Items))
-	keep := make([]int, 0, len(f.Items))
+	items := make([]node.ExtendItem, len(f.Items))
 	for i, it := range f.Items {
-		if err := c.authorize(auth.OpExtendLease, it.Queue); err != nil {
-			results[i] = wire.ExtendLeaseItemResult{Code: CodeOf(err), Message: err.Error()}
-			continue
-		}
-		items = append(items, sched.ExtendItem{LeaseRef: sched.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Duration: msDur(it.DurationMS)})
-		keep = append(keep, i)
+		items[i] = node.ExtendItem{LeaseRef: node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Duration: msDur(it.DurationMS)}
 	}
-	if len(items) == 0 {
-		c.respond(id, &wire.ExtendLeaseResult{Results: results})
-		return nil
-	}
-	return c.s.sh.Submit(c.ctx, &shard.Extend{Items: items}, func(res shard.Result) {
-		if err := res.Err; err != nil {
+	return c.s.n.ExtendLease(c.ctx, c.principal, items, func(res []node.ExtendResult, err error) {
+		if err != nil {
 			c.respondErr(id, err)
 			return
 		}
-		for j, r := range res.Extended {
-			i := keep[j]
+		results := make([]wire.ExtendLeaseItemResult, len(res))
+		for i, r := range res {
 			if r.Err != nil {
 				results[i] = wire.ExtendLeaseItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
 				continue
@@ -920,18 +726,7 @@ func (c *conn) extend(id uint32, f *wire.ExtendLease) error {
 }
 
 func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
-	if err := c.authorize(auth.OpCreateQueue, f.Name); err != nil {
-		return err
-	}
-	var prog *hook.Program
-	if f.OnEnqueue != "" || f.OnFailure != "" {
-		p, err := c.s.cfg.Hooks.Compile(f.OnEnqueue, f.OnFailure)
-		if err != nil {
-			return fmt.Errorf("create queue %s: %w", f.Name, err)
-		}
-		prog = p
-	}
-	spec := sched.QueueSpec{
+	spec := node.QueueSpec{
 		Name:              f.Name,
 		VisibilityTimeout: msDur(f.VisibilityTimeoutMS),
 		OnEnqueue:         f.OnEnqueue,
@@ -941,13 +736,10 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		BackoffMax:        msDur(f.BackoffMaxMS),
 		DedupWindow:       msDur(f.DedupWindowMS),
 	}
-	return c.s.sh.Submit(c.ctx, &shard.CreateQueue{Spec: spec}, func(r shard.Result) {
+	return c.s.n.CreateQueue(c.ctx, c.principal, spec, func(r node.Result) {
 		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return
-		}
-		if prog != nil {
-			c.s.cfg.Hooks.Set(spec.Name, prog)
 		}
 		qc := r.Created
 		c.audit(auditQueueCreated, "queue", qc.Name, "dead_letter_queue", qc.DLQ)
@@ -955,7 +747,7 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 	})
 }
 
-func (c *conn) statsFrame(st sched.QueueStats) *wire.QueueStatsResult {
+func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 	r := &wire.QueueStatsResult{
 		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
@@ -966,8 +758,7 @@ func (c *conn) statsFrame(st sched.QueueStats) *wire.QueueStatsResult {
 	for _, k := range st.ThrottleKeys {
 		r.ThrottleKeys = append(r.ThrottleKeys, wire.ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
 	}
-	if run := c.s.cfg.Hooks.Runner(st.Name); run != nil {
-		hs := run.Stats()
+	if hs, ok := c.s.n.HookStats(st.Name); ok {
 		r.Hooks = wire.HookStats{
 			OnEnqueueCalls: hs.OnEnqueueCalls, OnEnqueueFailures: hs.OnEnqueueFailures,
 			OnFailureCalls: hs.OnFailureCalls, OnFailureFailures: hs.OnFailureFailures,
@@ -978,27 +769,28 @@ func (c *conn) statsFrame(st sched.QueueStats) *wire.QueueStatsResult {
 }
 
 func (c *conn) config(id uint32, f wire.Frame) error {
-	rc := c.s.cfg.Config
-	if rc == nil {
-		return fmt.Errorf("runtime config: %w", fault.ErrNotSupported)
-	}
-	if err := c.authorize(authOp(f.Opcode()), auth.Everything); err != nil {
-		return err
-	}
+	n, p := c.s.n, c.principal
 	switch f := f.(type) {
 	case *wire.SetConfig:
-		if err := rc.Set(f.Key, f.Value); err != nil {
+		if err := n.SetConfig(p, f.Key, f.Value); err != nil {
 			return err
 		}
 		c.audit(auditConfigSet, "config_key", f.Key, "value_bytes", len(f.Value))
 		c.respond(id, &wire.SetConfigOk{})
 	case *wire.GetConfig:
-		v, ok := rc.Get(f.Key)
+		v, ok, err := n.GetConfig(p, f.Key)
+		if err != nil {
+			return err
+		}
 		c.respond(id, &wire.GetConfigResult{Found: ok, Value: v})
 	case *wire.ListConfig:
-		c.respond(id, &wire.ListConfigResult{Entries: rc.List(f.Prefix)})
+		entries, err := n.ListConfig(p, f.Prefix)
+		if err != nil {
+			return err
+		}
+		c.respond(id, &wire.ListConfigResult{Entries: entries})
 	case *wire.DeleteConfig:
-		existed, err := rc.Delete(f.Key)
+		existed, err := n.DeleteConfig(p, f.Key)
 		if err != nil {
 			return err
 		}
@@ -1009,75 +801,49 @@ func (c *conn) config(id uint32, f wire.Frame) error {
 }
 
 func (c *conn) keys(id uint32, f wire.Frame) error {
-	if c.s.cfg.Auth == nil {
-		return fmt.Errorf("api keys: auth is not configured: %w", fault.ErrNotSupported)
-	}
-	if err := c.authorize(authOp(f.Opcode()), auth.Everything); err != nil {
-		return err
-	}
-	km := c.s.cfg.Auth
+	n, p := c.s.n, c.principal
 	switch f := f.(type) {
 	case *wire.CreateApiKey:
 		perms := toAuth(f.Permissions)
-		kid, secret, err := km.Create(f.Name, perms)
+		kid, secret, err := n.CreateKey(p, f.Name, perms)
 		if err != nil {
 			return err
 		}
 		c.audit(auditKeyCreated, "key_id", kid, "name", f.Name, "permissions", permStrings(perms))
 		c.respond(id, &wire.CreateApiKeyResult{KeyID: kid, Secret: secret})
 	case *wire.RevokeApiKey:
-		// Revoke closes the key's connections before it returns (see
+		// Revoking closes the key's connections before it returns (see
 		// Server.keyChanged).
-		if err := km.Revoke(f.KeyID); err != nil {
+		if err := n.RevokeKey(p, f.KeyID); err != nil {
 			return err
 		}
 		c.audit(auditKeyRevoked, "key_id", f.KeyID)
 		c.respond(id, &wire.RevokeApiKeyOk{})
 	case *wire.ListApiKeys:
+		keys, err := n.ListKeys(p)
+		if err != nil {
+			return err
+		}
 		var ks []wire.ApiKeyInfo
-		for _, k := range km.List() {
+		for _, k := range keys {
 			ks = append(ks, wire.ApiKeyInfo{KeyID: k.ID, Name: k.Name, CreatedAtMS: uint64(k.CreatedAt.UnixMilli()), Permissions: fromAuth(k.Permissions)})
 		}
 		c.respond(id, &wire.ListApiKeysResult{Keys: ks})
 	case *wire.SetAcl:
-		// SetACL ends the subscriptions the new ACL does not allow
-		// before it returns (see Server.keyChanged).
+		// Setting an ACL ends the subscriptions it does not allow before
+		// it returns (see Server.keyChanged).
 		perms := toAuth(f.Permissions)
-		if err := km.SetACL(f.KeyID, perms); err != nil {
+		if err := n.SetACL(p, f.KeyID, perms); err != nil {
 			return err
 		}
 		c.audit(auditACLSet, "key_id", f.KeyID, "permissions", permStrings(perms))
 		c.respond(id, &wire.SetAclOk{})
 	case *wire.GetAcl:
-		ps, err := km.GetACL(f.KeyID)
+		ps, err := n.GetACL(p, f.KeyID)
 		if err != nil {
 			return err
 		}
 		c.respond(id, &wire.GetAclResult{Permissions: fromAuth(ps)})
 	}
 	return nil
-}
-
-// bodyPool recycles the buffers that hold an Enqueue batch's encoded
-// bodies (*[]byte). Each buffer lives from the frame's decoding until the
-// scheduler has written the bodies into a storage group, then returns here.
-var bodyPool sync.Pool
-
-// maxPooledBody bounds the buffers bodyPool keeps, in bytes.
-const maxPooledBody = 4 << 20
-
-// getBodyBuf returns an empty buffer of capacity at least n.
-func getBodyBuf(n int) *[]byte {
-	if p, _ := bodyPool.Get().(*[]byte); p != nil && cap(*p) >= n {
-		return p
-	}
-	b := make([]byte, 0, n)
-	return &b
-}
-
-// putBodyBuf gives p back to bodyPool unless it is too large to keep.
-func putBodyBuf(p *[]byte) {
-	if cap(*p) <= maxPooledBody {
-		bodyPool.Put(p)
-	}
 }

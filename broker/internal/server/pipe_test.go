@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/broker/filatest"
-	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 	"github.com/fila-mq/fila/sdk/core/wire"
@@ -68,8 +68,8 @@ func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.NodeID, cfg.Logger, cfg.Hooks = "pipe", log, NewHooks(hook.Limits{}, nil, log)
-	srv := New(cfg, sh)
+	cfg.NodeID, cfg.Logger = "pipe", log
+	srv := New(cfg, node.New(node.Config{NodeID: "pipe", Logger: log}, sh))
 	ln := &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {

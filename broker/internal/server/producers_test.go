@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/sdk/core/wire"
@@ -95,13 +96,12 @@ type chunkRecorder struct {
 	wrong   bool // a body did not decode to the payload
 }
 
-func (q *chunkRecorder) Submit(_ context.Context, cmd shard.Command, done func(shard.Result)) error {
-	items := cmd.(*shard.Enqueue).Items
+func (q *chunkRecorder) Enqueue(_ context.Context, items []node.EnqueueItem, done func(node.Result)) error {
 	q.mu.Lock()
 	n := 0
 	for _, it := range items {
 		n += len(it.Msg.Body)
-		if !bytes.Equal(it.Msg.Body, encodeBody(nil, nil, q.payload)) {
+		if !bytes.Equal(it.Msg.Body, node.EncodeBody(nil, nil, q.payload)) {
 			q.wrong = true
 		}
 	}
@@ -145,7 +145,7 @@ func TestHeldBulkBatchInSharedChunks(t *testing.T) {
 	}
 	q := &chunkRecorder{all: items, payload: payload}
 	finished := make(chan error, 1)
-	size := func(j int) int { return bodySize(nil, payload) }
+	size := func(j int) int { return node.BodySize(nil, payload) }
 	bodies := func(from, to int) func() { return encodeBodies(items[from:to], msgs, keep[from:to]) }
 	go enqueueChunks(context.Background(), q, c, items, size, bodies, func(int, int, shard.Result) {}, func(err error) { finished <- err })
 	select {
@@ -169,7 +169,7 @@ func TestHeldBulkBatchInSharedChunks(t *testing.T) {
 		}
 		total += n
 	}
-	if want := len(msgs) * bodySize(nil, payload); total != want {
+	if want := len(msgs) * node.BodySize(nil, payload); total != want {
 		t.Fatalf("chunks carried %d bytes, want %d", total, want)
 	}
 	if c.enqBytes != 0 {

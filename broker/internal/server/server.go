@@ -26,9 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
-	"github.com/fila-mq/fila/broker/internal/hook"
-	"github.com/fila-mq/fila/broker/internal/sched"
-	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -42,9 +40,6 @@ type Config struct {
 	// MaxFrameSize is the largest frame body accepted, in bytes; 0 means
 	// wire.DefaultMaxFrameSize.
 	MaxFrameSize int
-	// MaxMessageSize bounds a message's payload plus headers, in bytes;
-	// 0 means 16 MiB.
-	MaxMessageSize int
 	// MaxConnections bounds the connections that completed the
 	// handshake: a handshake over it is answered RESOURCE_EXHAUSTED and the
 	// connection closed. Connections still handshaking do not count (see
@@ -136,11 +131,7 @@ type Config struct {
 	// handshake. Without it every connection may do everything, and keys
 	// can still be minted ahead of turning auth on.
 	RequireAuth bool
-	// Hooks compiles and runs the queues' Lua hooks.
-	Hooks *Hooks
-	// Config is the runtime config store; nil refuses config requests.
-	Config RuntimeConfig
-	Logger *slog.Logger
+	Logger      *slog.Logger
 	// Version is reported to clients as fila-server/<Version>.
 	Version string
 }
@@ -148,9 +139,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.MaxFrameSize <= 0 {
 		c.MaxFrameSize = wire.DefaultMaxFrameSize
-	}
-	if c.MaxMessageSize <= 0 {
-		c.MaxMessageSize = 16 << 20
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
@@ -201,10 +189,11 @@ func (c *Config) defaults() {
 	}
 }
 
-// Server serves clients for one shard.
+// Server serves clients of one node: it speaks the wire protocol and
+// hands each operation to the node.
 type Server struct {
 	cfg   Config
-	sh    *shard.Shard
+	n     *node.Node
 	log   *slog.Logger
 	subID atomic.Uint64
 	// reassembling is the bytes charged to Config.ReassemblyBudget.
@@ -228,13 +217,13 @@ type Server struct {
 	authFailed, tlsFailed *limitedAudit
 }
 
-// New returns a server over sh. With cfg.Auth set, it listens to the key
+// New returns a server over n. With cfg.Auth set, it listens to the key
 // store's changes (auth.Store.OnChange) for as long as the store lives.
-func New(cfg Config, sh *shard.Shard) *Server {
+func New(cfg Config, n *node.Node) *Server {
 	cfg.defaults()
 	s := &Server{
 		cfg:        cfg,
-		sh:         sh,
+		n:          n,
 		log:        cfg.Logger,
 		conns:      map[*conn]struct{}{},
 		byKey:      map[string]map[*conn]struct{}{},
@@ -388,78 +377,5 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		<-done
 		return ctx.Err()
-	}
-}
-
-// Hooks are the queues' compiled Lua hooks, by queue name. Connection
-// goroutines read it for on_enqueue; CreateQueue, DeleteQueue and recovery
-// change it.
-type Hooks struct {
-	limits hook.Limits
-	cfg    hook.ConfigReader
-	log    *slog.Logger
-
-	mu      sync.RWMutex
-	runners map[string]*hook.Runner
-}
-
-// NewHooks returns an empty registry whose hooks run with limits and read
-// runtime config through cfg.
-func NewHooks(limits hook.Limits, cfg hook.ConfigReader, log *slog.Logger) *Hooks {
-	return &Hooks{limits: limits, cfg: cfg, log: log, runners: map[string]*hook.Runner{}}
-}
-
-// Compile checks that the scripts compile, without registering them. The
-// error wraps fault.ErrScriptError with the line number.
-func (h *Hooks) Compile(onEnqueue, onFailure string) (*hook.Program, error) {
-	return hook.Compile(onEnqueue, onFailure)
-}
-
-// Set registers the compiled hooks of queue, replacing any.
-func (h *Hooks) Set(queue string, p *hook.Program) {
-	r := hook.NewRunner(p, h.cfg, h.limits, h.log.With("queue", queue), time.Now)
-	h.mu.Lock()
-	old := h.runners[queue]
-	h.runners[queue] = r
-	h.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-}
-
-// Remove drops queue's hooks.
-func (h *Hooks) Remove(queue string) {
-	h.mu.Lock()
-	old := h.runners[queue]
-	delete(h.runners, queue)
-	h.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-}
-
-// Runner returns queue's hooks, or nil.
-func (h *Hooks) Runner(queue string) *hook.Runner {
-	if h == nil {
-		return nil
-	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.runners[queue]
-}
-
-// RestoreHooks compiles and registers the hooks of every queue spec, at
-// startup. A script that no longer compiles is logged and skipped.
-func (h *Hooks) RestoreHooks(specs []sched.QueueSpec) {
-	for _, q := range specs {
-		if q.OnEnqueue == "" && q.OnFailure == "" {
-			continue
-		}
-		p, err := hook.Compile(q.OnEnqueue, q.OnFailure)
-		if err != nil {
-			h.log.Error("queue hooks do not compile; running without them", "queue", q.Name, "err", err)
-			continue
-		}
-		h.Set(q.Name, p)
 	}
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -228,5 +229,85 @@ func TestSameCommandsSameState(t *testing.T) {
 	a.apply(t, [][]byte{AppendCommand(nil, &Enqueue{Items: []sched.EnqueueItem{msg("jobs", 9, sched.Message{Delay: time.Hour})}})})
 	if sa, _ := a.digest(t); sa == sb {
 		t.Fatal("an enqueue on one replica left the digests equal")
+	}
+}
+
+// TestQueueMovesAlone: a queue's records, found by sched.QueueRanges,
+// copied into an empty store, restore that queue and its dead-letter
+// queue whole (messages ready, delayed, failed and dead-lettered, and
+// idempotency keys) and nothing of the other queues: a queue is one unit
+// of state, as snapshotting and moving it need.
+func TestQueueMovesAlone(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return t0 }
+	src := store.NewMem()
+	defer src.Close()
+	sh, err := Open(Config{Logger: quiet, Clock: clock}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []sched.QueueSpec{{Name: "a", MaxAttempts: 1}, {Name: "a.b", MaxAttempts: 3}, {Name: "b"}} {
+		if r := call(t, sh, &CreateQueue{Spec: spec}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	for _, q := range []string{"a", "a.b", "b"} {
+		for i := range 6 {
+			m := sched.Message{PayloadSize: 1, Body: []byte{1, 0, 'x'}, FairnessKey: fmt.Sprint("k", i%2)}
+			if i == 0 {
+				m.IdempotencyKey = "once"
+			}
+			if i == 5 {
+				m.Delay = time.Hour
+			}
+			if r := call(t, sh, &Enqueue{Items: []sched.EnqueueItem{{Queue: q, Msg: m}}}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		sink := newRecSink()
+		subscribe(t, sh, sched.SubID(len(q)+10*int(q[len(q)-1])), q, sink)
+		ds := receive(t, sink.delivered, "deliveries")
+		call(t, sh, &Ack{Items: []sched.LeaseRef{{Queue: q, ID: ds[0].ID, Lease: ds[0].Lease}}})
+		call(t, sh, &Nack{Items: []sched.NackItem{{LeaseRef: sched.LeaseRef{Queue: q, ID: ds[1].ID, Lease: ds[1].Lease}, Reason: "boom"}}})
+	}
+	sh.Close()
+
+	dst := store.NewMem()
+	defer dst.Close()
+	var b store.Batch
+	for _, r := range sched.QueueRanges("a") {
+		if err := src.Scan(r.Start, r.End, func(k, v []byte) error { b.Put(k, v); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dst.Apply(&b); err != nil {
+		t.Fatal(err)
+	}
+
+	orig, err := Open(Config{Logger: quiet, Clock: clock}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	moved, err := Open(Config{Logger: quiet, Clock: clock}, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer moved.Close()
+	queueDigest := func(sh *Shard, name string) (d [32]byte) {
+		done := make(chan struct{})
+		sh.Barrier(context.Background(), func() { d = sh.s.QueueDigest(name); close(done) })
+		<-done
+		return d
+	}
+	if queueDigest(orig, "a") != queueDigest(moved, "a") {
+		t.Fatal("queue a restored from its ranges differs from queue a restored from the whole store")
+	}
+	if (queueDigest(moved, "a") == [32]byte{}) || queueDigest(moved, "a.b") != [32]byte{} || queueDigest(moved, "b") != [32]byte{} {
+		t.Fatal("the moved store holds more, or less, than queue a")
+	}
+	st := stats(t, moved, "a").Stats
+	if st.Ready+st.Delayed == 0 || st.DeadLettered != 1 {
+		t.Fatalf("moved queue a: %+v; want its messages and one dead letter", st)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -17,13 +17,9 @@ func FailureHook(h *Hooks) func(ctx context.Context, f sched.Failure, record []b
 	return func(ctx context.Context, f sched.Failure, record []byte) (sched.Decision, error) {
 		r := h.Runner(f.Queue)
 		if r == nil || !r.HasOnFailure() {
-			return sched.Decision{}, errors.New("server: no on_failure hook")
+			return sched.Decision{}, errors.New("node: no on_failure hook")
 		}
-		body, err := sched.MessageBody(record)
-		if err != nil {
-			return sched.Decision{}, err
-		}
-		headers, _, err := decodeBody(body)
+		headers, _, err := decodeRecord(record)
 		if err != nil {
 			return sched.Decision{}, err
 		}
@@ -42,7 +38,7 @@ func FailureHook(h *Hooks) func(ctx context.Context, f sched.Failure, record []b
 		}
 		d, err := r.OnFailure(ctx, in)
 		if err != nil {
-			return sched.Decision{}, fmt.Errorf("server: on_failure %s: %w", f.Queue, err)
+			return sched.Decision{}, fmt.Errorf("node: on_failure %s: %w", f.Queue, err)
 		}
 		if d.DeadLetter {
 			return sched.DeadLetter(), nil

@@ -1,0 +1,447 @@
+// Package node is the broker's operations layer, between the wire
+// (package server: frames, handshake, flow control, replies) and the
+// shards (package shard: the goroutine around each scheduler). For each
+// operation it:
+//
+//   - checks the caller's permissions (package auth);
+//   - routes it to the shard of its queue (today the node has one shard);
+//   - runs the queue's Lua hooks: on_enqueue before a message is
+//     proposed, on_failure for the shard's failed messages (package hook);
+//   - turns the request into shard commands, and their results into
+//     answers.
+//
+// It also owns the stored message body format (body.go), and the admin
+// operations on the runtime config (package rtconf) and API keys. In a
+// cluster it is where an operation on a queue led by another node is
+// answered NotLeader.
+//
+// The import direction is cmd → server → node → shard → {sched, hook,
+// store}, with auth and rtconf under node; broker/internal/archlint
+// checks it.
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/fila-mq/fila/broker/internal/auth"
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/hook"
+	"github.com/fila-mq/fila/broker/internal/rtconf"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// The node's vocabulary: the scheduler's and the shard's types, under the
+// names the layer above uses.
+type (
+	// EnqueueItem is one message to enqueue and its queue.
+	EnqueueItem = sched.EnqueueItem
+	// EnqueueResult is one enqueued item's outcome.
+	EnqueueResult = sched.EnqueueResult
+	// Message is a message as the scheduler takes it.
+	Message = sched.Message
+	// LeaseRef names one delivery.
+	LeaseRef = sched.LeaseRef
+	// NackItem fails one delivery with a reason.
+	NackItem = sched.NackItem
+	// RetryItem fails one delivery and asks for redelivery after a delay.
+	RetryItem = sched.RetryItem
+	// ExtendItem moves one lease's deadline.
+	ExtendItem = sched.ExtendItem
+	// ExtendResult is one ExtendItem's outcome.
+	ExtendResult = sched.ExtendResult
+	// RateLimit is a consumer-declared limit on a subscription.
+	RateLimit = sched.RateLimit
+	// SubID identifies a subscription, unique within the node.
+	SubID = sched.SubID
+	// Delivered is one message leased to a subscription.
+	Delivered = sched.Delivered
+	// ExpiredLease is a lease that ended without a settle.
+	ExpiredLease = sched.ExpiredLease
+	// QueueSpec is a queue's definition.
+	QueueSpec = sched.QueueSpec
+	// QueueCreated names a created queue and its DLQ.
+	QueueCreated = sched.QueueCreated
+	// QueueSummary is one queue in ListQueues' result.
+	QueueSummary = sched.QueueSummary
+	// QueueStats is QueueStats' result.
+	QueueStats = sched.QueueStats
+	// Result is a shard command's outcome.
+	Result = shard.Result
+	// Sink receives a subscription's deliveries, expired leases and end.
+	Sink = shard.Sink
+	// Principal is who a connection authenticated as.
+	Principal = auth.Principal
+	// HookStats counts a queue's hook calls and failures.
+	HookStats = hook.Stats
+)
+
+// Config configures a Node.
+type Config struct {
+	// NodeID names this node; Topology answers it as every queue's
+	// leader.
+	NodeID string
+	// MaxMessageSize bounds a message's headers and payload, in bytes; 0
+	// means 16 MiB.
+	MaxMessageSize int
+	// Hooks compiles and runs the queues' Lua hooks; nil runs none.
+	Hooks *Hooks
+	// Runtime is the runtime config; nil refuses its operations with
+	// NOT_SUPPORTED. The node checks throttle.* values and applies them
+	// to the shards, the stored ones at New and each change after.
+	Runtime *rtconf.Store
+	// Keys holds the API keys and their ACLs; nil refuses their
+	// operations with NOT_SUPPORTED.
+	Keys *auth.Store
+	// Logger receives hook failures.
+	Logger *slog.Logger
+}
+
+// Node runs operations on its shards for the connections of one broker.
+// Its methods are safe for concurrent use. Methods that take done call it
+// once, on the shard's storage completion goroutine (it must not block),
+// unless they return an error, which answers the whole operation.
+type Node struct {
+	cfg Config
+	sh  *shard.Shard
+	log *slog.Logger
+}
+
+// New returns a node over sh. It registers the hooks of the queues sh
+// recovered and, with a runtime config, applies its throttle rates.
+func New(cfg Config, sh *shard.Shard) *Node {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = 16 << 20
+	}
+	n := &Node{cfg: cfg, sh: sh, log: cfg.Logger}
+	cfg.Hooks.RestoreHooks(sh.RestoredSpecs())
+	if rt := cfg.Runtime; rt != nil {
+		rt.RegisterValidator(rtconf.ThrottlePrefix, func(_, value string) error {
+			_, _, err := sched.ParseThrottle(value)
+			return err
+		})
+		rt.Watch(rtconf.ThrottlePrefix, n.applyThrottle) // replays the stored entries first
+	}
+	return n
+}
+
+// applyThrottle applies a change of the runtime config key
+// throttle.<key> to the token bucket of throttle key <key>.
+func (n *Node) applyThrottle(key, value string, deleted bool) {
+	tk := key[len(rtconf.ThrottlePrefix):]
+	if deleted {
+		n.sh.Submit(context.Background(), &shard.RemoveThrottle{Key: tk}, nil)
+		return
+	}
+	rate, burst, err := sched.ParseThrottle(value)
+	if err != nil {
+		n.log.Error("ignoring invalid stored throttle", "key", key, "err", err)
+		return
+	}
+	n.sh.Submit(context.Background(), &shard.SetThrottle{Key: tk, Rate: rate, Burst: burst}, nil)
+}
+
+// NodeID returns the node's ID.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+// shardFor returns the shard of queue: the only one, until the cluster
+// places queues on shards.
+func (n *Node) shardFor(string) *shard.Shard { return n.sh }
+
+// Admit checks one message of an Enqueue for p before it is enqueued: the
+// enqueue permission on its queue, the reserved "fila-" header prefix, at
+// most 1024 headers, and MaxMessageSize. It then runs the queue's
+// on_enqueue hook, which may set the fairness key, weight and throttle
+// keys (a failing hook is logged and leaves the producer's values). It
+// returns the message to enqueue, without ID or body, or an error
+// wrapping fault.ErrForbidden, fault.ErrUnauthorized,
+// fault.ErrInvalidArgument or fault.ErrMessageTooLarge.
+func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (Message, error) {
+	if err := p.Authorize(auth.OpEnqueue, m.Queue); err != nil {
+		return Message{}, err
+	}
+	size := len(m.Payload)
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+		if strings.HasPrefix(h.Key, "fila-") {
+			return Message{}, fmt.Errorf("header %q: the fila- prefix is reserved: %w", h.Key, fault.ErrInvalidArgument)
+		}
+	}
+	if size > n.cfg.MaxMessageSize {
+		return Message{}, fmt.Errorf("%s: message of %d bytes exceeds %d: %w", m.Queue, size, n.cfg.MaxMessageSize, fault.ErrMessageTooLarge)
+	}
+	if len(m.Headers) > 1024 {
+		return Message{}, fmt.Errorf("%d headers: at most 1024: %w", len(m.Headers), fault.ErrInvalidArgument)
+	}
+	fk, weight, tks := m.FairnessKey, m.Weight, m.ThrottleKeys
+	if r := n.cfg.Hooks.Runner(m.Queue); r != nil && r.HasOnEnqueue() {
+		in := hook.EnqueueInput{Queue: m.Queue, PayloadSize: len(m.Payload), FairnessKey: fk, Weight: weight, ThrottleKeys: tks}
+		in.Headers = make([]hook.Header, len(m.Headers))
+		for j, h := range m.Headers {
+			in.Headers[j] = hook.Header{Key: h.Key, Value: h.Value}
+		}
+		out, err := r.OnEnqueue(ctx, in)
+		if err != nil {
+			n.log.Warn("on_enqueue failed; using the producer's values", "queue", m.Queue, "err", err)
+		}
+		fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys
+	}
+	return Message{
+		FairnessKey:    fk,
+		Weight:         weight,
+		ThrottleKeys:   tks,
+		OrderingKey:    m.OrderingKey,
+		IdempotencyKey: m.IdempotencyKey,
+		Delay:          msDur(m.DelayMS),
+		PayloadSize:    uint32(len(m.Payload)),
+	}, nil
+}
+
+// Enqueue enqueues admitted messages (see Admit), each with its body set
+// (EncodeBody). done receives Result.Enqueued, one result per item, or
+// Result.Err. items and their bodies are the node's until done runs.
+func (n *Node) Enqueue(ctx context.Context, items []EnqueueItem, done func(Result)) error {
+	if len(items) == 0 {
+		done(Result{})
+		return nil
+	}
+	return n.shardFor(items[0].Queue).Submit(ctx, &shard.Enqueue{Items: items}, done)
+}
+
+// Barrier runs fn after every operation the caller submitted before it.
+// fn must not block.
+func (n *Node) Barrier(ctx context.Context, fn func()) error {
+	return n.sh.Barrier(ctx, fn)
+}
+
+// Subscribe opens subscription sub on queue for p (subscribe permission)
+// with credit deliveries of initial credit (math.MaxUint32: the node's
+// cap on unsettled deliveries) and limits; its deliveries go to sink.
+// done receives Result.Subscribed or Result.Err.
+func (n *Node) Subscribe(ctx context.Context, p Principal, sub SubID, queue string, credit uint32, limits []RateLimit, sink Sink, done func(Result)) error {
+	if err := p.Authorize(auth.OpSubscribe, queue); err != nil {
+		return err
+	}
+	return n.shardFor(queue).Subscribe(ctx, &shard.Subscribe{Sub: sub, Queue: queue, Credit: credit, Limits: limits}, sink, done)
+}
+
+// Unsubscribe closes subscription sub of queue. With release its leased
+// messages return to the queue at once; without, they keep their leases.
+// done (may be nil) receives Result.Err.
+func (n *Node) Unsubscribe(ctx context.Context, sub SubID, queue string, release bool, done func(Result)) error {
+	return n.shardFor(queue).Submit(ctx, &shard.Unsubscribe{Sub: sub, Release: release}, done)
+}
+
+// AddCredit grants subscription sub of queue k more deliveries, once p
+// may still consume from queue. The error wraps fault.ErrForbidden (the
+// key lost consume: the caller ends the subscription) or
+// fault.ErrUnauthorized (revoked).
+func (n *Node) AddCredit(ctx context.Context, p Principal, sub SubID, queue string, k uint32) error {
+	if err := p.Authorize(auth.OpCredit, queue); err != nil {
+		return err
+	}
+	if k == 0 {
+		return nil
+	}
+	return n.shardFor(queue).Submit(ctx, &shard.AddCredit{Sub: sub, N: k}, nil)
+}
+
+// Ack acknowledges deliveries. done receives one error per item (nil for
+// success; refused by p's permissions, or the scheduler's), or err for
+// the whole operation.
+func (n *Node) Ack(ctx context.Context, p Principal, items []LeaseRef, done func(errs []error, err error)) error {
+	return settle(ctx, n, p, auth.OpAck, items, func(r LeaseRef) LeaseRef { return r },
+		func(keep []LeaseRef) shard.Command { return &shard.Ack{Items: keep} }, done)
+}
+
+// Nack fails deliveries with a reason; as Ack.
+func (n *Node) Nack(ctx context.Context, p Principal, items []NackItem, done func(errs []error, err error)) error {
+	return settle(ctx, n, p, auth.OpNack, items, func(it NackItem) LeaseRef { return it.LeaseRef },
+		func(keep []NackItem) shard.Command { return &shard.Nack{Items: keep} }, done)
+}
+
+// RetryAfter fails deliveries and redelivers each after its delay; as Ack.
+func (n *Node) RetryAfter(ctx context.Context, p Principal, items []RetryItem, done func(errs []error, err error)) error {
+	return settle(ctx, n, p, auth.OpRetryAfter, items, func(it RetryItem) LeaseRef { return it.LeaseRef },
+		func(keep []RetryItem) shard.Command { return &shard.RetryAfter{Items: keep} }, done)
+}
+
+// Release gives deliveries back unsettled; as Ack.
+func (n *Node) Release(ctx context.Context, p Principal, items []LeaseRef, done func(errs []error, err error)) error {
+	return settle(ctx, n, p, auth.OpRelease, items, func(r LeaseRef) LeaseRef { return r },
+		func(keep []LeaseRef) shard.Command { return &shard.Release{Items: keep} }, done)
+}
+
+// settle checks each item's queue for op, submits the allowed ones as one
+// command, and merges the refusals with the scheduler's results.
+func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items []T, ref func(T) LeaseRef,
+	cmd func([]T) shard.Command, done func(errs []error, err error)) error {
+	errs := make([]error, len(items))
+	keep := make([]T, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, it := range items {
+		if err := p.Authorize(op, ref(it).Queue); err != nil {
+			errs[i] = err
+			continue
+		}
+		keep = append(keep, it)
+		idx = append(idx, i)
+	}
+	if len(keep) == 0 {
+		done(errs, nil)
+		return nil
+	}
+	return n.shardFor(ref(keep[0]).Queue).Submit(ctx, cmd(keep), func(r Result) {
+		if r.Err != nil {
+			done(nil, r.Err)
+			return
+		}
+		for j, err := range r.Items {
+			errs[idx[j]] = err
+		}
+		done(errs, nil)
+	})
+}
+
+// ExtendLease moves lease deadlines. done receives one result per item
+// (refused items carry their error), or err for the whole operation.
+func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem, done func(res []ExtendResult, err error)) error {
+	res := make([]ExtendResult, len(items))
+	keep := make([]ExtendItem, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, it := range items {
+		if err := p.Authorize(auth.OpExtendLease, it.Queue); err != nil {
+			res[i].Err = err
+			continue
+		}
+		keep = append(keep, it)
+		idx = append(idx, i)
+	}
+	if len(keep) == 0 {
+		done(res, nil)
+		return nil
+	}
+	return n.shardFor(keep[0].Queue).Submit(ctx, &shard.Extend{Items: keep}, func(r Result) {
+		if r.Err != nil {
+			done(nil, r.Err)
+			return
+		}
+		for j, e := range r.Extended {
+			res[idx[j]] = e
+		}
+		done(res, nil)
+	})
+}
+
+// CreateQueue creates a queue and its DLQ for p (create-queue
+// permission), after checking that its hooks compile (an error wrapping
+// fault.ErrScriptError); the hooks run from the moment it exists. done
+// receives Result.Created or Result.Err.
+func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, done func(Result)) error {
+	if err := p.Authorize(auth.OpCreateQueue, spec.Name); err != nil {
+		return err
+	}
+	var prog *hook.Program
+	if spec.OnEnqueue != "" || spec.OnFailure != "" {
+		pr, err := n.cfg.Hooks.Compile(spec.OnEnqueue, spec.OnFailure)
+		if err != nil {
+			return fmt.Errorf("create queue %s: %w", spec.Name, err)
+		}
+		prog = pr
+	}
+	return n.shardFor(spec.Name).Submit(ctx, &shard.CreateQueue{Spec: spec}, func(r Result) {
+		if r.Err == nil && prog != nil {
+			n.cfg.Hooks.Set(spec.Name, prog)
+		}
+		done(r)
+	})
+}
+
+// DeleteQueue deletes a queue, its DLQ and their messages, for p
+// (delete-queue permission), and drops its hooks. done receives
+// Result.Err.
+func (n *Node) DeleteQueue(ctx context.Context, p Principal, name string, done func(Result)) error {
+	if err := p.Authorize(auth.OpDeleteQueue, name); err != nil {
+		return err
+	}
+	return n.shardFor(name).Submit(ctx, &shard.DeleteQueue{Name: name}, func(r Result) {
+		if r.Err == nil {
+			n.cfg.Hooks.Remove(name)
+		}
+		done(r)
+	})
+}
+
+// ListQueues lists the queues p may see. done receives Result.Queues.
+func (n *Node) ListQueues(ctx context.Context, p Principal, done func(Result)) error {
+	return n.sh.ListQueues(ctx, func(r Result) {
+		if r.Err == nil {
+			visible := r.Queues[:0]
+			for _, q := range r.Queues {
+				if p.Visible(q.Name) {
+					visible = append(visible, q)
+				}
+			}
+			r.Queues = visible
+		}
+		done(r)
+	})
+}
+
+// QueueStats reads a queue's statistics for p (stats permission). done
+// receives Result.Stats or Result.Err.
+func (n *Node) QueueStats(ctx context.Context, p Principal, name string, done func(Result)) error {
+	if err := p.Authorize(auth.OpQueueStats, name); err != nil {
+		return err
+	}
+	return n.shardFor(name).QueueStats(ctx, name, done)
+}
+
+// Redrive moves up to count messages (0: all) of a DLQ back to its
+// parent, for p (redrive permission). done receives Result.Redriven or
+// Result.Err.
+func (n *Node) Redrive(ctx context.Context, p Principal, dlq string, count uint64, done func(Result)) error {
+	if err := p.Authorize(auth.OpRedrive, dlq); err != nil {
+		return err
+	}
+	return n.shardFor(dlq).Submit(ctx, &shard.Redrive{DLQ: dlq, N: count}, done)
+}
+
+// Leader reports, for p (topology permission), the node that leads
+// queue: this one, once the queue exists. done receives the leader's
+// node ID, or an error wrapping fault.ErrQueueNotFound.
+func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(nodeID string, err error)) error {
+	if err := p.Authorize(auth.OpTopology, queue); err != nil {
+		return err
+	}
+	return n.shardFor(queue).QueueStats(ctx, queue, func(r Result) { done(n.cfg.NodeID, r.Err) })
+}
+
+// HookStats returns the counters of queue's hooks, and false when it has
+// none.
+func (n *Node) HookStats(queue string) (HookStats, bool) {
+	r := n.cfg.Hooks.Runner(queue)
+	if r == nil {
+		return HookStats{}, false
+	}
+	return r.Stats(), true
+}
+
+// ReadMessage reads a delivered message's headers and payload from its
+// stored record (Delivered.Key), in one step. It fails with an error
+// wrapping fault.ErrMessageNotFound once the message is gone (acked or
+// deleted meanwhile), or ErrBody for a record that does not decode.
+func (n *Node) ReadMessage(d *Delivered) ([]wire.MessageHeader, []byte, error) {
+	rec, err := n.shardFor(d.Queue).ReadRecord(d.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeRecord(rec)
+}
