@@ -88,7 +88,8 @@ type Config struct {
 	// MaxMessageSize bounds a message's headers and payload, in bytes; 0
 	// means 16 MiB.
 	MaxMessageSize int
-	// Hooks compiles and runs the queues' Lua hooks; nil runs none.
+	// Hooks compiles and runs the queues' Lua hooks; nil means a registry
+	// with the default limits and no runtime config for fila.get.
 	Hooks *Hooks
 	// Runtime is the runtime config; nil refuses its operations with
 	// NOT_SUPPORTED. The node checks throttle.* values and applies them
@@ -119,6 +120,9 @@ func New(cfg Config, sh *shard.Shard) *Node {
 	}
 	if cfg.MaxMessageSize <= 0 {
 		cfg.MaxMessageSize = 16 << 20
+	}
+	if cfg.Hooks == nil {
+		cfg.Hooks = NewHooks(hook.Limits{}, nil, cfg.Logger)
 	}
 	n := &Node{cfg: cfg, sh: sh, log: cfg.Logger}
 	cfg.Hooks.RestoreHooks(sh.RestoredSpecs())
