@@ -11,7 +11,6 @@ import (
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
-	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 	"github.com/fila-mq/fila/sdk/core/wire"
@@ -47,7 +46,7 @@ func newNode(t *testing.T) (*Node, Principal) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := New(Config{NodeID: "n1", Keys: keys, Hooks: NewHooks(hook.Limits{}, nil, quiet), Logger: quiet}, sh)
+	n := New(Config{NodeID: "n1", Keys: keys, Logger: quiet}, sh) // the default hooks registry
 	return n, p
 }
 

@@ -15,11 +15,10 @@ import (
 // replica is one fresh shard of TestSameCommandsSameState, with a fixed
 // clock, its own store and a sink that records every delivery.
 type replica struct {
-	sh    *Shard
-	st    *store.Mem
-	sink  *recSink
-	hold  chan struct{} // on_failure hooks wait on it: only Decide commands decide
-	ready []sched.Delivered
+	sh   *Shard
+	st   *store.Mem
+	sink *recSink
+	hold chan struct{} // on_failure hooks wait on it: only Decide commands decide
 }
 
 func newReplica(t *testing.T, clock func() time.Time) *replica {
