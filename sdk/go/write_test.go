@@ -49,6 +49,28 @@ func (b *pipeBroker) write(reqID uint32, f wire.Frame) {
 	}
 }
 
+// connectPipe connects a client, without reconnects or keepalives, to a
+// pipeBroker that answers its handshake. Both are closed when the test
+// ends.
+func connectPipe(ctx context.Context, t *testing.T) (*Client, *pipeBroker) {
+	t.Helper()
+	cnc, bnc := net.Pipe()
+	b := &pipeBroker{t: t, nc: bnc}
+	go func() {
+		h, _ := b.read()
+		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: "n1",
+			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
+	}()
+	c, err := Connect(ctx, "pipe", WithoutReconnect(), WithKeepalive(-1),
+		WithDialer(func(context.Context, string) (net.Conn, error) { return cnc, nil }))
+	t.Cleanup(func() { bnc.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop) // after a failure; a no-op after Close
+	return c, b
+}
+
 // waitFor polls cond until it holds; the test fails if it does not
 // within a minute, the bound of a client that is stuck.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -69,20 +91,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestReadsWhileWriteBlocked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cnc, bnc := net.Pipe()
-	defer bnc.Close()
-	b := &pipeBroker{t: t, nc: bnc}
-	go func() {
-		h, _ := b.read()
-		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: "n1",
-			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
-	}()
-	c, err := Connect(ctx, "pipe", WithoutReconnect(), WithKeepalive(-1),
-		WithDialer(func(context.Context, string) (net.Conn, error) { return cnc, nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.stop() // on failure
+	c, b := connectPipe(ctx, t)
+	bnc := b.nc
 
 	type sent struct {
 		res []SendResult
@@ -189,20 +199,8 @@ func TestReadsWhileWriteBlocked(t *testing.T) {
 func TestCloseReleasesDeliveriesReadWithUnsubscribeOk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cnc, bnc := net.Pipe()
-	defer bnc.Close()
-	b := &pipeBroker{t: t, nc: bnc}
-	go func() {
-		h, _ := b.read()
-		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: "n1",
-			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
-	}()
-	c, err := Connect(ctx, "pipe", WithoutReconnect(), WithKeepalive(-1),
-		WithDialer(func(context.Context, string) (net.Conn, error) { return cnc, nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.stop() // on failure
+	c, b := connectPipe(ctx, t)
+	bnc := b.nc
 
 	const n = 1000
 	subscribed := make(chan uint32, 1)

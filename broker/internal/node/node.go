@@ -283,21 +283,28 @@ func (n *Node) Release(ctx context.Context, p Principal, items []LeaseRef, done 
 		func(keep []LeaseRef) shard.Command { return &shard.Release{Items: keep} }, done)
 }
 
-// settle checks each item's queue for op, submits the allowed ones as one
-// command, and merges the refusals with the scheduler's results.
-func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items []T, ref func(T) LeaseRef,
-	cmd func([]T) shard.Command, done func(errs []error, err error)) error {
-	errs := make([]error, len(items))
-	keep := make([]T, 0, len(items))
-	idx := make([]int, 0, len(items))
+// allowed returns the items p may run op on (their queue from queue),
+// and the index in items of each; refuse gets the others.
+func allowed[T any](p Principal, op auth.Op, items []T, queue func(T) string, refuse func(i int, err error)) (keep []T, idx []int) {
+	keep = make([]T, 0, len(items))
+	idx = make([]int, 0, len(items))
 	for i, it := range items {
-		if err := p.Authorize(op, ref(it).Queue); err != nil {
-			errs[i] = err
+		if err := p.Authorize(op, queue(it)); err != nil {
+			refuse(i, err)
 			continue
 		}
 		keep = append(keep, it)
 		idx = append(idx, i)
 	}
+	return keep, idx
+}
+
+// settle checks each item's queue for op, submits the allowed ones as one
+// command, and merges the refusals with the scheduler's results.
+func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items []T, ref func(T) LeaseRef,
+	cmd func([]T) shard.Command, done func(errs []error, err error)) error {
+	errs := make([]error, len(items))
+	keep, idx := allowed(p, op, items, func(it T) string { return ref(it).Queue }, func(i int, err error) { errs[i] = err })
 	if len(keep) == 0 {
 		done(errs, nil)
 		return nil
@@ -318,16 +325,7 @@ func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items 
 // (refused items carry their error), or err for the whole operation.
 func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem, done func(res []ExtendResult, err error)) error {
 	res := make([]ExtendResult, len(items))
-	keep := make([]ExtendItem, 0, len(items))
-	idx := make([]int, 0, len(items))
-	for i, it := range items {
-		if err := p.Authorize(auth.OpExtendLease, it.Queue); err != nil {
-			res[i].Err = err
-			continue
-		}
-		keep = append(keep, it)
-		idx = append(idx, i)
-	}
+	keep, idx := allowed(p, auth.OpExtendLease, items, func(it ExtendItem) string { return it.Queue }, func(i int, err error) { res[i].Err = err })
 	if len(keep) == 0 {
 		done(res, nil)
 		return nil
