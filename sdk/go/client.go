@@ -489,6 +489,10 @@ type op struct {
 	settle   []*Delivery   // deliveries whose credit returns as this op is sent
 	res      chan result   // buffered 1
 	answered bool          // owner-only: res has its value
+	// abandoned marks the owner's own Unsubscribe of a subscription whose
+	// caller gave up before it opened: once it completes, the deliveries
+	// queued for it are released.
+	abandoned bool
 }
 
 type result struct {

@@ -391,10 +391,13 @@ func (l *loop) handle(rd core.Ready) {
 						// The caller gave up waiting and will never read
 						// the subscription: close it.
 						o.answer(result{err: err})
-						l.submit(&op{kind: opUnsubscribe, ctx: context.Background(), sub: o.sub, res: make(chan result, 1)})
+						l.submit(&op{kind: opUnsubscribe, ctx: context.Background(), sub: o.sub, res: make(chan result, 1), abandoned: true})
 						continue
 					}
 				}
+			}
+			if o.abandoned && cp.Err == nil {
+				l.releaseQueued(o.sub)
 			}
 			o.answer(result{resp: cp.Response, err: cp.Err})
 		}
@@ -412,6 +415,25 @@ func (l *loop) handle(rd core.Ready) {
 		delete(l.subs, e.Subscription)
 		l.endSub(s, e.Err)
 	}
+}
+
+// releaseQueued gives back the deliveries queued for s, which no one will
+// read: its caller gave up before it opened. The Release goes out with no
+// one waiting for its answer.
+func (l *loop) releaseQueued(s *Subscription) {
+	s.mu.Lock()
+	ds := s.queued
+	s.queued = nil
+	s.mu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	items := make([]wire.LeaseRef, len(ds))
+	for i, d := range ds {
+		d.settled.Store(true)
+		items[i] = d.ref()
+	}
+	l.submit(&op{kind: opRequest, ctx: context.Background(), frame: &wire.Release{Items: items}, res: make(chan result, 1)})
 }
 
 func (l *loop) completeBatch(ops []*op, cp core.Completion) {

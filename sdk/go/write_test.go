@@ -3,6 +3,7 @@ package fila
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -258,4 +259,54 @@ func TestCloseReleasesDeliveriesReadWithUnsubscribeOk(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
+}
+
+// TestAbandonedSubscribeReleasesItsDeliveries: a Subscribe whose caller
+// gave up (its ctx ended) before the broker's SubscribeOk is closed by
+// the client, and the deliveries that came with the SubscribeOk, which no
+// one will read, are released rather than left leased until their
+// visibility timeout.
+func TestAbandonedSubscribeReleasesItsDeliveries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, b := connectPipe(ctx, t)
+
+	sctx, scancel := context.WithCancel(ctx)
+	subscribed := make(chan error, 1)
+	go func() {
+		_, err := c.Consumer().Subscribe(sctx, "q", Prefetch(10))
+		subscribed <- err
+	}()
+	h, _ := b.read()
+	if h.Opcode != wire.OpSubscribe {
+		t.Fatalf("first frame %v; want Subscribe", h.Opcode)
+	}
+	scancel()
+	if err := <-subscribed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Subscribe after its ctx ended = %v; want context.Canceled", err)
+	}
+	m := wire.DeliveredMessage{ID: [16]byte{7}, Queue: "q", Payload: []byte("x"), Attempt: 1, Lease: 42,
+		LeaseDeadlineAtMS: uint64(time.Now().Add(time.Hour).UnixMilli())}
+	buf := wire.AppendFrames(nil, h.RequestID, &wire.SubscribeOk{Prefetch: 10}, wire.DefaultMaxFrameSize)
+	buf = wire.AppendFrames(buf, h.RequestID, &wire.Delivery{Messages: []wire.DeliveredMessage{m}}, wire.DefaultMaxFrameSize)
+	if _, err := b.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+
+	b.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	h2, body := b.read()
+	var u wire.Unsubscribe
+	if err := u.Decode(body); h2.Opcode != wire.OpUnsubscribe || err != nil || u.Subscription != h.RequestID {
+		t.Fatalf("frame after the abandoned SubscribeOk %v, %v; want Unsubscribe of it", h2.Opcode, err)
+	}
+	b.write(h2.RequestID, &wire.UnsubscribeOk{})
+	h3, body := b.read()
+	var r wire.Release
+	if h3.Opcode != wire.OpRelease {
+		t.Fatalf("frame after UnsubscribeOk %v; want Release of the unread delivery", h3.Opcode)
+	}
+	if err := r.Decode(body); err != nil || len(r.Items) != 1 || r.Items[0].Lease != m.Lease {
+		t.Fatalf("Release %+v, %v; want the delivery's lease", r.Items, err)
+	}
+	b.write(h3.RequestID, &wire.ReleaseResult{Results: []wire.ItemResult{{Code: wire.CodeOK}}})
 }
