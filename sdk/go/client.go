@@ -409,9 +409,10 @@ func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 // it is leaving, waits for the responses of requests in flight (at most
 // the drain timeout, see WithDrainTimeout), and closes the connection.
 // Requests still unanswered then fail with ErrClosed. Subscriptions end:
-// their channels close and their Err is ErrClosed. Deliveries not yet
-// settled stay leased until their visibility timeout. Close returns nil,
-// or an error if the drain timed out.
+// their channels close and their Err is ErrClosed. When the connection
+// closes, the broker returns the messages still leased to them to their
+// queues at once, each attempt counted as failed ("consumer
+// disconnected"). Close returns nil, or an error if the drain timed out.
 func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.drainTimeout)
 	defer cancel()

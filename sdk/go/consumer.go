@@ -333,9 +333,10 @@ func (s *Subscription) Err() error {
 	return mapErr(wire.OpSubscribe, s.queue, s.err)
 }
 
-// Close unsubscribes and closes the channel. Deliveries not yet read are
-// dropped, and like those read but not settled they stay leased until
-// their visibility timeout. Close returns nil also when the subscription
+// Close unsubscribes and closes the channel. Deliveries that arrived but
+// were not yet read go back to the queue at once, released (their attempt
+// not counted); those read but not settled stay leased until they are
+// settled or their visibility timeout passes. Close returns nil also when the subscription
 // had already ended; otherwise *UnsubscribeError, *StatusError, or an
 // error wrapping ctx's.
 func (s *Subscription) Close(ctx context.Context) error {
