@@ -3,10 +3,14 @@ module github.com/fila-mq/fila/broker
 go 1.26
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
-	github.com/cockroachdb/datadriven v1.0.3 // indirect
 	github.com/fila-mq/fila/sdk/core v0.1.0
 	github.com/fila-mq/fila/sdk/go v0.1.0
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/tidwall/btree v1.8.2 // indirect
@@ -16,6 +20,7 @@ require (
 	github.com/tidwall/tinylru v1.1.0 // indirect
 	github.com/tidwall/wal v1.2.1 // indirect
 	github.com/yuin/gopher-lua v1.1.2 // indirect
-	golang.org/x/time v0.16.0
+	go.etcd.io/raft/v3 v3.7.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )

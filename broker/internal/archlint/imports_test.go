@@ -33,6 +33,7 @@ var layers = map[string][]string{
 	"broker/internal/sched/drr":    {},
 	"broker/internal/sched/idem":   {},
 	"broker/internal/store":        {"broker/internal/fault"},
+	"broker/internal/raftlog":      {"broker/internal/store"},
 	"broker/internal/hook":         {"broker/internal/fault"},
 	"broker/internal/auth":         {"broker/internal/fault"},
 	"broker/internal/rtconf":       {"broker/internal/fault"},

@@ -1,0 +1,401 @@
+// Package raftlog keeps the Raft log, hard state and latest snapshot of
+// one replication group in the node's store, and serves them to
+// go.etcd.io/raft/v3 through its Storage interface.
+//
+// Every group of a node shares the node's store, and so its log
+// (tidwall/wal underneath), its checksums, its group commit and its
+// recovery from a torn tail: the driver puts the entries and hard states
+// of every group that has any in one storage group, made durable by one
+// fsync, before it sends a message or acknowledges anything. The keys of
+// one group, g its ID as 8 bytes big-endian:
+//
+//	r/<g>/e/<index:8>   entry: type 1B, term uvarint, data
+//	r/<g>/hs            hard state: term, vote, commit as uvarints
+//	r/<g>/snap          latest snapshot: metadata length uvarint, metadata (protobuf), data
+//
+// Writes go into a store.Batch the caller commits (Append, SetHardState,
+// ApplySnapshot, Compact); the Log's view changes at once, and reads of
+// entries not yet durable are served from memory. A Log is safe for
+// concurrent use.
+package raftlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// KV is what a Log reads of the store: Get returns an error wrapping
+// store.ErrNotFound for a missing key; Scan calls fn for the keys in
+// [start, end) in order.
+type KV interface {
+	Get(key []byte) ([]byte, error)
+	Scan(start, end []byte, fn func(key, value []byte) error) error
+}
+
+// ErrCorrupt is wrapped by the errors of a group whose stored log does not
+// hold together: an entry that does not decode, or a gap in the indexes.
+var ErrCorrupt = errors.New("raftlog: corrupt group log")
+
+// Log is one group's Raft storage. It implements raft.Storage.
+type Log struct {
+	kv     KV
+	prefix []byte // r/<g>/
+
+	mu    sync.Mutex
+	hs    *pb.HardState
+	snap  *pb.Snapshot // metadata always set
+	terms []uint64     // terms of the entries first()..last
+	// recent holds entries appended since Open, by index, until Compact
+	// drops them: reads of entries not yet durable come from here.
+	recent map[uint64]*pb.Entry
+}
+
+// Open reads group g's log from kv. A group with nothing stored starts
+// empty: no entries, no hard state, an empty snapshot. It fails with
+// ErrCorrupt when the stored entries do not hold together.
+func Open(kv KV, g uint64) (*Log, error) {
+	l := &Log{kv: kv, prefix: groupPrefix(g), recent: map[uint64]*pb.Entry{}}
+	l.hs = &pb.HardState{}
+	l.snap = &pb.Snapshot{Metadata: &pb.SnapshotMetadata{ConfState: &pb.ConfState{}, Index: new(uint64), Term: new(uint64)}}
+	if v, err := kv.Get(l.key("hs")); err == nil {
+		hs, err := decodeHardState(v)
+		if err != nil {
+			return nil, err
+		}
+		l.hs = hs
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if v, err := kv.Get(l.key("snap")); err == nil {
+		snap, err := decodeSnapshot(v)
+		if err != nil {
+			return nil, err
+		}
+		l.snap = snap
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	next := l.snap.Metadata.GetIndex() + 1
+	start, end := l.entryKey(0), l.entryKey(^uint64(0))
+	err := kv.Scan(start, end, func(k, v []byte) error {
+		i := binary.BigEndian.Uint64(k[len(k)-8:])
+		if i < next {
+			return nil // compacted into the snapshot, not yet deleted
+		}
+		if i != next {
+			return fmt.Errorf("%w: entry %d follows %d", ErrCorrupt, i, next-1)
+		}
+		_, term, _, err := decodeEntryValue(v)
+		if err != nil {
+			return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, i, err)
+		}
+		l.terms = append(l.terms, term)
+		next++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func groupPrefix(g uint64) []byte {
+	p := append([]byte("r/"), make([]byte, 8)...)
+	binary.BigEndian.PutUint64(p[2:], g)
+	return append(p, '/')
+}
+
+func (l *Log) key(name string) []byte {
+	return append(append([]byte(nil), l.prefix...), name...)
+}
+
+func (l *Log) entryKey(i uint64) []byte {
+	k := append(append(make([]byte, 0, len(l.prefix)+10), l.prefix...), 'e', '/')
+	return binary.BigEndian.AppendUint64(k, i)
+}
+
+// first is the index of the first entry held; last the last one's.
+func (l *Log) first() uint64 { return l.snap.Metadata.GetIndex() + 1 }
+func (l *Log) last() uint64  { return l.snap.Metadata.GetIndex() + uint64(len(l.terms)) }
+
+// InitialState returns the stored hard state and the snapshot's
+// configuration.
+func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return proto.CloneOf(l.hs), proto.CloneOf(l.snap.Metadata.ConfState), nil
+}
+
+// Entries returns the entries [lo, hi), at most maxSize bytes of them but
+// at least one. It fails with raft.ErrCompacted below FirstIndex and
+// raft.ErrUnavailable above LastIndex.
+func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lo < l.first() {
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.last()+1 || lo > hi {
+		return nil, raft.ErrUnavailable
+	}
+	var out []*pb.Entry
+	var size uint64
+	for i := lo; i < hi; i++ {
+		e := l.recent[i]
+		if e == nil {
+			v, err := l.kv.Get(l.entryKey(i))
+			if err != nil {
+				return nil, fmt.Errorf("raftlog: entry %d: %w", i, err)
+			}
+			typ, term, data, err := decodeEntryValue(v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, i, err)
+			}
+			e = &pb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(term), Type: typ.Enum(), Data: data}
+		}
+		size += uint64(len(e.Data)) + 16
+		if len(out) > 0 && size > maxSize {
+			break
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Term returns entry i's term, for i from FirstIndex()-1 to LastIndex().
+func (l *Log) Term(i uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	si := l.snap.Metadata.GetIndex()
+	switch {
+	case i < si:
+		return 0, raft.ErrCompacted
+	case i == si:
+		return l.snap.Metadata.GetTerm(), nil
+	case i > l.last():
+		return 0, raft.ErrUnavailable
+	}
+	return l.terms[i-si-1], nil
+}
+
+// LastIndex returns the last entry's index (the snapshot's when there is
+// no entry).
+func (l *Log) LastIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last(), nil
+}
+
+// FirstIndex returns the first entry's index: the snapshot's plus one.
+func (l *Log) FirstIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first(), nil
+}
+
+// Snapshot returns the latest snapshot, its data included.
+func (l *Log) Snapshot() (*pb.Snapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snap, nil
+}
+
+// Append puts ents into b, replacing the entries from ents[0]'s index on
+// (a leader's log overrides a follower's diverging tail). Entries already
+// in the snapshot are skipped. It fails, changing nothing, when ents do
+// not follow the log (a gap) or are not consecutive.
+func (l *Log) Append(b *store.Batch, ents []*pb.Entry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(ents) > 0 && ents[0].GetIndex() < l.first() {
+		ents = ents[1:]
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	from := ents[0].GetIndex()
+	if from > l.last()+1 {
+		return fmt.Errorf("raftlog: append at %d after last %d: a gap", from, l.last())
+	}
+	for i, e := range ents {
+		if e.GetIndex() != from+uint64(i) {
+			return fmt.Errorf("raftlog: append: entry %d at position %d of a run from %d", e.GetIndex(), i, from)
+		}
+	}
+	// Drop the replaced tail.
+	for i := from; i <= l.last(); i++ {
+		if i >= from+uint64(len(ents)) {
+			b.Delete(l.entryKey(i))
+		}
+		delete(l.recent, i)
+	}
+	l.terms = l.terms[:from-l.first()]
+	for _, e := range ents {
+		b.Put(l.entryKey(e.GetIndex()), appendEntryValue(nil, e))
+		l.terms = append(l.terms, e.GetTerm())
+		l.recent[e.GetIndex()] = e
+	}
+	return nil
+}
+
+// SetHardState puts hs into b.
+func (l *Log) SetHardState(b *store.Batch, hs *pb.HardState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hs = proto.CloneOf(hs)
+	b.Put(l.key("hs"), appendHardState(nil, hs))
+}
+
+// ApplySnapshot puts snap into b as the group's state, received from the
+// leader, and drops every entry: raft sends a snapshot only to a log that
+// does not hold its last entry, and from then on the log starts after it
+// (as raft's MemoryStorage does). It fails with raft.ErrSnapOutOfDate for
+// a snapshot older than the current one.
+func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	si := snap.GetMetadata().GetIndex()
+	if si <= l.snap.Metadata.GetIndex() {
+		return raft.ErrSnapOutOfDate
+	}
+	l.dropThrough(b, si, false)
+	l.snap = proto.CloneOf(snap)
+	b.Put(l.key("snap"), appendSnapshot(nil, snap))
+	return nil
+}
+
+// Compact makes a snapshot at applied index i, with the configuration cs
+// and the state machine's data, puts it into b, and drops the entries up
+// to i. i must be at most LastIndex.
+func (l *Log) Compact(b *store.Batch, i uint64, cs *pb.ConfState, data []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	si := l.snap.Metadata.GetIndex()
+	if i <= si {
+		return raft.ErrSnapOutOfDate
+	}
+	if i > l.last() {
+		return fmt.Errorf("raftlog: compact at %d beyond last %d", i, l.last())
+	}
+	snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+		ConfState: proto.CloneOf(cs), Index: proto.Uint64(i), Term: proto.Uint64(l.terms[i-l.first()]),
+	}}
+	l.dropThrough(b, i, true)
+	l.snap = snap
+	b.Put(l.key("snap"), appendSnapshot(nil, snap))
+	return nil
+}
+
+// dropThrough deletes the entries up to i (all of them unless keep) from
+// b and from memory. Called with l.mu held, before l.snap moves to i.
+func (l *Log) dropThrough(b *store.Batch, i uint64, keep bool) {
+	first, last := l.first(), l.last()
+	upto := min(i, last)
+	if !keep {
+		upto = last
+	}
+	for j := first; j <= upto; j++ {
+		b.Delete(l.entryKey(j))
+		delete(l.recent, j)
+	}
+	if keep && i <= last {
+		l.terms = append([]uint64(nil), l.terms[i-first+1:]...)
+	} else {
+		l.terms = nil
+	}
+}
+
+// Settled forgets the entries up to i kept in memory for reads before they
+// were durable: the caller's batch holding them has been committed.
+func (l *Log) Settled(i uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j := range l.recent {
+		if j <= i {
+			delete(l.recent, j)
+		}
+	}
+}
+
+func appendEntryValue(b []byte, e *pb.Entry) []byte {
+	b = append(b, byte(e.GetType()))
+	b = binary.AppendUvarint(b, e.GetTerm())
+	return append(b, e.Data...)
+}
+
+func decodeEntryValue(v []byte) (pb.EntryType, uint64, []byte, error) {
+	if len(v) < 2 {
+		return 0, 0, nil, errors.New("truncated")
+	}
+	typ := pb.EntryType(v[0])
+	if _, ok := pb.EntryType_name[int32(typ)]; !ok {
+		return 0, 0, nil, fmt.Errorf("entry type %d", v[0])
+	}
+	term, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return 0, 0, nil, errors.New("bad term")
+	}
+	data := v[1+n:]
+	if len(data) == 0 {
+		data = nil
+	}
+	return typ, term, data, nil
+}
+
+func appendHardState(b []byte, hs *pb.HardState) []byte {
+	b = binary.AppendUvarint(b, hs.GetTerm())
+	b = binary.AppendUvarint(b, hs.GetVote())
+	return binary.AppendUvarint(b, hs.GetCommit())
+}
+
+func decodeHardState(v []byte) (*pb.HardState, error) {
+	var f [3]uint64
+	for i := range f {
+		x, n := binary.Uvarint(v)
+		if n <= 0 {
+			return nil, fmt.Errorf("%w: hard state", ErrCorrupt)
+		}
+		f[i], v = x, v[n:]
+	}
+	if len(v) != 0 {
+		return nil, fmt.Errorf("%w: hard state: %d bytes left over", ErrCorrupt, len(v))
+	}
+	return &pb.HardState{Term: proto.Uint64(f[0]), Vote: proto.Uint64(f[1]), Commit: proto.Uint64(f[2])}, nil
+}
+
+func appendSnapshot(b []byte, s *pb.Snapshot) []byte {
+	meta, err := proto.Marshal(s.GetMetadata())
+	if err != nil {
+		panic(fmt.Sprintf("raftlog: marshal snapshot metadata: %v", err)) // only fails on invalid UTF-8 in strings; metadata has none
+	}
+	b = binary.AppendUvarint(b, uint64(len(meta)))
+	b = append(b, meta...)
+	return append(b, s.Data...)
+}
+
+func decodeSnapshot(v []byte) (*pb.Snapshot, error) {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)-k) {
+		return nil, fmt.Errorf("%w: snapshot", ErrCorrupt)
+	}
+	meta := &pb.SnapshotMetadata{}
+	if err := proto.Unmarshal(v[k:k+int(n)], meta); err != nil {
+		return nil, fmt.Errorf("%w: snapshot metadata: %v", ErrCorrupt, err)
+	}
+	if meta.ConfState == nil {
+		meta.ConfState = &pb.ConfState{}
+	}
+	data := v[k+int(n):]
+	if len(data) == 0 {
+		data = nil
+	}
+	return &pb.Snapshot{Metadata: meta, Data: data}, nil
+}
