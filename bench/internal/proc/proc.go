@@ -135,7 +135,9 @@ func spawn(s *Server, line func(string)) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("proc: start %s: %w", s.Name, err)
 	}
+	read := make(chan struct{}) // closed once every line is in the log
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -152,6 +154,9 @@ func spawn(s *Server, line func(string)) (*Server, error) {
 	go func() {
 		cmd.Wait()
 		pw.Close()
+		// Done only once the output is logged, so that a process that
+		// exits at once is reported with what it printed.
+		<-read
 		close(s.done)
 	}()
 	return s, nil
