@@ -161,12 +161,13 @@ func (n *Node) shardFor(string) *shard.Shard { return n.sh }
 
 // Admit checks one message of an Enqueue for p before it is enqueued: the
 // enqueue permission on its queue, the reserved "fila-" header prefix, at
-// most 1024 headers, and MaxMessageSize. It then runs the queue's
-// on_enqueue hook, which may set the fairness key, weight and throttle
-// keys (a failing hook is logged and leaves the producer's values). It
-// returns the message to enqueue, without ID or body, or an error
-// wrapping fault.ErrForbidden, fault.ErrUnauthorized,
-// fault.ErrInvalidArgument or fault.ErrMessageTooLarge.
+// most 1024 headers, and MaxMessageSize; and that the node knows the
+// queue. It then runs the queue's on_enqueue hook, which may set the
+// fairness key, weight and throttle keys (a failing hook is logged and
+// leaves the producer's values). It returns the message to enqueue,
+// without ID or body, or an error wrapping fault.ErrForbidden,
+// fault.ErrUnauthorized, fault.ErrInvalidArgument,
+// fault.ErrMessageTooLarge or fault.ErrQueueNotFound.
 func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (Message, error) {
 	if err := p.Authorize(auth.OpEnqueue, m.Queue); err != nil {
 		return Message{}, err
@@ -184,8 +185,15 @@ func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (
 	if len(m.Headers) > 1024 {
 		return Message{}, fmt.Errorf("%d headers: at most 1024: %w", len(m.Headers), fault.ErrInvalidArgument)
 	}
+	// A queue this node does not know yet may be being created: its hooks
+	// are registered with it, so a message admitted before then must not
+	// reach it without them.
+	r, known := n.cfg.Hooks.Lookup(m.Queue)
+	if !known {
+		return Message{}, fmt.Errorf("enqueue %s: %w", m.Queue, fault.ErrQueueNotFound)
+	}
 	fk, weight, tks := m.FairnessKey, m.Weight, m.ThrottleKeys
-	if r := n.cfg.Hooks.Runner(m.Queue); r != nil && r.HasOnEnqueue() {
+	if r != nil && r.HasOnEnqueue() {
 		in := hook.EnqueueInput{Queue: m.Queue, PayloadSize: len(m.Payload), FairnessKey: fk, Weight: weight, ThrottleKeys: tks}
 		in.Headers = make([]hook.Header, len(m.Headers))
 		for j, h := range m.Headers {
@@ -344,8 +352,9 @@ func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem,
 
 // CreateQueue creates a queue and its DLQ for p (create-queue
 // permission), after checking that its hooks compile (an error wrapping
-// fault.ErrScriptError); the hooks run from the moment it exists. done
-// receives Result.Created or Result.Err.
+// fault.ErrScriptError). The node admits messages to the queue once it is
+// created, durably, and with its hooks registered. done receives
+// Result.Created or Result.Err.
 func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, done func(Result)) error {
 	if err := p.Authorize(auth.OpCreateQueue, spec.Name); err != nil {
 		return err
@@ -359,8 +368,9 @@ func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, don
 		prog = pr
 	}
 	return n.shardFor(spec.Name).Submit(ctx, &shard.CreateQueue{Spec: spec}, func(r Result) {
-		if r.Err == nil && prog != nil {
-			n.cfg.Hooks.Set(spec.Name, prog)
+		if r.Err == nil {
+			n.cfg.Hooks.Add(r.Created.Name, prog)
+			n.cfg.Hooks.Add(r.Created.DLQ, nil)
 		}
 		done(r)
 	})
@@ -376,6 +386,7 @@ func (n *Node) DeleteQueue(ctx context.Context, p Principal, name string, done f
 	return n.shardFor(name).Submit(ctx, &shard.DeleteQueue{Name: name}, func(r Result) {
 		if r.Err == nil {
 			n.cfg.Hooks.Remove(name)
+			n.cfg.Hooks.Remove(name + sched.DLQSuffix)
 		}
 		done(r)
 	})

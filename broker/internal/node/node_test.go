@@ -205,3 +205,48 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 	})
 }
+
+// TestNoMessageSkipsANewQueuesHook: while a queue with an on_enqueue hook
+// is being created, a message for it is refused (QUEUE_NOT_FOUND), not
+// admitted without the hook and then enqueued once the queue exists; once
+// the queue is created, every message runs the hook.
+func TestNoMessageSkipsANewQueuesHook(t *testing.T) {
+	ctx := context.Background()
+	n, _ := newNode(t)
+	admin := auth.Unrestricted()
+	hold := make(chan struct{})
+	if err := n.Barrier(ctx, func() { <-hold }); err != nil {
+		t.Fatal(err)
+	}
+	spec := QueueSpec{Name: "jobs", OnEnqueue: `function on_enqueue(msg) return { fairness_key = "hooked" } end`}
+	created := make(chan Result, 1)
+	if err := n.CreateQueue(ctx, admin, spec, func(r Result) { created <- r }); err != nil {
+		t.Fatal(err)
+	}
+	msg := &wire.EnqueueMessage{Queue: "jobs", FairnessKey: "producer", Payload: []byte("x")}
+	if m, err := n.Admit(ctx, admin, msg); !errors.Is(err, fault.ErrQueueNotFound) {
+		t.Fatalf("Admit while the queue is being created = %+v, %v; want QUEUE_NOT_FOUND", m, err)
+	}
+	close(hold)
+	if r := <-created; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if m, err := n.Admit(ctx, admin, msg); err != nil || m.FairnessKey != "hooked" {
+		t.Fatalf("Admit once the queue exists = %+v, %v; want the hook's fairness key", m, err)
+	}
+	// Deleted, the queue refuses messages again, and its DLQ is forgotten
+	// with it.
+	deleted := make(chan Result, 1)
+	if err := n.DeleteQueue(ctx, admin, "jobs", func(r Result) { deleted <- r }); err != nil {
+		t.Fatal(err)
+	}
+	<-deleted
+	for _, q := range []string{"jobs", "jobs.dlq"} {
+		if _, known := n.cfg.Hooks.Lookup(q); known {
+			t.Errorf("%s still known after DeleteQueue", q)
+		}
+	}
+	if _, err := n.Admit(ctx, admin, msg); !errors.Is(err, fault.ErrQueueNotFound) {
+		t.Fatalf("Admit after DeleteQueue = %v; want QUEUE_NOT_FOUND", err)
+	}
+}

@@ -45,6 +45,7 @@ func (kv *memKV) Scan(prefix []byte, fn func(k, v []byte) error) error { return 
 type authBroker struct {
 	srv  *Server
 	sh   *shard.Shard
+	n    *node.Node
 	keys *auth.Store
 	addr string
 }
@@ -60,7 +61,8 @@ func startAuthBroker(t *testing.T) *authBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{NodeID: "test", Logger: log, Auth: keys, RequireAuth: true}, node.New(node.Config{NodeID: "test", Keys: keys, Logger: log}, sh))
+	n := node.New(node.Config{NodeID: "test", Keys: keys, Logger: log}, sh)
+	srv := New(Config{NodeID: "test", Logger: log, Auth: keys, RequireAuth: true}, n)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,17 +72,19 @@ func startAuthBroker(t *testing.T) *authBroker {
 		srv.Shutdown(context.Background())
 		sh.Close()
 	})
-	return &authBroker{srv: srv, sh: sh, keys: keys, addr: ln.Addr().String()}
+	return &authBroker{srv: srv, sh: sh, n: n, keys: keys, addr: ln.Addr().String()}
 }
 
-// call submits a shard command and returns its result.
-func (b *authBroker) call(t *testing.T, cmd shard.Command) shard.Result {
+// createQueue creates a queue through the node, as an admin.
+func (b *authBroker) createQueue(t *testing.T, spec node.QueueSpec) {
 	t.Helper()
-	done := make(chan shard.Result, 1)
-	if err := b.sh.Submit(context.Background(), cmd, func(r shard.Result) { done <- r }); err != nil {
+	done := make(chan node.Result, 1)
+	if err := b.n.CreateQueue(context.Background(), auth.Unrestricted(), spec, func(r node.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
-	return <-done
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
 }
 
 // stats reads a queue's statistics.
@@ -154,9 +158,7 @@ func (fc *frameConn) recv() (wire.Header, wire.Frame) {
 // FORBIDDEN and releases its lease.
 func TestCreditChecksConsume(t *testing.T) {
 	b := startAuthBroker(t)
-	if r := b.call(t, &shard.CreateQueue{Spec: sched.QueueSpec{Name: "q", VisibilityTimeout: time.Hour}}); r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	b.createQueue(t, node.QueueSpec{Name: "q", VisibilityTimeout: time.Hour})
 	id, secret, err := b.keys.Create("worker", []auth.Permission{{Kind: auth.Consume, Pattern: "q"}, {Kind: auth.Produce, Pattern: "q"}})
 	if err != nil {
 		t.Fatal(err)
@@ -210,9 +212,7 @@ func TestCreditChecksConsume(t *testing.T) {
 // SubscribeOk, and the shard's subscription is closed.
 func TestSubscribeEndedBeforeItOpens(t *testing.T) {
 	b := startAuthBroker(t)
-	if r := b.call(t, &shard.CreateQueue{Spec: sched.QueueSpec{Name: "q"}}); r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	b.createQueue(t, node.QueueSpec{Name: "q"})
 	id, secret, err := b.keys.Create("worker", []auth.Permission{{Kind: auth.Consume, Pattern: "q"}})
 	if err != nil {
 		t.Fatal(err)
