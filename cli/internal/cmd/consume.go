@@ -79,14 +79,14 @@ it takes, so on an empty queue it does not return until interrupted.`,
 			defer func() {
 				// Bounded: with the broker gone, unsubscribing would wait
 				// for a reconnect that may never come.
-				sctx, scancel := context.WithTimeout(context.Background(), g.timeout)
+				sctx, scancel := context.WithTimeout(context.Background(), closeBound(ctx, g.timeout))
 				defer scancel()
 				sub.Close(sctx)
 			}()
 			var held []*fila.Delivery // deliveries to release at the end
 			if release {
 				defer func() {
-					rctx, rcancel := context.WithTimeout(context.Background(), g.timeout)
+					rctx, rcancel := context.WithTimeout(context.Background(), closeBound(ctx, g.timeout))
 					defer rcancel()
 					for _, d := range held {
 						if rerr := d.Release(rctx); rerr != nil && err == nil {
@@ -174,4 +174,19 @@ func deliveryJSON(d *fila.Delivery) deliveryOut {
 		out.Headers = h
 	}
 	return out
+}
+
+// interruptedCloseBound bounds the goodbyes of a command that was
+// interrupted: the user asked to stop, so it does not wait out --timeout
+// for a broker that is gone.
+const interruptedCloseBound = 2 * time.Second
+
+// closeBound returns how long a command may take to close what it opened:
+// timeout, or at most interruptedCloseBound once ctx (the command's,
+// cancelled by an interrupt) is done.
+func closeBound(ctx context.Context, timeout time.Duration) time.Duration {
+	if ctx.Err() != nil {
+		return min(timeout, interruptedCloseBound)
+	}
+	return timeout
 }

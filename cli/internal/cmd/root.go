@@ -66,6 +66,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first interrupt asks the command to wind down; once it has,
+	// the signals go back to their default, so a second one ends the
+	// process at once, whatever the command is still waiting for.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
