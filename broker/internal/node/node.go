@@ -22,6 +22,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -200,7 +201,9 @@ func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (
 			in.Headers[j] = hook.Header{Key: h.Key, Value: h.Value}
 		}
 		out, err := r.OnEnqueue(ctx, in)
-		if err != nil {
+		// An open circuit breaker bypasses the hook for every message
+		// until it closes; the breaker logs its openings and closings.
+		if err != nil && !errors.Is(err, hook.ErrCircuitOpen) {
 			n.log.Warn("on_enqueue failed; using the producer's values", "queue", m.Queue, "err", err)
 		}
 		fk, weight, tks = out.FairnessKey, out.Weight, out.ThrottleKeys

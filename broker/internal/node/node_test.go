@@ -7,10 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
 	"github.com/fila-mq/fila/sdk/core/wire"
@@ -248,5 +251,35 @@ func TestNoMessageSkipsANewQueuesHook(t *testing.T) {
 	}
 	if _, err := n.Admit(ctx, admin, msg); !errors.Is(err, fault.ErrQueueNotFound) {
 		t.Fatalf("Admit after DeleteQueue = %v; want QUEUE_NOT_FOUND", err)
+	}
+}
+
+// TestOpenBreakerDoesNotFloodTheLog: once a failing on_enqueue hook's
+// circuit breaker is open, the messages that bypass it are not each
+// logged; the breaker logs its opening.
+func TestOpenBreakerDoesNotFloodTheLog(t *testing.T) {
+	ctx := context.Background()
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	sh, err := shard.Open(shard.Config{Logger: quiet}, store.NewMem())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	hooks := NewHooks(hook.Limits{CircuitBreakerThreshold: 1, CircuitBreakerCooldown: time.Hour}, nil, log)
+	n := New(Config{Hooks: hooks, Logger: log}, sh)
+	admin := auth.Unrestricted()
+	spec := QueueSpec{Name: "jobs", OnEnqueue: `function on_enqueue(msg) error("boom") end`}
+	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, spec, done) }); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for range 5 {
+		m, err := n.Admit(ctx, admin, &wire.EnqueueMessage{Queue: "jobs", FairnessKey: "producer", Payload: []byte("x")})
+		if err != nil || m.FairnessKey != "producer" {
+			t.Fatalf("Admit with a failing hook = %+v, %v; want the producer's values", m, err)
+		}
+	}
+	if got := strings.Count(logged.String(), "on_enqueue failed"); got != 1 {
+		t.Fatalf("%d lines of on_enqueue failed for 5 messages, 4 of them bypassing the open breaker; want 1:\n%s", got, logged.String())
 	}
 }
