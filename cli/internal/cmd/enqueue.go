@@ -115,6 +115,7 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 	}
 	var out []line
 	failed := 0
+	sent := 0 // lines sent so far: the next batch starts at line sent+1
 	send := func(batch []*fila.Message) error {
 		if len(batch) == 0 {
 			return nil
@@ -125,7 +126,9 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 		if err != nil {
 			return err
 		}
-		for _, r := range res {
+		first := sent + 1
+		sent += len(batch)
+		for j, r := range res {
 			l := line{ID: r.ID.String(), Duplicate: r.Duplicate}
 			if r.Err != nil {
 				l = line{Error: r.Err.Error()}
@@ -137,7 +140,7 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 			}
 			switch {
 			case l.Error != "":
-				fmt.Fprintln(g.stderr, "fila:", l.Error)
+				fmt.Fprintf(g.stderr, "fila: line %d: %s\n", first+j, strings.TrimPrefix(l.Error, "fila: "))
 			case l.Duplicate:
 				fmt.Fprintf(g.stdout, "%s (duplicate)\n", l.ID)
 			default:

@@ -53,3 +53,16 @@ func TestInterruptWithBrokerGone(t *testing.T) {
 		srv.Restart(t)
 	}
 }
+
+// TestEnqueueStdinNamesRejectedLines: of the lines of `fila enqueue -`,
+// a rejected one is named by its number, with one "fila:" prefix, and the
+// others are enqueued.
+func TestEnqueueStdinNamesRejectedLines(t *testing.T) {
+	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_MAX_MESSAGE_SIZE=64KB"))
+	c := newCLI(t, srv)
+	c.ok("queue", "create", "jobs")
+	r := c.runIn("ok\n"+strings.Repeat("x", 100<<10)+"\nok\n", "enqueue", "jobs", "-")
+	if ids := strings.Fields(r.stdout); r.code != 1 || len(ids) != 2 || !strings.HasPrefix(r.stderr, "fila: line 2: ") || strings.Contains(r.stderr, "fila: fila:") {
+		t.Errorf("enqueue - with line 2 too large = exit %d, %q, %q; want 1, two IDs, and line 2 named once", r.code, r.stdout, r.stderr)
+	}
+}
