@@ -70,11 +70,14 @@ func (sh *Shard) Barrier(ctx context.Context, fn func()) error {
 
 // Replay applies cmds in order on the shard goroutine, as a follower
 // applies committed log entries or recovery replays a command log: no
-// command is filled in (an Enqueue's IDs must be set), no Tick is added
-// from the shard's clock, and the effects are cut into a storage group at
-// each Deliver, and after the last command. Results go nowhere;
-// deliveries go to the sinks of subscriptions opened with Subscribe. It
-// returns once the commands are queued; a later Barrier runs after them.
+// command is filled in (an Enqueue's IDs must be set), and no Tick or
+// Deliver is added from the shard's own clock or batching. Deliveries are
+// decided, and the effects cut into a storage group, at each Deliver and
+// nowhere else, so how the commands are split over Replay calls changes
+// nothing; the effects of commands after the last Deliver wait for the
+// next one. Results go nowhere; deliveries go to the sinks of
+// subscriptions opened with Subscribe. It returns once the commands are
+// queued; a later Barrier runs after them.
 func (sh *Shard) Replay(ctx context.Context, cmds []Command) error {
 	return sh.do(ctx, op{replay: cmds})
 }
@@ -91,7 +94,6 @@ func (sh *Shard) run1(o op) {
 				sh.flush(sh.timer)
 			}
 		}
-		sh.flush(sh.timer)
 	case o.read != nil:
 		ref := sh.ref(o.done)
 		if q := o.read(); q.Stats != "" {

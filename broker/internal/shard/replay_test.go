@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -308,5 +309,52 @@ func TestQueueMovesAlone(t *testing.T) {
 	st := stats(t, moved, "a").Stats
 	if st.Ready+st.Delayed == 0 || st.DeadLettered != 1 {
 		t.Fatalf("moved queue a: %+v; want its messages and one dead letter", st)
+	}
+}
+
+// TestReplaySplitChangesNothing: the same commands replayed in one call
+// and one call each make the same deliveries and end in the same state:
+// deliveries are decided at the Deliver commands, not wherever a call to
+// Replay ends (two messages of key a, a subscription, then one of key b:
+// a Deliver after all of them serves a and b by DRR; deciding after the
+// subscription would have served a twice).
+func TestReplaySplitChangesNothing(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return t0 }
+	whole, split := newReplica(t, clock), newReplica(t, clock)
+	msg := func(n byte, key string) sched.EnqueueItem {
+		return sched.EnqueueItem{Queue: "q", Msg: sched.Message{ID: [16]byte{0x01, 15: n}, FairnessKey: key, PayloadSize: 1, Body: []byte{1, 0, 'x'}}}
+	}
+	cmds := []Command{
+		&Tick{Now: sched.Time(t0.Add(time.Second).UnixNano())},
+		&CreateQueue{Spec: sched.QueueSpec{Name: "q"}},
+		&Enqueue{Items: []sched.EnqueueItem{msg(1, "a"), msg(2, "a")}},
+		&Subscribe{Sub: 1, Queue: "q", Credit: 2},
+		&Enqueue{Items: []sched.EnqueueItem{msg(3, "b")}},
+		&Deliver{},
+	}
+	enc := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		enc[i] = AppendCommand(nil, c)
+	}
+	dw := whole.apply(t, enc)
+	var ds []sched.Delivered
+	for _, e := range enc {
+		ds = append(ds, split.apply(t, [][]byte{e})...)
+	}
+	keys := func(ds []sched.Delivered) string {
+		var k []string
+		for _, d := range ds {
+			k = append(k, d.FairnessKey)
+		}
+		return strings.Join(k, ",")
+	}
+	if keys(dw) != "a,b" || keys(ds) != keys(dw) {
+		t.Fatalf("deliveries: %s replayed at once, %s replayed one by one; want a,b both times", keys(dw), keys(ds))
+	}
+	sw, _ := whole.digest(t)
+	ss, _ := split.digest(t)
+	if sw != ss {
+		t.Fatal("the same commands replayed in one call and one by one end in different states")
 	}
 }

@@ -296,24 +296,32 @@ func (sh *Shard) run() {
 	defer sh.timer.Stop()
 	timer := sh.timer
 	for {
-		select {
-		case o := <-sh.cmds:
-			if o.replay == nil {
+		// live: the batch holds an operation proposed here (not a
+		// replay or a barrier), so it ends with a Deliver.
+		live := false
+		take := func(o op) {
+			if !live && (o.cmd != nil || o.read != nil) {
+				live = true
 				apply(sh.s, 0, &Tick{Now: sh.now()})
 			}
 			sh.run1(o)
+		}
+		select {
+		case o := <-sh.cmds:
+			take(o)
 			// Take every command already queued, so they share one
 			// storage group.
 		drain:
 			for i := 0; i < 1024; i++ {
 				select {
 				case o := <-sh.cmds:
-					sh.run1(o)
+					take(o)
 				default:
 					break drain
 				}
 			}
 		case <-timer.C:
+			live = true
 			apply(sh.s, 0, &Tick{Now: sh.now()})
 		case <-sh.stop:
 			// Run what is already queued, then stop.
@@ -329,10 +337,13 @@ func (sh *Shard) run() {
 			sh.flush(timer)
 			return
 		}
-		// Each batch ends with a Deliver: decide the deliveries and cut
-		// the batch's effects into one storage group.
-		apply(sh.s, 0, &Deliver{})
-		sh.flush(timer)
+		if live {
+			// The batch ends with a Deliver: decide the deliveries and
+			// cut the batch's effects into one storage group. (Replayed
+			// commands carry their own Delivers.)
+			apply(sh.s, 0, &Deliver{})
+			sh.flush(timer)
+		}
 	}
 }
 
