@@ -1,0 +1,72 @@
+// Package peer carries the Raft messages of every group between the nodes
+// of a cluster: the transport under the cluster's Raft driver.
+//
+// # Connections
+//
+// Two nodes share one TCP connection (TLS when configured), which carries
+// the messages of every group in both directions. The node with the lower
+// ID dials and the other accepts, so the pair never races to two
+// connections. The dialer dials as soon as it learns of the peer (New,
+// SetPeer) and redials whenever the connection breaks, after a backoff of
+// 50 ms doubling to 1 s, reset by a successful handshake. The acceptor
+// only waits: a new connection from a peer replaces the one it had.
+//
+// A connection opens with a hello from each side, the dialer's first:
+//
+//	+-------------------+------------+------------+-----------+---------------------+
+//	| magic "FILAPEER"  | version 1B | node ID 8B | length 1B | cluster ID (length) |
+//	+-------------------+------------+------------+-----------+---------------------+
+//
+// The node ID is big-endian; the version is 1. The acceptor closes the
+// connection, logging why, if the magic or the version is wrong, if the
+// cluster ID differs from its own, or if the dialer's ID is not one of its
+// peers with an ID below its own; otherwise it answers with its own hello.
+// The dialer in turn closes the connection unless the answer names the
+// cluster and the node it meant to reach. A node of another cluster or a
+// stray client thus never gets a message in. The hello is not a secret:
+// with TLS (Config.TLS, mutual when it requires client certificates) the
+// certificates authenticate the nodes and the hello only checks that they
+// belong to the same cluster.
+//
+// # Frames
+//
+// After the hellos, each side writes frames, and frames only:
+//
+//	+------------------+----------------------------------+
+//	| length 4B (BE)   | body: entries, back to back      |
+//	+------------------+----------------------------------+
+//	entry: group uvarint | size uvarint | raftpb.Message (protobuf, size bytes)
+//
+// The length counts the body's bytes, at most MaxFrameSize; a body holds
+// at most 16384 entries. A frame that breaks either bound, or whose body
+// does not decode, closes the connection.
+//
+// # Sending and loss
+//
+// Send never blocks. It appends the messages to the peer's queue, bounded
+// at 4096 messages and 64 MiB, and one writer goroutine per peer takes
+// everything queued at once and writes it as one frame (or a few, if it
+// exceeds a frame's bounds) with one write. Messages within one connection
+// arrive in the order they were sent; messages of a connection that
+// broke may arrive interleaved with the first of the next.
+//
+// Messages are dropped, never retried, when the peer has no connection,
+// when its queue is full, when the peer is isolated (below), when a single
+// message is too large for a frame, and when a write fails. Raft tolerates
+// the loss. Each drop burst (drops with no successful write between them)
+// calls Config.Unreachable once, so that the driver can call
+// RawNode.ReportUnreachable; a snapshot message (MsgSnap) calls
+// Config.SnapshotStatus once: failed when dropped, succeeded once written
+// to the connection. Callbacks run on one goroutine of the transport,
+// never inside Send, and never after Close has returned.
+//
+// Every batch read from a peer goes to Config.Handler on that connection's
+// reader goroutine. Calls for one peer never overlap.
+//
+// # Fault injection
+//
+// Isolate drops every message to and from the given peers, in both
+// directions, until Heal, without closing the connections: a partition
+// that TCP has not noticed. The end-to-end tests reach it through an admin
+// hook to cut a cluster apart.
+package peer
