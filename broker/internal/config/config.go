@@ -24,6 +24,7 @@ import (
 type Config struct {
 	Server    ServerConfig
 	Storage   StorageConfig
+	Cluster   ClusterConfig
 	Scheduler SchedulerConfig
 	Queue     QueueConfig
 	Lua       LuaConfig
@@ -38,10 +39,10 @@ type ServerConfig struct {
 	// ListenAddr is the TCP address to accept clients on, host:port
 	// (listen_addr, default "0.0.0.0:5555").
 	ListenAddr string
-	// NodeID names this node to clients (HandshakeOk.node_id) and, later, to
-	// the cluster (node_id). The default, empty in the file, is the machine's
-	// host name, resolved by Load. At most 255 bytes of letters, digits and
-	// ".-_:".
+	// NodeID names this node to clients (HandshakeOk.node_id) and in logs
+	// (node_id); the cluster's Raft ID is Cluster.NodeID. The default, empty
+	// in the file, is the machine's host name, resolved by Load. At most 255
+	// bytes of letters, digits and ".-_:".
 	NodeID string
 	// MaxMessageSize is the largest message, payload plus headers, in bytes
 	// that Enqueue accepts; larger ones fail with MESSAGE_TOO_LARGE
@@ -174,6 +175,56 @@ type StorageConfig struct {
 	UnsafeNoSync bool
 }
 
+// ClusterConfig is the [cluster] section. Cluster mode is on when Enabled
+// (NodeID != 0); otherwise the broker is a single node with no Raft, and the
+// other keys are checked but unused.
+type ClusterConfig struct {
+	// NodeID is this node's Raft ID: a positive integer, unique in the
+	// cluster and never reused, not even for a node that replaces a removed
+	// one. Zero means single-node mode (node_id, default 0, at most
+	// 9223372036854775807).
+	NodeID uint64
+	// ClusterID is a name all nodes of one cluster share; a peer that
+	// presents another refuses the connection (cluster_id, default "fila";
+	// 1 to 255 bytes of letters, digits and ".-_:").
+	ClusterID string
+	// PeerListenAddr is the TCP address, host:port, the peer transport
+	// accepts other nodes on (peer_listen_addr, default "0.0.0.0:5556").
+	// In cluster mode its port must differ from server.listen_addr's when
+	// the two hosts can overlap.
+	PeerListenAddr string
+	// AdvertiseAddr is the host:port clients should use to reach this
+	// node's client listener, sent in NOT_LEADER hints (advertise_addr).
+	// The default, empty in the file, is resolved by Load in cluster mode
+	// only: server.listen_addr if its host is specific, else the machine's
+	// host name with server.listen_addr's port. Its host must not be
+	// 0.0.0.0 or ::, and its port not 0.
+	AdvertiseAddr string
+	// Peers maps the Raft ID of each initial member of the cluster, this
+	// node included, to the host:port of its peer transport (peers, an
+	// array of "ID@host:port" strings; default empty). Required in cluster
+	// mode, and must hold NodeID; IDs from 1 to 9223372036854775807,
+	// addresses distinct. Joining a running cluster is not yet supported.
+	Peers map[uint64]string
+	// ReplicationFactor is the number of replicas of each queue, capped to
+	// the number of nodes when a queue is placed (replication_factor,
+	// default 3, from 1 to 7).
+	ReplicationFactor int
+	// TickInterval is the length of one Raft tick (tick_interval, default
+	// 100ms, from 1ms to 10s).
+	TickInterval time.Duration
+	// ElectionTicks is the number of ticks a follower waits without hearing
+	// from a leader before it campaigns (election_ticks, default 10, that
+	// is 1s; from 2 to 1000, and more than HeartbeatTicks).
+	ElectionTicks int
+	// HeartbeatTicks is the number of ticks between a leader's heartbeats
+	// (heartbeat_ticks, default 1, from 1 to 100).
+	HeartbeatTicks int
+}
+
+// Enabled reports whether cluster mode is on: whether NodeID is set.
+func (c ClusterConfig) Enabled() bool { return c.NodeID != 0 }
+
 // SchedulerConfig is the [scheduler] section: Deficit Round Robin.
 type SchedulerConfig struct {
 	// Quantum is the deficit a fairness key earns per unit of weight per DRR
@@ -280,8 +331,9 @@ const (
 )
 
 // Default returns the configuration used when no file and no environment
-// variable sets anything: the values in each field's doc. NodeID is left
-// empty; Load fills it with the host name.
+// variable sets anything: the values in each field's doc. Server.NodeID
+// and Cluster.AdvertiseAddr are left empty; Load fills in the first, and
+// the second in cluster mode.
 func Default() Config {
 	return Config{
 		Server: ServerConfig{
@@ -309,6 +361,14 @@ func Default() Config {
 			SegmentSize: 8 * Megabyte,
 			CacheSize:   16 * Megabyte,
 			ReserveSize: 64 * Megabyte,
+		},
+		Cluster: ClusterConfig{
+			ClusterID:         "fila",
+			PeerListenAddr:    "0.0.0.0:5556",
+			ReplicationFactor: 3,
+			TickInterval:      100 * time.Millisecond,
+			ElectionTicks:     10,
+			HeartbeatTicks:    1,
 		},
 		Scheduler: SchedulerConfig{Quantum: 1000},
 		Queue: QueueConfig{

@@ -101,6 +101,15 @@ func TestDefaultsNoFile(t *testing.T) {
 		"storage.repair":                     `false`,
 		"storage.unsafe_no_sync":             `false`,
 		"storage.reserve_size":               `"64MB"`,
+		"cluster.node_id":                    `0`,
+		"cluster.cluster_id":                 `"fila"`,
+		"cluster.peer_listen_addr":           `"0.0.0.0:5556"`,
+		"cluster.advertise_addr":             `""`,
+		"cluster.peers":                      `[]`,
+		"cluster.replication_factor":         `3`,
+		"cluster.tick_interval":              `"100ms"`,
+		"cluster.election_ticks":             `10`,
+		"cluster.heartbeat_ticks":            `1`,
 		"scheduler.quantum":                  `1000`,
 		"queue.visibility_timeout":           `"30s"`,
 		"queue.max_attempts":                 `3`,
@@ -170,6 +179,17 @@ repair = true
 reserve_size = "0"
 unsafe_no_sync = true
 
+[cluster]
+node_id = 2
+cluster_id = "prod-eu"
+peer_listen_addr = "127.0.0.1:6001"
+advertise_addr = "broker-2.example.com:6000"
+peers = ["1@10.0.0.1:6001", "2@127.0.0.1:6001", "3@[fd00::3]:6001"]
+replication_factor = 5
+tick_interval = "50ms"
+election_ticks = 20
+heartbeat_ticks = 2
+
 [scheduler]
 quantum = 4096
 
@@ -215,6 +235,11 @@ func fullConfig() Config {
 		},
 		Storage: StorageConfig{
 			DataDir: "/var/lib/fila", SegmentSize: 128 << 20, CacheSize: 0, Repair: true, UnsafeNoSync: true,
+		},
+		Cluster: ClusterConfig{
+			NodeID: 2, ClusterID: "prod-eu", PeerListenAddr: "127.0.0.1:6001", AdvertiseAddr: "broker-2.example.com:6000",
+			Peers:             map[uint64]string{1: "10.0.0.1:6001", 2: "127.0.0.1:6001", 3: "[fd00::3]:6001"},
+			ReplicationFactor: 5, TickInterval: 50 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
 		},
 		Scheduler: SchedulerConfig{Quantum: 4096},
 		Queue: QueueConfig{
@@ -666,7 +691,8 @@ func TestDocsListEveryKey(t *testing.T) {
 		if !strings.Contains(row, "`"+f.env()+"`") {
 			t.Errorf("docs row for %s lacks `%s`: %s", f.key(), f.env(), row)
 		}
-		if def := f.format(&c); !strings.Contains(row, "`"+def+"`") && f.key() != "server.node_id" {
+		derived := f.key() == "server.node_id" || f.key() == "cluster.advertise_addr"
+		if def := f.format(&c); !strings.Contains(row, "`"+def+"`") && !derived {
 			t.Errorf("docs row for %s lacks its default `%s`: %s", f.key(), def, row)
 		}
 	}

@@ -3,7 +3,10 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +29,7 @@ const (
 	kindDuration             // a string such as "30s"
 	kindSize                 // a string such as "8MB"
 	kindLevel                // "debug", "info", "warn" or "error"
+	kindPeers                // an array of "ID@host:port" strings
 )
 
 // form describes the values of k in error messages.
@@ -43,6 +47,8 @@ func (k kind) form() string {
 		return sizeForm
 	case kindLevel:
 		return `one of "debug", "info", "warn", "error"`
+	case kindPeers:
+		return peersForm
 	}
 	panic("config: unknown kind")
 }
@@ -53,7 +59,8 @@ type field struct {
 	name    string // "visibility_timeout"
 	kind    kind
 	// ptr returns a pointer to the field's value in c: *string, *Secret,
-	// *int, *int64, *bool, *time.Duration or *slog.Level.
+	// *int, *int64, *uint64, *bool, *time.Duration, *slog.Level or
+	// *map[uint64]string.
 	ptr func(c *Config) any
 	// check returns "" if the field's value in c is valid, or else the form
 	// a valid value takes. It may read other fields of c.
@@ -70,7 +77,7 @@ func (f *field) env() string {
 }
 
 // sections lists the sections in the order Print writes them.
-var sections = []string{"server", "storage", "scheduler", "queue", "lua", "auth", "tls", "telemetry", "log"}
+var sections = []string{"server", "storage", "cluster", "scheduler", "queue", "lua", "auth", "tls", "telemetry", "log"}
 
 // Limits of values, shared by the checks and the documentation.
 const (
@@ -81,13 +88,22 @@ const (
 	maxCount       = 1000000
 	minSecretLen   = 16
 	maxNodeIDLen   = 255
+	maxRaftID      = 1<<63 - 1 // the largest TOML integer
+	maxReplicas    = 7
+)
+
+// peersForm and peersEnvForm describe cluster.peers in a file and in the
+// environment.
+const (
+	peersForm    = `an array of "ID@host:port" strings, such as ["1@10.0.0.1:5556", "2@10.0.0.2:5556"]`
+	peersEnvForm = `a comma-separated list of ID@host:port, such as "1@10.0.0.1:5556,2@10.0.0.2:5556"`
 )
 
 var fields = []field{
 	{"server", "listen_addr", kindString,
 		func(c *Config) any { return &c.Server.ListenAddr }, checkHostPort(func(c *Config) string { return c.Server.ListenAddr })},
 	{"server", "node_id", kindString,
-		func(c *Config) any { return &c.Server.NodeID }, checkNodeID},
+		func(c *Config) any { return &c.Server.NodeID }, checkName(func(c *Config) string { return c.Server.NodeID })},
 	{"server", "max_message_size", kindSize,
 		func(c *Config) any { return &c.Server.MaxMessageSize },
 		sizeIn(1, maxReassembled, func(c *Config) int64 { return c.Server.MaxMessageSize })},
@@ -158,6 +174,28 @@ var fields = []field{
 		sizeIn(0, Terabyte, func(c *Config) int64 { return c.Storage.ReserveSize })},
 	{"storage", "unsafe_no_sync", kindBool,
 		func(c *Config) any { return &c.Storage.UnsafeNoSync }, nil},
+
+	{"cluster", "node_id", kindInt,
+		func(c *Config) any { return &c.Cluster.NodeID }, checkRaftID},
+	{"cluster", "cluster_id", kindString,
+		func(c *Config) any { return &c.Cluster.ClusterID }, checkName(func(c *Config) string { return c.Cluster.ClusterID })},
+	{"cluster", "peer_listen_addr", kindString,
+		func(c *Config) any { return &c.Cluster.PeerListenAddr }, checkPeerListen},
+	{"cluster", "advertise_addr", kindString,
+		func(c *Config) any { return &c.Cluster.AdvertiseAddr }, checkAdvertise},
+	{"cluster", "peers", kindPeers,
+		func(c *Config) any { return &c.Cluster.Peers }, checkPeers},
+	{"cluster", "replication_factor", kindInt,
+		func(c *Config) any { return &c.Cluster.ReplicationFactor },
+		intIn(1, maxReplicas, func(c *Config) int64 { return int64(c.Cluster.ReplicationFactor) })},
+	{"cluster", "tick_interval", kindDuration,
+		func(c *Config) any { return &c.Cluster.TickInterval },
+		durationIn(time.Millisecond, 10*time.Second, func(c *Config) time.Duration { return c.Cluster.TickInterval })},
+	{"cluster", "election_ticks", kindInt,
+		func(c *Config) any { return &c.Cluster.ElectionTicks }, checkElectionTicks},
+	{"cluster", "heartbeat_ticks", kindInt,
+		func(c *Config) any { return &c.Cluster.HeartbeatTicks },
+		intIn(1, 100, func(c *Config) int64 { return int64(c.Cluster.HeartbeatTicks) })},
 
 	{"scheduler", "quantum", kindInt,
 		func(c *Config) any { return &c.Scheduler.Quantum },
@@ -234,54 +272,106 @@ func knownSection(s string) bool {
 }
 
 // parseValue converts a TOML value (string, int64, bool, float64, a time or
-// a table or array) into the Go value of kind k, or reports false.
-func parseValue(k kind, v any) (any, bool) {
+// a table or array) into the Go value of kind k. If it cannot, it returns
+// the accepted form as want.
+func parseValue(k kind, v any) (value any, want string) {
 	switch k {
 	case kindString:
 		s, ok := v.(string)
-		return s, ok
+		return s, wantIf(k, ok)
 	case kindSecret:
 		s, ok := v.(string)
-		return Secret(s), ok
+		return Secret(s), wantIf(k, ok)
 	case kindInt:
 		n, ok := v.(int64)
-		return n, ok
+		return n, wantIf(k, ok)
 	case kindBool:
 		b, ok := v.(bool)
-		return b, ok
+		return b, wantIf(k, ok)
+	case kindPeers:
+		list, ok := v.([]any)
+		if !ok {
+			return nil, peersForm
+		}
+		entries := make([]string, len(list))
+		for i, e := range list {
+			if entries[i], ok = e.(string); !ok {
+				return nil, peersForm
+			}
+		}
+		return parsePeers(entries, peersForm)
 	}
 	s, ok := v.(string)
 	if !ok {
-		return nil, false
+		return nil, k.form()
 	}
 	return parseString(k, s)
 }
 
 // parseString converts s, the text of an environment variable or of a TOML
-// string, into the Go value of kind k, or reports false.
-func parseString(k kind, s string) (any, bool) {
+// string, into the Go value of kind k. If it cannot, it returns the
+// accepted form as want.
+func parseString(k kind, s string) (value any, want string) {
 	switch k {
 	case kindString:
-		return s, true
+		return s, ""
 	case kindSecret:
-		return Secret(s), true
+		return Secret(s), ""
 	case kindInt:
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		return n, err == nil
+		return n, wantIf(k, err == nil)
 	case kindBool:
 		b, err := strconv.ParseBool(strings.TrimSpace(s))
-		return b, err == nil
+		return b, wantIf(k, err == nil)
 	case kindDuration:
 		d, err := ParseDuration(s)
-		return d, err == nil
+		return d, wantIf(k, err == nil)
 	case kindSize:
 		n, err := ParseSize(s)
-		return n, err == nil
+		return n, wantIf(k, err == nil)
 	case kindLevel:
 		l, ok := parseLevel(s)
-		return l, ok
+		return l, wantIf(k, ok)
+	case kindPeers:
+		var entries []string
+		if strings.TrimSpace(s) != "" {
+			entries = strings.Split(s, ",")
+		}
+		return parsePeers(entries, peersEnvForm)
 	}
-	return nil, false
+	return nil, k.form()
+}
+
+// wantIf returns "" if ok, or else the form of k.
+func wantIf(k kind, ok bool) string {
+	if ok {
+		return ""
+	}
+	return k.form()
+}
+
+// parsePeers parses "ID@host:port" entries, spaces around them ignored,
+// into a map from ID to address: nil for none. It checks their syntax and
+// that no ID repeats; checkPeers checks the rest. On failure it returns
+// what it wants, beginning with form.
+func parsePeers(entries []string, form string) (map[uint64]string, string) {
+	var m map[uint64]string
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		idText, addr, ok := strings.Cut(e, "@")
+		id, err := strconv.ParseUint(idText, 10, 64)
+		if !ok || err != nil {
+			return nil, form + "; " + quote(e) + ` is not "ID@host:port" with a positive integer ID`
+		}
+		if _, dup := m[id]; dup {
+			return nil, form + fmt.Sprintf(", with distinct IDs; ID %d is listed twice", id)
+		}
+		if m == nil {
+			m = make(map[uint64]string, len(entries))
+		}
+		m[id] = addr
+	}
+	return m, ""
 }
 
 // set stores v, a value returned by parseValue or parseString for f.kind,
@@ -304,6 +394,15 @@ func (f *field) set(c *Config, v any) {
 	case *int:
 		n := v.(int64)
 		*p = int(max(min(n, 1<<31), -1<<31))
+	case *uint64:
+		n := v.(int64)
+		if n < 0 {
+			*p = math.MaxUint64 // out of range, like any negative value
+		} else {
+			*p = uint64(n)
+		}
+	case *map[uint64]string:
+		*p = v.(map[uint64]string)
 	default:
 		panic(fmt.Sprintf("config: %s: unexpected field type %T", f.key(), p))
 	}
@@ -329,8 +428,36 @@ func (f *field) format(c *Config) string {
 		return strconv.FormatInt(*p, 10)
 	case *int:
 		return strconv.Itoa(*p)
+	case *uint64:
+		return strconv.FormatUint(*p, 10)
+	case *map[uint64]string:
+		return formatPeers(*p)
 	}
 	panic(fmt.Sprintf("config: %s: unexpected field type", f.key()))
+}
+
+// formatPeers writes peers as a TOML array of "ID@host:port" strings in
+// the order of their IDs.
+func formatPeers(peers map[uint64]string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, id := range sortedIDs(peers) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quote(strconv.FormatUint(id, 10) + "@" + peers[id]))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func sortedIDs(peers map[uint64]string) []uint64 {
+	ids := make([]uint64, 0, len(peers))
+	for id := range peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func parseLevel(s string) (slog.Level, bool) {
@@ -427,18 +554,22 @@ func checkHostPort(get func(*Config) string) func(*Config) string {
 	}
 }
 
-func checkNodeID(c *Config) string {
-	id := c.Server.NodeID
-	if id == "" || len(id) > maxNodeIDLen {
-		return `1 to 255 bytes of letters, digits and ".-_:"`
-	}
-	for i := 0; i < len(id); i++ {
-		b := id[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte(".-_:", b) >= 0) {
+// checkName checks a name such as server.node_id: 1 to 255 bytes of
+// letters, digits and ".-_:".
+func checkName(get func(*Config) string) func(*Config) string {
+	return func(c *Config) string {
+		id := get(c)
+		if id == "" || len(id) > maxNodeIDLen {
 			return `1 to 255 bytes of letters, digits and ".-_:"`
 		}
+		for i := 0; i < len(id); i++ {
+			b := id[i]
+			if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte(".-_:", b) >= 0) {
+				return `1 to 255 bytes of letters, digits and ".-_:"`
+			}
+		}
+		return ""
 	}
-	return ""
 }
 
 func durationIn(lo, hi time.Duration, get func(*Config) time.Duration) func(*Config) string {
@@ -501,4 +632,144 @@ func checkFormat(c *Config) string {
 		return `"text" or "json"`
 	}
 	return ""
+}
+
+// The checks of [cluster].
+
+func checkRaftID(c *Config) string {
+	if c.Cluster.NodeID > maxRaftID {
+		return fmt.Sprintf("an integer from 0 (single-node mode) to %d", uint64(maxRaftID))
+	}
+	return ""
+}
+
+// checkPeerListen checks that peer_listen_addr is host:port and, in
+// cluster mode, that it cannot collide with server.listen_addr: the same
+// port on hosts that may overlap (equal, or either unspecified).
+func checkPeerListen(c *Config) string {
+	if want := checkHostPort(func(c *Config) string { return c.Cluster.PeerListenAddr })(c); want != "" {
+		return want
+	}
+	if !c.Cluster.Enabled() {
+		return ""
+	}
+	peerHost, peerPort, _ := net.SplitHostPort(c.Cluster.PeerListenAddr)
+	host, port, err := net.SplitHostPort(c.Server.ListenAddr)
+	if err != nil || port != peerPort || port == "0" || !hostsOverlap(host, peerHost) {
+		return "" // a bad server.listen_addr is reported on its own
+	}
+	return "host:port with a port other than server.listen_addr's (" + port + "), which listens on the same host"
+}
+
+// checkAdvertise checks that advertise_addr, when set, is an address
+// clients can dial.
+func checkAdvertise(c *Config) string {
+	addr := c.Cluster.AdvertiseAddr
+	if addr == "" {
+		return ""
+	}
+	host, port, ok := splitDialAddr(addr)
+	if ok {
+		return ""
+	}
+	want := "host:port that clients can reach: a host name or IP address other than 0.0.0.0 or ::, and a port from 1 to 65535"
+	if _, listenPort, err := net.SplitHostPort(c.Server.ListenAddr); err == nil && listenPort == "0" && port == "0" && !isUnspecified(host) {
+		want += "; server.listen_addr's port is 0, so set it explicitly"
+	}
+	return want
+}
+
+// checkPeers checks cluster.peers against cluster.node_id: none in
+// single-node mode; in cluster mode, valid IDs and distinct dialable
+// addresses, this node's ID among them.
+func checkPeers(c *Config) string {
+	cl := &c.Cluster
+	if !cl.Enabled() {
+		if len(cl.Peers) > 0 {
+			return "no peers while cluster.node_id is 0 (single-node mode); set cluster.node_id to this node's ID to turn cluster mode on"
+		}
+		return ""
+	}
+	if len(cl.Peers) == 0 {
+		return fmt.Sprintf("the initial members, this node (cluster.node_id = %d) included, as %s; required in cluster mode", cl.NodeID, peersForm)
+	}
+	byAddr := make(map[string]uint64, len(cl.Peers))
+	for _, id := range sortedIDs(cl.Peers) {
+		addr := cl.Peers[id]
+		if id == 0 || id > maxRaftID {
+			return fmt.Sprintf("peer IDs from 1 to %d; %d is not", uint64(maxRaftID), id)
+		}
+		if _, _, ok := splitDialAddr(addr); !ok {
+			return fmt.Sprintf("peer addresses host:port, with a host name or IP address other than 0.0.0.0 or :: and a port from 1 to 65535; %s (ID %d) is not", quote(addr), id)
+		}
+		if other, dup := byAddr[addr]; dup {
+			return fmt.Sprintf("distinct peer addresses; %s is listed for IDs %d and %d", quote(addr), other, id)
+		}
+		byAddr[addr] = id
+	}
+	if _, ok := cl.Peers[cl.NodeID]; !ok {
+		return fmt.Sprintf("the initial members, this node included: an entry for cluster.node_id = %d", cl.NodeID)
+	}
+	return ""
+}
+
+func checkElectionTicks(c *Config) string {
+	if n := c.Cluster.ElectionTicks; n < 2 || n > 1000 || n <= c.Cluster.HeartbeatTicks {
+		return fmt.Sprintf("an integer from 2 to 1000, more than heartbeat_ticks (%d)", c.Cluster.HeartbeatTicks)
+	}
+	return ""
+}
+
+// splitDialAddr splits addr, an address to dial, into its host and port
+// and reports whether both are valid: a host name or an IP address other
+// than an unspecified one, and a port from 1 to 65535.
+func splitDialAddr(addr string) (host, port string, ok bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", false
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return host, port, err == nil && n != 0 && validHost(host) && !isUnspecified(host)
+}
+
+// validHost reports whether h is an IP address or a host name: at most 253
+// bytes of letters, digits and ".-_".
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		b := h[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '-' || b == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// isUnspecified reports whether a listener's host means every address:
+// empty, 0.0.0.0 or ::.
+func isUnspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsUnspecified()
+}
+
+// hostsOverlap reports whether listeners on hosts a and b may share
+// addresses: either is unspecified, or both name the same address.
+func hostsOverlap(a, b string) bool {
+	if isUnspecified(a) || isUnspecified(b) {
+		return true
+	}
+	ia, errA := netip.ParseAddr(a)
+	ib, errB := netip.ParseAddr(b)
+	if errA == nil && errB == nil {
+		return ia.Unmap() == ib.Unmap()
+	}
+	return strings.EqualFold(a, b)
 }

@@ -16,6 +16,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("[queue]\nvisibility_timeout = 30\n"))
 	f.Add([]byte("server = {listen_addr = \"a:1\"}\n"))
 	f.Add([]byte("[[server]]\nlisten_addr = \"a:1\"\n"))
+	f.Add([]byte("[cluster]\nnode_id = 1\npeers = [\"1@a:1\", \"2@b:2\"]\n"))
 	f.Add([]byte("[auth]\nbootstrap_apikey = \"\\u0000\\\"0123456789abcdef\"\n"))
 	hostname := func() (string, error) { return "fuzz", nil }
 	f.Fuzz(func(t *testing.T, data []byte) {

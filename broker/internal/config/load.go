@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,8 +62,10 @@ type Source struct {
 	Origin Origin
 	// Name is the file's path for FromFile and the variable's name for
 	// FromEnv. For FromDefault it is empty, or says what the default was
-	// derived from: "hostname" for a node ID taken from the host name, "a
-	// quarter of server.memory_limit" for the reassembly budget.
+	// derived from: "hostname" for a node ID or an advertised address
+	// taken from the host name, "server.listen_addr" for an advertised
+	// address that is the client listener's, "a quarter of
+	// server.memory_limit" for the reassembly budget.
 	Name string
 }
 
@@ -178,16 +181,55 @@ func load(path string, data []byte, env []string, hostname func() (string, error
 	}
 	l.applyEnv(env)
 
+	var hostOnce struct {
+		name string
+		err  error
+		done bool
+	}
+	host := func() (string, error) {
+		if !hostOnce.done {
+			hostOnce.name, hostOnce.err = hostname()
+			hostOnce.done = true
+		}
+		return hostOnce.name, hostOnce.err
+	}
+
 	if l.c.Server.NodeID == "" {
 		l.src.keys["server.node_id"] = Source{Origin: FromDefault, Name: "hostname"}
 		delete(l.written, "server.node_id")
-		name, err := hostname()
+		name, err := host()
 		if err != nil {
 			l.errs = append(l.errs, &KeyError{Key: "server.node_id", Source: l.src.keys["server.node_id"],
 				Want: "a node ID; the host name is unavailable (" + err.Error() + ")"})
 			l.failed["server.node_id"] = true
 		}
 		l.c.Server.NodeID = name
+	}
+
+	// In cluster mode, clients are sent to this node by advertise_addr: by
+	// default the client listener's address, or the host name with its
+	// port when it listens on every address. Single-node mode needs none.
+	if l.c.Cluster.Enabled() && l.c.Cluster.AdvertiseAddr == "" {
+		const key = "cluster.advertise_addr"
+		delete(l.written, key)
+		listenHost, listenPort, err := net.SplitHostPort(l.c.Server.ListenAddr)
+		switch {
+		case err != nil:
+			l.failed[key] = true // server.listen_addr's error says it all
+		case !isUnspecified(listenHost):
+			l.src.keys[key] = Source{Origin: FromDefault, Name: "server.listen_addr"}
+			l.c.Cluster.AdvertiseAddr = l.c.Server.ListenAddr
+		default:
+			l.src.keys[key] = Source{Origin: FromDefault, Name: "hostname"}
+			name, err := host()
+			if err != nil {
+				l.errs = append(l.errs, &KeyError{Key: key, Source: l.src.keys[key],
+					Want: "host:port that clients can reach; the host name is unavailable (" + err.Error() + ")"})
+				l.failed[key] = true
+				break
+			}
+			l.c.Cluster.AdvertiseAddr = net.JoinHostPort(name, listenPort)
+		}
 	}
 
 	// The reassembly budget's default follows a memory limit: a quarter of
@@ -303,10 +345,10 @@ func (l *loader) applyFile(path string, data []byte) error {
 				continue
 			}
 			text := render(table[name], f.kind == kindSecret)
-			v, ok := parseValue(f.kind, table[name])
-			if !ok {
+			v, want := parseValue(f.kind, table[name])
+			if want != "" {
 				l.failed[f.key()] = true
-				l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: f.kind.form()})
+				l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: want})
 				continue
 			}
 			l.set(f, v, from, text)
@@ -354,10 +396,10 @@ func (l *loader) applyEnv(env []string) {
 		if f.kind == kindSecret {
 			text = quote(redacted)
 		}
-		v, ok := parseString(f.kind, vars[name])
-		if !ok {
+		v, want := parseString(f.kind, vars[name])
+		if want != "" {
 			l.failed[f.key()] = true
-			l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: f.kind.form()})
+			l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: want})
 			continue
 		}
 		l.set(f, v, from, text)
@@ -460,7 +502,11 @@ func render(v any, secret bool) string {
 	case []map[string]any:
 		s = "an array of tables"
 	case []any:
-		s = "an array"
+		parts := make([]string, len(v))
+		for i, e := range v {
+			parts[i] = render(e, false)
+		}
+		s = "[" + strings.Join(parts, ", ") + "]"
 	default:
 		s = fmt.Sprint(v)
 	}
