@@ -43,7 +43,8 @@ func ReplayCore(t *Transcript, opts CoreOptions) (changed bool, err error) {
 	if _, err := t.CheckHex(false); err != nil {
 		return false, err
 	}
-	r := &coreRun{t: t, opts: opts, b: newBindings(), held: map[uint32][]uint64{}}
+	r := &coreRun{t: t, opts: opts, b: newBindings(), held: map[uint32][]uint64{},
+		outs: map[string][]byte{}, nodeStates: map[string]core.State{}}
 	r.run()
 	if opts.Rewrite {
 		return r.changed, nil
@@ -60,6 +61,12 @@ type coreRun struct {
 	b    *bindings
 	c    *core.Conn
 	now  core.Time
+
+	// A cluster conversation's Router (see corerouter.go), what it wrote
+	// to each node and not yet matched, and each node's last state.
+	rt         *core.Router
+	outs       map[string][]byte
+	nodeStates map[string]core.State
 
 	out    []byte   // written by the core, not yet matched
 	events []string // reported by the core, not yet matched
@@ -130,6 +137,12 @@ func (r *coreRun) run() {
 		m := r.mismatch(nil, "the core wrote bytes after the transcript's last client frame")
 		m.Got = r.describeOut(r.out)
 	}
+	for _, n := range r.t.Nodes {
+		if out := r.outs[n.Addr]; len(out) > 0 {
+			m := r.mismatch(nil, "the router wrote bytes to node "+n.Name+" after the transcript's last client frame")
+			m.Got = r.describeOut(out)
+		}
+	}
 }
 
 func slicesEqual(a, b []string) bool {
@@ -148,6 +161,9 @@ func slicesEqual(a, b []string) bool {
 func (r *coreRun) step(bl *Block) bool {
 	switch bl.kind {
 	case bClientFrame:
+		if r.cluster() {
+			return r.routerClientFrame(bl)
+		}
 		return r.clientFrame(bl)
 	case bServerFrame:
 		raw, err := bl.frame.encode(r.b)
@@ -155,15 +171,28 @@ func (r *coreRun) step(bl *Block) bool {
 			r.mismatch(bl, err.Error())
 			return false
 		}
+		if r.cluster() {
+			return r.routerStep(bl, raw)
+		}
 		return r.receive(bl, raw)
 	case bServerRaw:
+		if r.cluster() {
+			return r.routerStep(bl, bl.raw)
+		}
 		return r.receive(bl, bl.raw)
+	case bServerClose, bClientClose:
+		if r.cluster() {
+			return r.routerStep(bl, nil)
+		}
 	case bClientRaw:
 		r.mismatch(bl, "raw client bytes cannot come from the core: the transcript should not target core")
 		return false
 	case bTick:
-		if r.c != nil {
-			r.now = r.now.Add(bl.dur)
+		r.now = r.now.Add(bl.dur)
+		switch {
+		case r.rt != nil:
+			r.rt.Tick(r.now)
+		case r.c != nil:
 			r.c.Tick(r.now)
 		}
 	}
@@ -329,6 +358,10 @@ func (r *coreRun) settleable(sub uint32, n int) []uint64 {
 
 // drain collects the core's Readys: bytes into out, events into events.
 func (r *coreRun) drain() {
+	if r.rt != nil {
+		r.drainRouter()
+		return
+	}
 	if r.c == nil {
 		return
 	}
@@ -348,28 +381,7 @@ func (r *coreRun) drain() {
 func (r *coreRun) record(rd core.Ready) {
 	rn := renderer{n: bound{r.b}}
 	str := func(s string) string { return strconv.Quote(r.b.interpolate(s)) }
-	errText := func(err error) string {
-		if errors.Is(err, core.ErrConnectionLost) {
-			// Lost with the connection: the text says why.
-			return "error=" + str(err.Error())
-		}
-		var re *core.RequestError
-		if errors.As(err, &re) {
-			s := "error=" + re.Code.String()
-			if re.Message != "" {
-				s += " message=" + str(re.Message)
-			}
-			if re.LeaderHint != "" {
-				s += " leader_hint=" + str(re.LeaderHint)
-			}
-			return s
-		}
-		var ce *wire.ConnError
-		if errors.As(err, &ce) {
-			return "error=" + ce.Code.String() + " reason=" + str(ce.Reason)
-		}
-		return "error=" + str(err.Error())
-	}
+	errText := r.errText
 	for _, cp := range rd.Completions {
 		line := fmt.Sprintf("completion req=%d %v", cp.RequestID, cp.Op)
 		if cp.Err != nil {
@@ -410,12 +422,48 @@ func (r *coreRun) record(rd core.Ready) {
 	if st := rd.State; st != nil {
 		prev := r.state
 		r.state = *st
+		r.stateEvents("", prev, *st)
+	}
+}
+
+// errText renders an error of an event.
+func (r *coreRun) errText(err error) string {
+	str := func(s string) string { return strconv.Quote(r.b.interpolate(s)) }
+	if errors.Is(err, core.ErrConnectionLost) {
+		// Lost with the connection: the text says why.
+		return "error=" + str(err.Error())
+	}
+	var re *core.RequestError
+	if errors.As(err, &re) {
+		s := "error=" + re.Code.String()
+		if re.Message != "" {
+			s += " message=" + str(re.Message)
+		}
+		if re.LeaderHint != "" {
+			s += " leader_hint=" + str(re.LeaderHint)
+		}
+		return s
+	}
+	var ce *wire.ConnError
+	if errors.As(err, &ce) {
+		return "error=" + ce.Code.String() + " reason=" + str(ce.Reason)
+	}
+	return "error=" + str(err.Error())
+}
+
+// stateEvents renders a connection's state changes from prev to st, each
+// line starting with prefix.
+func (r *coreRun) stateEvents(prefix string, prev, st core.State) {
+	rn := renderer{n: bound{r.b}}
+	str := func(s string) string { return strconv.Quote(r.b.interpolate(s)) }
+	add := func(line string) { r.events = append(r.events, prefix+line) }
+	{
 		if st.Handshaken && !prev.Handshaken {
 			caps := make([]string, len(st.Capabilities))
 			for i, c := range st.Capabilities {
 				caps[i] = strconv.Quote(c)
 			}
-			r.events = append(r.events, fmt.Sprintf("handshaken version=%d node_id=%s server_name=%s max_frame_size=%d capabilities=[%s]",
+			add(fmt.Sprintf("handshaken version=%d node_id=%s server_name=%s max_frame_size=%d capabilities=[%s]",
 				st.Version, rn.value("node_id", reflect.Value{}, reflect.ValueOf(st.NodeID)),
 				rn.value("server_name", reflect.Value{}, reflect.ValueOf(st.ServerName)),
 				st.ServerMaxFrame, strings.Join(caps, " ")))
@@ -428,10 +476,10 @@ func (r *coreRun) record(rd core.Ready) {
 			if st.LeaderHint != "" {
 				line += " leader_hint=" + str(st.LeaderHint)
 			}
-			r.events = append(r.events, line)
+			add(line)
 		}
 		if st.Failed && !prev.Failed {
-			r.events = append(r.events, "failed "+errText(st.Err))
+			add("failed " + r.errText(st.Err))
 		}
 	}
 }

@@ -34,6 +34,7 @@ func FuzzLayout(f *testing.F) {
 // and what it accepts must format to text it parses to the same text.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("client\nPing req=2 nonce=$n\n----\n00000008 0003 0000 00000002 0000000000000001\n"))
+	f.Add([]byte("nodes a=h:1 b=h:2\n\ntargets core\n\nclient @b\nPing req=2 nonce=$n\n\nserver close @a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr, err := Parse("fuzz", data)
 		if err != nil {

@@ -25,7 +25,8 @@ type RecordOptions struct {
 // a transcript that targets core) the core's events, from a core replay.
 // The transcript's Name is sc.Name; its Path is empty.
 //
-// Placeholders: every non-zero UUID ($id1, ...); leases ($lease1, keyed by
+// Placeholders: every non-zero UUID ($id1, ...; a client's producer ID is
+// $producer1); leases ($lease1, keyed by
 // message ID and lease, so a lease reused by another message is another
 // placeholder); each timestamp (fields ending _at_ms: $enqueued1,
 // $deadline1, ...) on its own; node IDs, server names, API key IDs and
@@ -227,6 +228,13 @@ var stringPlaceholders = map[string]string{
 func (n *recNamer) placeholder(name string, parent, v reflect.Value) (string, bool) {
 	k := kindOf(v.Type())
 	switch {
+	case name == "producer_id" && k == kUUID:
+		// Clients draw their producer IDs at random.
+		key := "uuid:" + textOf(v)
+		if ph, ok := n.seen[key]; ok {
+			return ph, true
+		}
+		return n.fresh("producer", v, name, key), true
 	case k == kUUID:
 		key := "uuid:" + textOf(v)
 		if ph, ok := n.seen[key]; ok {

@@ -51,10 +51,21 @@ type Transcript struct {
 	// Fresh says the transcript needs a broker no other transcript has
 	// used (its answers depend on everything the broker holds).
 	Fresh bool
+	// Nodes are the nodes of a cluster conversation, from the nodes
+	// directive: the client speaks to several, one connection each, and
+	// each frame block names its node (@name). Empty for one connection.
+	Nodes []Node
 	// Blocks are the blocks in file order.
 	Blocks []*Block
 
 	tail []string // comment and blank lines after the last block
+}
+
+// A Node is one node of a cluster conversation.
+type Node struct {
+	// Name is how blocks name it (client @a), Addr its client address
+	// (host:port), as leader hints give it.
+	Name, Addr string
 }
 
 // A Block is one block of a transcript.
@@ -62,10 +73,13 @@ type Block struct {
 	// Line is the line number of the directive, from 1.
 	Line int
 	// Directive is the first word of the directive line: client, server,
-	// events, tick, targets or broker.
+	// events, tick, targets, broker or nodes.
 	Directive string
 	// Args are the other words of the directive line.
 	Args []string
+	// Node is the node of a frame or close block of a cluster
+	// conversation (its @name argument); "" for the first node.
+	Node string
 	// Input are the lines between the directive and the ---- line.
 	Input []string
 	// Output are the lines after the ---- line.
@@ -185,7 +199,48 @@ func Parse(name string, data []byte) (*Transcript, error) {
 	}
 	t.Doc = strings.TrimSuffix(t.Doc, "\n")
 	t.tail = pre
+	if err := t.checkNodes(); err != nil {
+		return nil, &ParseError{Name: name, Line: err.line, Err: err.err}
+	}
 	return t, nil
+}
+
+type lineError struct {
+	line int
+	err  error
+}
+
+// checkNodes checks that blocks name declared nodes, and that a cluster
+// conversation is for the core alone: the live broker and the fake broker
+// speak one connection.
+func (t *Transcript) checkNodes() *lineError {
+	for _, b := range t.Blocks {
+		if b.Node != "" && t.node(b.Node) == nil {
+			return &lineError{b.Line, fmt.Errorf("%s @%s: no such node (declare it: nodes %s=host:port)", b.Directive, b.Node, b.Node)}
+		}
+	}
+	if len(t.Nodes) > 0 && (len(t.Targets) == 0 || slices.ContainsFunc(t.Targets, func(s string) bool { return s != "core" })) {
+		return &lineError{1, errors.New("a transcript with nodes replays against the core only: add targets core")}
+	}
+	return nil
+}
+
+// node returns the node named name, nil if none.
+func (t *Transcript) node(name string) *Node {
+	for i := range t.Nodes {
+		if t.Nodes[i].Name == name {
+			return &t.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// addrOf returns the address of bl's node: its @name, or the first.
+func (t *Transcript) addrOf(bl *Block) string {
+	if bl.Node == "" {
+		return t.Nodes[0].Addr
+	}
+	return t.node(bl.Node).Addr
 }
 
 func (t *Transcript) interpret(b *Block) error {
@@ -212,6 +267,22 @@ func (t *Transcript) interpret(b *Block) error {
 			}
 		}
 		return nil
+	case "nodes":
+		b.kind = bHeader
+		if len(b.Args) == 0 {
+			return fmt.Errorf("nodes: want one or more name=host:port")
+		}
+		for _, a := range b.Args {
+			name, addr, ok := strings.Cut(a, "=")
+			if !ok || name == "" || addr == "" {
+				return fmt.Errorf("nodes: want name=host:port, have %q", a)
+			}
+			if t.node(name) != nil {
+				return fmt.Errorf("nodes: %s twice", name)
+			}
+			t.Nodes = append(t.Nodes, Node{Name: name, Addr: addr})
+		}
+		return nil
 	case "events":
 		b.kind = bEvents
 		return nil
@@ -231,11 +302,25 @@ func (t *Transcript) interpret(b *Block) error {
 		return fmt.Errorf("unknown directive %q", b.Directive)
 	}
 	client := b.Directive == "client"
-	mode := ""
-	if len(b.Args) > 0 {
-		mode = b.Args[0]
+	var args []string
+	for _, a := range b.Args {
+		if name, ok := strings.CutPrefix(a, "@"); ok {
+			if b.Node != "" || name == "" {
+				return fmt.Errorf("%s: want one @node", b.Directive)
+			}
+			if len(t.Nodes) == 0 {
+				return fmt.Errorf("%s %s: declare the nodes first (nodes %s=host:port)", b.Directive, a, name)
+			}
+			b.Node = name
+			continue
+		}
+		args = append(args, a)
 	}
-	if len(b.Args) > 1 {
+	mode := ""
+	if len(args) > 0 {
+		mode = args[0]
+	}
+	if len(args) > 1 {
 		return fmt.Errorf("%s: too many arguments", b.Directive)
 	}
 	switch mode {

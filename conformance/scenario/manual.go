@@ -14,15 +14,6 @@ import (
 // resource). They drive the client in client mode; Record skips them.
 var manual = []conformance.Scenario{
 	{
-		Name: "errors/not_leader", Manual: true,
-		Run: func(ctx context.Context, s *conformance.Session) error {
-			return oneCall(ctx, s, fila.ErrNotLeader, func(c *fila.Client) error {
-				_, err := c.Producer().Enqueue(ctx, "er.led-elsewhere", []byte("x"))
-				return err
-			})
-		},
-	},
-	{
 		Name: "errors/unavailable_goaway", Manual: true,
 		Run: func(ctx context.Context, s *conformance.Session) error {
 			c, err := connect(ctx, s)

@@ -76,6 +76,11 @@ type Completion struct {
 	// Err is a *RequestError when the broker answered with an Error frame,
 	// or wraps ErrConnectionLost when the connection failed first.
 	Err error
+
+	// unsent marks a request lost with its connection before it was
+	// written: it was held for the handshake, so a Router may send it
+	// again whatever it is.
+	unsent bool
 }
 
 // A RequestError is the broker's Error frame answering a request.
@@ -114,10 +119,16 @@ type Expiry struct {
 type SubscriptionEnd struct {
 	Subscription uint32
 	Err          error
+
+	// held are the leases the application still held when an Error
+	// ended the subscription, in order: a Router adopts them into the
+	// subscription it opens on the new leader.
+	held []uint64
 }
 
 // A Redirect reports a request answered with NOT_LEADER: the shell should
-// connect to LeaderHint (when not empty) and send Request again there.
+// connect to LeaderHint (when not empty) and send Request again there. A
+// Router does so itself.
 type Redirect struct {
 	RequestID  uint32
 	Op         wire.Opcode
@@ -228,6 +239,7 @@ type subscription struct {
 	// gave back the credit of an expired lease that the application had
 	// already settled.
 	prefetch    uint32
+	asked       uint32 // the prefetch the Subscribe asked of the broker
 	outstanding uint32
 	held        map[uint64]struct{}
 	unreturned  uint32
@@ -436,14 +448,39 @@ func (c *Conn) Enqueue(msgs []wire.EnqueueMessage) (uint32, error) {
 // The Completion carries SubscribeOk, with the credit the broker granted,
 // or the failure; deliveries follow in DeliveryBatches with this ID.
 func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit) (uint32, error) {
+	return c.subscribe(queue, prefetch, limits, nil)
+}
+
+// subscribe opens a subscription whose application already holds the
+// deliveries of held, adopted from a subscription of the same queue that
+// ended elsewhere (a leader change): it asks the broker for the credit
+// left, prefetch less what is held, so that settling those deliveries
+// returns credit here and the application never holds more than
+// prefetch. With nothing left it asks for 1 and withholds one credit
+// later (debt), since a prefetch of 0 would ask for the broker's cap.
+func (c *Conn) subscribe(queue string, prefetch uint32, limits []wire.RateLimit, held []uint64) (uint32, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
-	f := &wire.Subscribe{Queue: queue, Prefetch: prefetch, RateLimits: limits}
+	s := &subscription{prefetch: prefetch, held: make(map[uint64]struct{}, len(held))}
+	for _, l := range held {
+		s.held[l] = struct{}{}
+	}
+	ask := prefetch
+	if h := uint32(len(s.held)); prefetch > 0 && h > 0 {
+		if h < prefetch {
+			ask = prefetch - h
+		} else {
+			ask = 1
+			s.debt = h + 1 - prefetch
+		}
+	}
+	s.asked, s.outstanding = ask, ask
+	f := &wire.Subscribe{Queue: queue, Prefetch: ask, RateLimits: limits}
 	id := c.allocID()
 	p := &pending{op: wire.OpSubscribe, req: f}
 	c.pending[id] = p
-	c.subs[id] = &subscription{prefetch: prefetch, outstanding: prefetch, held: map[uint64]struct{}{}}
+	c.subs[id] = s
 	c.transmit(id, p)
 	return id, nil
 }
@@ -705,7 +742,7 @@ func (c *Conn) handle(h wire.Header, body []byte) error {
 			}
 			if s, isSub := c.subs[h.RequestID]; isSub && s.active {
 				delete(c.subs, h.RequestID)
-				c.ended = append(c.ended, SubscriptionEnd{Subscription: h.RequestID, Err: requestError(ef)})
+				c.ended = append(c.ended, SubscriptionEnd{Subscription: h.RequestID, Err: requestError(ef), held: sortedKeys64(s.held)})
 				return nil
 			}
 		}
@@ -812,15 +849,22 @@ func (c *Conn) succeeded(id uint32, p *pending, f wire.Frame) error {
 		}
 	case *wire.SubscribeOk:
 		s := c.subs[id]
-		if s.prefetch > 0 && (resp.Prefetch == 0 || resp.Prefetch > s.prefetch) {
-			return violation("SubscribeOk grants prefetch %d to subscription %d, which asked for %d", resp.Prefetch, id, s.prefetch)
+		if s.asked > 0 && (resp.Prefetch == 0 || resp.Prefetch > s.asked) {
+			return violation("SubscribeOk grants prefetch %d to subscription %d, which asked for %d", resp.Prefetch, id, s.asked)
 		}
 		s.active = true
-		if resp.Prefetch != s.prefetch {
-			// The broker capped the credit (or granted a limit where none
-			// was asked): it may deliver no more than it says.
-			s.prefetch = resp.Prefetch
+		switch {
+		case resp.Prefetch == s.asked:
+		case s.asked == 0:
+			// A limit where none was asked (the broker's cap): it may
+			// deliver no more than it says, beside what is held.
+			s.prefetch = resp.Prefetch + uint32(len(s.held))
 			s.outstanding = resp.Prefetch
+		default:
+			// The broker capped the credit.
+			cut := s.asked - resp.Prefetch
+			s.prefetch -= cut
+			s.outstanding -= cut
 		}
 	case *wire.UnsubscribeOk:
 		sub := p.req.(*wire.Unsubscribe).Subscription
@@ -906,7 +950,8 @@ func (c *Conn) fail(err error) {
 				c.completions = append(c.completions, Completion{RequestID: g.id, Op: g.op, Request: g.req, Err: lost})
 			}
 		default:
-			c.completions = append(c.completions, Completion{RequestID: id, Op: p.op, Request: p.req, Err: lost})
+			c.completions = append(c.completions, Completion{RequestID: id, Op: p.op, Request: p.req, Err: lost,
+				unsent: slices.Contains(c.held, id)})
 		}
 	}
 	c.pending = map[uint32]*pending{}
@@ -921,7 +966,12 @@ func (c *Conn) fail(err error) {
 
 // HasReady reports whether Ready has anything for the shell.
 func (c *Conn) HasReady() bool {
-	return len(c.out) > 0 || len(c.completions) > 0 || len(c.deliveries) > 0 ||
+	return len(c.out) > 0 || c.hasEvents()
+}
+
+// hasEvents reports whether a Ready would have anything besides Out.
+func (c *Conn) hasEvents() bool {
+	return len(c.completions) > 0 || len(c.deliveries) > 0 ||
 		len(c.expired) > 0 || len(c.ended) > 0 || len(c.redirects) > 0 || c.dirty
 }
 
@@ -946,7 +996,20 @@ func (c *Conn) Ready() Ready {
 
 // Advance acknowledges that rd was handled; its slices may be reused.
 func (c *Conn) Advance(rd Ready) {
-	c.out = c.out[:copy(c.out, c.out[len(rd.Out):])]
+	c.advanceOut(len(rd.Out))
+	c.advanceEvents(rd)
+}
+
+// advanceOut drops the first n bytes of Out, which the shell has written.
+func (c *Conn) advanceOut(n int) {
+	if n > 0 {
+		c.out = c.out[:copy(c.out, c.out[n:])]
+	}
+}
+
+// advanceEvents acknowledges rd's events, leaving Out: a Router takes a
+// connection's events at once and its bytes when its shell has them.
+func (c *Conn) advanceEvents(rd Ready) {
 	c.completions = trim(c.completions, len(rd.Completions))
 	c.deliveries = trim(c.deliveries, len(rd.Deliveries))
 	c.expired = trim(c.expired, len(rd.Expired))
@@ -963,6 +1026,18 @@ func trim[T any](s []T, n int) []T {
 	rest := copy(s, s[n:])
 	clear(s[rest:])
 	return s[:rest]
+}
+
+func sortedKeys64(m map[uint64]struct{}) []uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func sortedKeys[V any](m map[uint32]V) []uint32 {

@@ -57,6 +57,39 @@
 // the call returned, with the results joined in order; a shell need not
 // know the cap.
 //
+// # Clusters: the Router
+//
+// A Conn speaks to one node. A Router speaks to a cluster: it keeps a Conn
+// per node it needs, a routing table from queue to leader (and from the
+// meta group to its leader, for admin operations), and follows leadership
+// as it moves. The shell hands it requests without naming a node; the
+// Router picks the node, asks the shell to dial it (RouterReady.Dial),
+// follows NOT_LEADER redirects (at most RouterConfig.MaxRedirects per
+// request, with backoff while an election leaves no hint), resends what
+// was in flight on a connection that failed when that is safe (an Enqueue
+// stamped with the producer ID and a sequence, a settle, a read), and
+// opens again a subscription that ended with NOT_LEADER on the new leader,
+// with the credit its unsettled deliveries leave.
+//
+//	r := core.NewRouter(core.RouterConfig{Seeds: []string{"a:5555", "b:5555"}, ProducerID: id})
+//	r.Tick(now)
+//	id, _ := r.Enqueue(msgs, deadline)
+//	for r.HasReady() {
+//		rd := r.Ready()
+//		for _, addr := range rd.Dial { ... }   // dial; then r.Connected(addr) or r.DialFailed(addr, err)
+//		for _, w := range rd.Writes { ... }    // write w.Out to w.Addr's connection
+//		for _, addr := range rd.Close { ... }  // close it
+//		...                                    // completions, deliveries, ended, as for a Conn
+//		r.Advance(rd)
+//	}
+//	r.Receive(addr, buf[:n])               // bytes read from addr's connection
+//	r.ConnLost(addr, err)                  // addr's connection failed
+//
+// The Router is in this package, beside Conn, rather than in one of its
+// own: it drives Conns through unexported hooks (their events are taken
+// at once, their bytes when the shell writes them) and shares their
+// determinism rules.
+//
 // # Determinism
 //
 // The same sequence of calls with the same arguments produces the same

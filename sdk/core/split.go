@@ -4,34 +4,45 @@ import "github.com/fila-mq/fila/sdk/core/wire"
 
 // splitBatch returns the parts of a batch request with more than max
 // items, each of at most max items, in order, sharing f's items; nil when
-// f is not a batch request or fits in one.
+// f is not a batch request or fits in one. The parts of a stamped Enqueue
+// keep each message's sequence: a part starting at message k has the
+// frame's sequence plus k.
 func splitBatch(f wire.Frame, max int) []wire.Frame {
 	switch f := f.(type) {
 	case *wire.Enqueue:
-		return split(f.Messages, max, func(s []wire.EnqueueMessage) wire.Frame { return &wire.Enqueue{Messages: s} })
+		return split(f.Messages, max, func(s []wire.EnqueueMessage, off int) wire.Frame { return subEnqueue(f, s, off) })
 	case *wire.Ack:
-		return split(f.Items, max, func(s []wire.LeaseRef) wire.Frame { return &wire.Ack{Items: s} })
+		return split(f.Items, max, func(s []wire.LeaseRef, _ int) wire.Frame { return &wire.Ack{Items: s} })
 	case *wire.Nack:
-		return split(f.Items, max, func(s []wire.NackItem) wire.Frame { return &wire.Nack{Items: s} })
+		return split(f.Items, max, func(s []wire.NackItem, _ int) wire.Frame { return &wire.Nack{Items: s} })
 	case *wire.RetryAfter:
-		return split(f.Items, max, func(s []wire.RetryAfterItem) wire.Frame { return &wire.RetryAfter{Items: s} })
+		return split(f.Items, max, func(s []wire.RetryAfterItem, _ int) wire.Frame { return &wire.RetryAfter{Items: s} })
 	case *wire.ExtendLease:
-		return split(f.Items, max, func(s []wire.ExtendLeaseItem) wire.Frame { return &wire.ExtendLease{Items: s} })
+		return split(f.Items, max, func(s []wire.ExtendLeaseItem, _ int) wire.Frame { return &wire.ExtendLease{Items: s} })
 	case *wire.Release:
-		return split(f.Items, max, func(s []wire.LeaseRef) wire.Frame { return &wire.Release{Items: s} })
+		return split(f.Items, max, func(s []wire.LeaseRef, _ int) wire.Frame { return &wire.Release{Items: s} })
 	}
 	return nil
 }
 
-func split[T any](items []T, max int, frame func([]T) wire.Frame) []wire.Frame {
+// subEnqueue returns an Enqueue of msgs, which start at message off of e,
+// with e's producer ID and their own sequence.
+func subEnqueue(e *wire.Enqueue, msgs []wire.EnqueueMessage, off int) *wire.Enqueue {
+	sub := &wire.Enqueue{Messages: msgs, ProducerID: e.ProducerID}
+	if e.ProducerID != ([16]byte{}) {
+		sub.Sequence = e.Sequence + uint64(off)
+	}
+	return sub
+}
+
+func split[T any](items []T, max int, frame func(s []T, off int) wire.Frame) []wire.Frame {
 	if max <= 0 || len(items) <= max {
 		return nil
 	}
 	parts := make([]wire.Frame, 0, (len(items)+max-1)/max)
-	for len(items) > 0 {
-		n := min(len(items), max)
-		parts = append(parts, frame(items[:n:n]))
-		items = items[n:]
+	for off := 0; off < len(items); off += max {
+		n := min(len(items)-off, max)
+		parts = append(parts, frame(items[off:off+n:off+n], off))
 	}
 	return parts
 }

@@ -15,26 +15,65 @@
 // # Connection life
 //
 // The client is an I/O shell over the sans-io core (sdk/core): one owner
-// goroutine per client drives the core, a second reads the socket, a third
-// writes it, and every call hands its request to the owner and waits for
-// the result or its context. All methods are safe for concurrent use.
+// goroutine per client drives the core's Router, and each connection has
+// a goroutine reading its socket and one writing it; every call hands its
+// request to the owner and waits for the result or its context. All
+// methods are safe for concurrent use.
 //
-// The owner never waits on the socket: while a write waits for the broker
+// The owner never waits on a socket: while a write waits for the broker
 // (which stops reading a client that does not read its answers), the
 // client goes on reading answers and deliveries. When more than 4 MiB of
-// requests wait to be written, calls wait, bounded by their context, until
-// the socket takes them: a producer that outruns the network is slowed
-// instead of buffered without bound.
+// requests wait to be written to a connection, calls wait, bounded by
+// their context, until the socket takes them: a producer that outruns the
+// network is slowed instead of buffered without bound.
 //
-// When the connection fails, requests in flight fail with an error
-// wrapping ErrConnectionLost (the broker may or may not have applied them;
-// they are never resent silently), and the client reconnects with
-// exponential backoff and full jitter (see WithReconnect). Open
-// subscriptions are subscribed again on the new connection and keep their
-// channels; calls made while the client is reconnecting wait for the new
-// connection, bounded by their context. A broker that answers the
+// When a connection fails, the requests in flight on it that are safe to
+// repeat are sent again once a connection is back: Enqueues (each carries
+// the producer's ID and a sequence, so the broker answers a resent one
+// with the IDs it stored the first time, Duplicate set, and enqueues
+// nothing twice), Acks, Nacks, RetryAfters, ExtendLeases, Releases
+// (which name the message and its lease; a second one finds the lease
+// settled) and reads. The others (admin writes) fail with an error
+// wrapping ErrConnectionLost: the broker may or may not have applied them.
+// The client reconnects with exponential backoff and full jitter (see
+// WithReconnect), when a call or a subscription needs the node again.
+// Open subscriptions are subscribed again on the new connection and keep
+// their channels; calls made while the client is reconnecting wait for
+// the new connection, bounded by their context. A broker that answers the
 // handshake with UNAUTHORIZED or UNSUPPORTED_VERSION ends the client:
 // every later call fails with ErrClosed wrapping that error.
+//
+// # Clusters
+//
+// Connect takes the addresses of several nodes of a cluster, separated by
+// commas ("a:5555,b:5555,c:5555"); one address, the only form before
+// clusters, is a cluster of one. Each queue is served by its leader (the
+// leader of the queue's Raft group), admin operations by the meta group's
+// leader. The client keeps a connection to each node it needs, dialled
+// when first needed, and a table of which node leads which queue:
+//
+//   - A request goes to its queue's leader as far as the client knows, or
+//     else to the first seed it can reach. A node that does not lead the
+//     queue answers NOT_LEADER naming the leader, and the client sends the
+//     request there, following at most 8 such redirects before the call
+//     fails with *StatusError NOT_LEADER (errors.Is ErrNotLeader).
+//   - During an election no node can name a leader: the client sends the
+//     request again after 50ms, then 100ms, doubling up to 1s, until it is
+//     answered or its context's deadline would pass (without a deadline,
+//     for 30s); then the call fails with NOT_LEADER.
+//   - Concurrent Sends are coalesced per leader (see Producer.Send), and a
+//     SendBatch or AckAll whose queues have different leaders is sent as
+//     one request to each, with the results joined in order.
+//   - When a queue's leader fails or steps down, its subscriptions end
+//     there with NOT_LEADER (or with the connection), and the client
+//     subscribes again on the new leader, keeping the channel. Deliveries
+//     received from the old leader stay valid: their leases are
+//     replicated, and their Ack, Nack and the rest go to the new leader.
+//     After a NOT_LEADER the new subscription asks for the credit those
+//     unsettled deliveries leave, so the application never holds more
+//     than its prefetch.
+//   - A node that sends GoAway (it is shutting down or draining) takes no
+//     new requests; the node it names takes its place.
 //
 // # Errors
 //
@@ -56,6 +95,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +110,11 @@ import (
 const Version = "0.1.0"
 
 // ErrConnectionLost is wrapped by the errors of calls whose connection
-// failed while they were in flight: the broker may or may not have applied
-// them, and the client does not resend them.
+// failed while they were in flight and that the client does not send
+// again because repeating them is not safe (admin writes such as
+// CreateQueue): the broker may or may not have applied them. It also ends
+// the subscriptions of a client whose connection failed for good
+// (WithoutReconnect).
 var ErrConnectionLost = core.ErrConnectionLost
 
 // An Option configures Connect.
@@ -190,18 +234,21 @@ func WithMaxBatch(n, b int) Option {
 // under a millisecond often fire late, so it rarely pays.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
-// WithReconnect sets the backoff between attempts to reconnect after the
-// connection fails: the n-th wait is drawn uniformly from [0, min(max,
-// min·2ⁿ)) ("full jitter", M. Brooker, "Exponential Backoff And Jitter",
-// AWS Architecture Blog, 2015). Defaults: 100ms and 5s. Attempts go on
-// until Close, or until the broker refuses the API key or the protocol
-// version.
+// WithReconnect sets the backoff between attempts to connect to a node
+// after its connection failed or could not be made: the n-th wait is
+// drawn uniformly from [0, min(max, min·2ⁿ)) ("full jitter", M. Brooker,
+// "Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
+// Defaults: 100ms and 5s. A node is dialled again when a call or a
+// subscription needs it; meanwhile requests go to the other nodes, if any.
+// Attempts go on until Close, or until a broker refuses the API key or
+// the protocol version.
 func WithReconnect(min, max time.Duration) Option {
 	return func(o *options) { o.reconnect, o.backoffMin, o.backoffMax = true, min, max }
 }
 
-// WithoutReconnect makes a failed connection final: the client ends, and
-// every later call fails with ErrClosed wrapping the failure.
+// WithoutReconnect makes a failed connection, or a failed dial of a node
+// the client was redirected to, final: the client ends, and every later
+// call fails with ErrClosed wrapping the failure.
 func WithoutReconnect() Option { return func(o *options) { o.reconnect = false } }
 
 // WithDrainTimeout bounds how long Close waits for requests in flight;
@@ -218,11 +265,13 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 	return func(o *options) { o.dialer = dial }
 }
 
-// Client is a connection to a broker. Get its handles with Producer,
-// Consumer and Admin. Close it when done.
+// Client is a connection to a broker, or to the nodes of a cluster that
+// it needs. Get its handles with Producer, Consumer and Admin. Close it
+// when done.
 type Client struct {
-	addr string
-	opts options
+	addr  string   // as given to Connect
+	seeds []string // its addresses
+	opts  options
 
 	reqs      chan *op      // calls for the owner goroutine
 	acc       accumulator   // messages of Sends for the owner goroutine
@@ -246,10 +295,15 @@ type Client struct {
 }
 
 // Connect dials addr ("host:port"), performs the handshake and returns a
-// ready client. The first attempt is not retried: Connect fails with the
-// dial's error, the TLS handshake's, or the protocol handshake's
-// (errors.Is ErrUnauthorized for a bad API key, ErrUnsupportedVersion),
-// or ctx's. Reconnection applies from then on.
+// ready client. addr may list several seed nodes of a cluster, separated
+// by commas ("a:5555,b:5555,c:5555"): Connect dials them in order until
+// one accepts the TCP (and TLS) connection, and the client asks the seeds,
+// first the one it is connected to, where each queue's leader is (see
+// "Clusters" in the package documentation). The first attempt is not
+// retried: Connect fails with the dial's error (each seed's, joined), the
+// TLS handshake's, or the protocol handshake's (errors.Is ErrUnauthorized
+// for a bad API key, ErrUnsupportedVersion), or ctx's. Reconnection
+// applies from then on.
 func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	o := options{
 		dialTimeout:  10 * time.Second,
@@ -282,8 +336,13 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		return nil, fmt.Errorf("fila: connect %s: %w", addr, err)
 	}
 
+	seeds := splitSeeds(addr)
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("fila: connect %q: no address", addr)
+	}
 	c := &Client{
 		addr:    addr,
+		seeds:   seeds,
 		opts:    o,
 		reqs:    make(chan *op, 1024),
 		kick:    make(chan struct{}, 1),
@@ -297,12 +356,28 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 
 	dctx, cancel := context.WithTimeout(ctx, o.dialTimeout)
 	defer cancel()
-	s, err := c.dial(dctx, addr, 1)
-	if err != nil {
-		return nil, fmt.Errorf("fila: connect %s: %w", addr, err)
+	l := newLoop(c)
+	var s *session
+	var errs []error
+	for _, a := range seeds {
+		var err error
+		if s, err = c.dial(dctx, a, l); err == nil {
+			break
+		}
+		if len(seeds) > 1 {
+			err = fmt.Errorf("%s: %w", a, err)
+		}
+		errs = append(errs, err)
+		if dctx.Err() != nil {
+			break
+		}
+	}
+	if s == nil {
+		l.stopDials()
+		return nil, fmt.Errorf("fila: connect %s: %w", addr, errors.Join(errs...))
 	}
 	ready := make(chan error, 1)
-	go c.run(s, ready)
+	go c.run(l, s, ready)
 	select {
 	case err := <-ready:
 		if err != nil {
@@ -315,6 +390,18 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		<-c.done
 		return nil, fmt.Errorf("fila: connect %s: handshake: %w", addr, dctx.Err())
 	}
+}
+
+// splitSeeds splits Connect's address into its comma-separated seeds,
+// trimming spaces and dropping empty ones.
+func splitSeeds(addr string) []string {
+	var seeds []string
+	for a := range strings.SplitSeq(addr, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(seeds, a) {
+			seeds = append(seeds, a)
+		}
+	}
+	return seeds
 }
 
 // loadTLS reads the CA and client certificate files into o.tls.
@@ -357,7 +444,8 @@ func (c *Client) Consumer() *Consumer { return c.consumer }
 // keys.
 func (c *Client) Admin() *Administrator { return c.admin }
 
-// NodeID returns the ID of the broker node of the current connection.
+// NodeID returns the ID of the broker node of the current connection:
+// the node requests whose leader is not known go to.
 func (c *Client) NodeID() string {
 	if st := c.state.Load(); st != nil {
 		return st.NodeID
@@ -378,9 +466,11 @@ func (c *Client) ServerName() string {
 type Stats struct {
 	// EnqueueFrames and EnqueuedMessages count the Enqueue requests sent
 	// and the messages in them; their ratio is the mean batch size that
-	// SendBatch and coalescing achieved.
+	// SendBatch and coalescing achieved. A request split across leaders
+	// counts once.
 	EnqueueFrames, EnqueuedMessages uint64
-	// Reconnects counts the connections made after the first.
+	// Reconnects counts the connections made after the first: to the
+	// same node after a failure, or to another node of a cluster.
 	Reconnects uint64
 }
 

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/fila-mq/fila/sdk/core"
@@ -34,49 +34,57 @@ const (
 	maxWriteBuffer = 2 * maxWriteBacklog
 )
 
-// session is one connection attempt: a socket, the core that speaks the
-// protocol over it, a goroutine reading the socket and one writing it.
-// The owner goroutine owns the session; the reader and the writer exit
-// once the socket is closed.
+// session is one connection to a node: a socket, a goroutine reading it
+// and one writing it. The bytes it carries are the Router's (sdk/core),
+// which the owner goroutine drives; the owner owns the session, and the
+// reader and the writer exit once the socket is closed. The reader hands
+// what it reads, and then its error, to the owner on the loop's channel
+// in, in order; the writer hands each buffer back on wrote.
 //
-// The owner never writes to the socket itself. It copies each Ready's Out
-// into a buffer (out) and hands that buffer to the writer whenever the
-// writer is idle, taking back the one the writer finished: two buffers
-// alternate, writes stay in order, and each hand-over is written at once
-// (in writeChunk pieces). So the owner goes on consuming what the reader
-// receives while a write waits for the broker. The broker stops reading
-// a connection whose answers it cannot write (server.max_outbound_size);
-// an owner blocked in a write would stop consuming the answers, the
-// reader would stop reading them, and the two ends would wait on each
-// other until the broker's write timeout closed the connection.
+// The owner never writes to the socket itself. It copies each Ready's
+// Writes into a buffer (out) and hands that buffer to the writer whenever
+// the writer is idle, taking back the one the writer finished: two
+// buffers alternate, writes stay in order, and each hand-over is written
+// at once (in writeChunk pieces). So the owner goes on consuming what the
+// readers receive while a write waits for the broker. The broker stops
+// reading a connection whose answers it cannot write
+// (server.max_outbound_size); an owner blocked in a write would stop
+// consuming the answers, the reader would stop reading them, and the two
+// ends would wait on each other until the broker's write timeout closed
+// the connection.
 type session struct {
-	epoch   uint64 // counts sessions from 1; deliveries remember theirs
 	addr    string
 	nc      net.Conn
-	conn    *core.Conn
-	in      chan []byte // chunks read from the socket
-	free    chan []byte // chunks handed back for reuse
-	readErr chan error
-	stopped chan struct{} // closed by close: the reader and the writer stop
-	start   time.Time
+	in      chan<- chunk     // the loop's: chunks read, then the read error
+	wrote   chan<- writeDone // the loop's: buffers written
+	free    chan []byte      // chunks handed back for reuse
+	stopped chan struct{}    // closed by close: the reader and the writer stop
+	once    sync.Once
 
 	// Writing. out, spare and writing belong to the owner goroutine.
-	out     []byte         // bytes not yet handed to the writer, in order
-	spare   []byte         // the buffer the writer last finished, for reuse
-	writing bool           // the writer holds a buffer
-	toWrite chan []byte    // owner to writer: one buffer at a time
-	wrote   chan writeDone // writer to owner: the buffer back, and the error
+	out     []byte      // bytes not yet handed to the writer, in order
+	spare   []byte      // the buffer the writer last finished, for reuse
+	writing bool        // the writer holds a buffer
+	toWrite chan []byte // owner to writer: one buffer at a time
+}
+
+// chunk is bytes a session read, or (b nil) the error that ended reading.
+type chunk struct {
+	s   *session
+	b   []byte
+	err error
 }
 
 // writeDone is a buffer the writer finished, and the write's error.
 type writeDone struct {
+	s   *session
 	buf []byte
 	err error
 }
 
 // dial connects to addr (TCP, then TLS when configured) and starts a
-// session whose core has the Handshake queued.
-func (c *Client) dial(ctx context.Context, addr string, epoch uint64) (*session, error) {
+// session that reports to l.
+func (c *Client) dial(ctx context.Context, addr string, l *loop) (*session, error) {
 	o := &c.opts
 	nc, err := o.dialer(ctx, addr)
 	if err != nil {
@@ -105,33 +113,21 @@ func (c *Client) dial(ctx context.Context, addr string, epoch uint64) (*session,
 		tcp.SetNoDelay(true)
 	}
 	s := &session{
-		epoch:   epoch,
 		addr:    addr,
 		nc:      nc,
-		in:      make(chan []byte, 8),
+		in:      l.in,
+		wrote:   l.wrote,
 		free:    make(chan []byte, 8),
-		readErr: make(chan error, 1),
 		stopped: make(chan struct{}),
 		toWrite: make(chan []byte, 1),
-		wrote:   make(chan writeDone, 1),
-		start:   time.Now(),
-		conn: core.New(core.Config{
-			ClientName:        o.clientName,
-			APIKey:            o.apiKey,
-			KeepaliveInterval: o.keepalive,
-			KeepaliveTimeout:  o.dialTimeout,
-		}),
 	}
-	s.conn.Tick(s.now())
 	go s.readLoop()
 	go s.writeLoop()
 	return s, nil
 }
 
-func (s *session) now() core.Time { return core.Time(time.Since(s.start)) }
-
 // readLoop reads the socket into chunks for the owner goroutine until the
-// socket fails or the session is closed.
+// socket fails or the session is closed; the error comes last.
 func (s *session) readLoop() {
 	for {
 		var buf []byte
@@ -143,21 +139,28 @@ func (s *session) readLoop() {
 		n, err := s.nc.Read(buf)
 		if n > 0 {
 			select {
-			case s.in <- buf[:n]:
+			case s.in <- chunk{s: s, b: buf[:n]}:
 			case <-s.stopped:
 				return
 			}
 		}
 		if err != nil {
-			s.readErr <- err // buffered; the only send
+			select {
+			case s.in <- chunk{s: s, err: err}:
+			case <-s.stopped:
+			}
 			return
 		}
 	}
 }
 
+// close closes the socket and stops the reader and the writer; it may be
+// called more than once.
 func (s *session) close() {
-	s.nc.Close()
-	close(s.stopped)
+	s.once.Do(func() {
+		s.nc.Close()
+		close(s.stopped)
+	})
 }
 
 // writeLoop writes the buffers the owner hands over, in order, and hands
@@ -168,7 +171,11 @@ func (s *session) writeLoop() {
 		select {
 		case b := <-s.toWrite:
 			err := s.write(b)
-			s.wrote <- writeDone{buf: b, err: err} // buffered; the owner hands over one buffer at a time
+			select {
+			case s.wrote <- writeDone{s: s, buf: b, err: err}:
+			case <-s.stopped:
+				return
+			}
 			if err != nil {
 				return
 			}
@@ -192,8 +199,8 @@ func (s *session) write(b []byte) error {
 	return nil
 }
 
-// queueOut copies b, a Ready's Out, after the bytes waiting for the
-// writer: the core reuses Out once Advance is called. Runs on the owner
+// queueOut copies b, a Ready's Write, after the bytes waiting for the
+// writer: the core reuses it once Advance is called. Runs on the owner
 // goroutine.
 func (s *session) queueOut(b []byte) {
 	s.out = append(s.out, b...)
@@ -232,10 +239,10 @@ func (s *session) backlogged() bool { return len(s.out) >= maxWriteBacklog }
 // flushed reports whether everything queued was written.
 func (s *session) flushed() bool { return !s.writing && len(s.out) == 0 }
 
-// Why a session ended, besides a failure.
+// Why the client ended, besides a failure.
 var (
 	errDrained  = errors.New("fila: client closed")    // Close drained it
-	errGoneAway = errors.New("fila: broker went away") // the broker's GoAway, drained
+	errGoneAway = errors.New("fila: broker went away") // without reconnection, the broker's GoAway, drained
 )
 
 // fatalError marks a failure that reconnecting cannot cure: the broker
@@ -245,84 +252,61 @@ type fatalError struct{ err error }
 func (e *fatalError) Error() string { return e.err.Error() }
 func (e *fatalError) Unwrap() error { return e.err }
 
-// run is the owner goroutine: the only one that touches the loop and the
-// sessions. It serves one session after another until the client closes or
-// the connection fails for good.
-func (c *Client) run(s *session, ready chan<- error) {
+// dialResult is the outcome of a dial the Router asked for.
+type dialResult struct {
+	addr string
+	s    *session
+	err  error
+}
+
+// run is the owner goroutine: the only one that touches the loop, the
+// Router and the sessions. It serves them until the client closes or
+// fails for good; first is the connection Connect made.
+func (c *Client) run(l *loop, first *session, ready chan<- error) {
 	defer close(c.done)
-	l := newLoop(c)
+	defer l.stopDials()
 	l.ready = ready
-	epoch := s.epoch
-	addr := c.addr
-	for {
-		err := l.serve(s)
+	l.sessions[first.addr] = first
+	l.r.Connected(first.addr)
+	err := l.serve()
+	for _, s := range l.sessions {
 		s.close()
-		switch {
-		case errors.Is(err, errDrained):
-			l.finish(ErrClosed)
-			return
-		case l.ready != nil:
-			// The first handshake never completed: Connect reports it.
-			l.ready <- err
-			l.finish(err)
-			return
-		case isFatal(err) || !c.opts.reconnect:
-			c.opts.logger.Error("fila: connection failed", "addr", s.addr, "err", err)
-			l.finish(err)
-			return
-		}
-		c.opts.logger.Warn("fila: connection lost; reconnecting", "addr", s.addr, "err", err)
-		l.detach(err)
-		if errors.Is(err, errGoneAway) && l.leaderHint != "" {
-			addr = l.leaderHint
-		}
-		l.leaderHint = ""
-		for attempt := 0; ; attempt++ {
-			if err := c.backoff(attempt); err != nil {
-				l.finish(err)
-				return
-			}
-			epoch++
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.dialTimeout)
-			ns, err := c.dial(ctx, addr, epoch)
-			cancel()
-			if err == nil {
-				s = ns
-				c.stats.reconnects.Add(1)
-				c.opts.logger.Info("fila: reconnected", "addr", addr, "attempt", attempt+1)
-				break
-			}
-			c.opts.logger.Warn("fila: reconnect failed", "addr", addr, "attempt", attempt+1, "err", err)
-			addr = c.addr
-		}
+	}
+	switch {
+	case errors.Is(err, errDrained):
+		l.finish(ErrClosed)
+	case l.ready != nil:
+		// The first handshake never completed: Connect reports it.
+		l.ready <- err
+		l.finish(err)
+	default:
+		c.opts.logger.Error("fila: connection failed", "err", err)
+		l.finish(err)
 	}
 }
 
-// backoff waits before reconnect attempt n (from 0), or returns why the
-// client ends instead.
-func (c *Client) backoff(n int) error {
-	ceil := c.opts.backoffMin << min(n, 30)
-	if ceil <= 0 || ceil > c.opts.backoffMax {
-		ceil = c.opts.backoffMax
-	}
-	t := time.NewTimer(rand.N(ceil) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-c.closeCh:
-		return ErrClosed
-	case <-c.quit:
-		return ErrClosed
-	}
-}
-
-// serve drives one session until it ends, and returns why: errDrained
-// after Close, errGoneAway after the broker's GoAway, a *fatalError when
-// the broker refused the handshake, else the failure.
-func (l *loop) serve(s *session) error {
+// startDial dials addr for the Router, in a goroutine of its own.
+func (l *loop) startDial(addr string) {
 	c := l.c
-	l.attach(s)
+	go func() {
+		ctx, cancel := context.WithTimeout(l.dialCtx, c.opts.dialTimeout)
+		s, err := c.dial(ctx, addr, l)
+		cancel()
+		select {
+		case l.dialed <- dialResult{addr: addr, s: s, err: err}:
+		case <-c.done:
+			if s != nil {
+				s.close()
+			}
+		}
+	}()
+}
+
+// serve drives the Router and the sessions until the client ends, and
+// returns why: errDrained after Close, a *fatalError when a broker
+// refused the handshake, else the failure that ended it.
+func (l *loop) serve() error {
+	c := l.c
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lingerC <-chan time.Time
@@ -333,52 +317,18 @@ func (l *loop) serve(s *session) error {
 		}
 	}()
 	closeCh := c.closeCh
-	took := false // ops were taken: decide whether to send the batch
+	took := false // ops were taken: decide whether to send the batches
 
 	for {
-		conn := s.conn
-		for conn.HasReady() {
-			rd := conn.Ready()
-			// The writer starts on Out while the rest is handled; what
-			// the next Readys add waits and goes in one write.
-			s.queueOut(rd.Out)
-			s.flushOut()
-			l.handle(rd)
-			if st := rd.State; st != nil {
-				stc := *st
-				c.state.Store(&stc)
-				if st.Failed {
-					conn.Advance(rd)
-					return l.failure(st.Err)
-				}
-				if st.Handshaken && !l.handshaken {
-					l.handshaken = true
-					if l.ready != nil {
-						l.ready <- nil
-						l.ready = nil
-					}
-				}
-				if st.GoingAway && !l.closing {
-					l.goingAway = true
-					l.leaderHint = st.LeaderHint
-				}
-			}
-			if d := rd.Deadline; d != 0 {
-				timer.Reset(time.Duration(d - s.now()))
-			}
-			conn.Advance(rd)
+		if err := l.pump(timer); err != nil {
+			return err
 		}
-		if (l.closing || l.goingAway) && len(l.inflight) == 0 {
-			switch {
-			case !l.closing:
-				return errGoneAway
-			case s.flushed(): // the client's GoAway is written
-				return errDrained
-			}
+		if l.closing && len(l.inflight) == 0 && l.flushed() {
+			return errDrained // the client's GoAways are written
 		}
-		// While the writer is behind, take no more calls: Sends and
-		// requests wait, and the socket is still read.
-		backlogged := s.backlogged()
+		// While a writer is behind, take no more calls: Sends and
+		// requests wait, and the sockets are still read.
+		backlogged := l.backlogged()
 
 		if len(l.acks) > 0 && l.ackInFlight == 0 {
 			l.flushAcks()
@@ -392,13 +342,13 @@ func (l *loop) serve(s *session) error {
 				l.sendsCompleted = false
 				l.gatherSends()
 			}
-			// Nagle's rule (RFC 896) for Enqueue frames: while one is in
-			// flight, messages gather for the next; a frame also goes
-			// when full (addSend).
-			if len(l.batch) > 0 && l.enqInFlight == 0 {
+			// Nagle's rule (RFC 896) for Enqueue frames, per leader:
+			// while one is in flight, messages gather for the next; a
+			// frame also goes when full (addSend).
+			if l.idleBatches() {
 				switch {
 				case c.opts.linger <= 0 || l.lingerFired:
-					l.flushBatch()
+					l.flushIdle()
 				case lingerC == nil:
 					if linger == nil {
 						linger = time.NewTimer(c.opts.linger)
@@ -408,49 +358,59 @@ func (l *loop) serve(s *session) error {
 					lingerC = linger.C
 				}
 			}
-			if conn.HasReady() {
+			if l.r.HasReady() {
 				continue
 			}
 		}
 		reqs, kick, lingered := c.reqs, c.kick, lingerC
-		if l.goingAway {
-			reqs, kick = nil, nil // wait for the next session
-		}
 		if backlogged {
 			reqs, kick, lingered = nil, nil, nil
 		}
 		select {
-		case d := <-s.wrote:
-			if err := s.written(d); err != nil {
-				return fmt.Errorf("write: %w", err)
+		case d := <-l.wrote:
+			if l.sessions[d.s.addr] != d.s {
+				continue // a closed session's
 			}
-		case b := <-s.in:
-			conn.Tick(s.now())
-			conn.Receive(b) // a failure shows in the next Ready
-			select {
-			case s.free <- b[:cap(b)]:
-			default:
+			if err := d.s.written(d); err != nil {
+				l.lose(d.s, fmt.Errorf("write: %w", err))
 			}
-		case err := <-s.readErr:
-			if len(s.in) > 0 {
-				// The reader sent its last bytes before the error, but
-				// select may pick either: handle those bytes first (the
-				// broker's answers, a handshake refusal), then the error.
-				for len(s.in) > 0 {
-					b := <-s.in
-					conn.Tick(s.now())
-					conn.Receive(b)
+		case ch := <-l.in:
+			s := ch.s
+			if l.sessions[s.addr] != s {
+				continue // a closed session's
+			}
+			l.r.Tick(l.now())
+			if ch.err != nil {
+				if l.closing && errors.Is(ch.err, io.EOF) {
+					// The broker closes after answering our GoAway.
+					l.lose(s, ch.err)
+					if len(l.sessions) == 0 {
+						return errDrained
+					}
+					continue
 				}
-				s.readErr <- err
+				l.lose(s, fmt.Errorf("read: %w", ch.err))
 				continue
 			}
-			if l.closing && errors.Is(err, io.EOF) {
-				return errDrained
+			l.r.Receive(s.addr, ch.b) // a failure shows in the next Ready
+			select {
+			case s.free <- ch.b[:cap(ch.b)]:
+			default:
 			}
-			if l.goingAway && errors.Is(err, io.EOF) {
-				return errGoneAway
+		case res := <-l.dialed:
+			l.r.Tick(l.now())
+			if res.err != nil {
+				c.opts.logger.Warn("fila: dial failed", "addr", res.addr, "err", res.err)
+				if !c.opts.reconnect && !l.closing {
+					return res.err
+				}
+				l.r.DialFailed(res.addr, res.err)
+				continue
 			}
-			return fmt.Errorf("read: %w", err)
+			l.sessions[res.addr] = res.s
+			c.stats.reconnects.Add(1)
+			c.opts.logger.Info("fila: connected", "addr", res.addr)
+			l.r.Connected(res.addr)
 		case o := <-reqs:
 			l.submit(o)
 			// Take whatever else is queued so it shares the next write.
@@ -463,25 +423,135 @@ func (l *loop) serve(s *session) error {
 			lingerC = nil
 			l.lingerFired = true
 			l.takeSends()
-			if l.enqInFlight == 0 {
-				l.flushBatch()
-			}
+			l.flushIdle()
 		case <-timer.C:
-			conn.Tick(s.now())
+			l.r.Tick(l.now())
 		case <-closeCh:
 			closeCh = nil
 			// Everything submitted before Close goes out before GoAway.
 			l.drainQueued()
 			l.takeSends()
-			l.flushBatch()
+			l.flushBatches()
 			l.flushAcks()
 			lingerC = nil
 			l.closing = true
-			conn.Close()
+			l.r.Close()
 		case <-c.quit:
 			return ErrClosed
 		}
 	}
+}
+
+// lose closes session s after its socket failed, and tells the Router.
+func (l *loop) lose(s *session, err error) {
+	s.close()
+	delete(l.sessions, s.addr)
+	l.r.ConnLost(s.addr, err)
+}
+
+// pump acts on the Router's Readys: dials, writes, closes, results and
+// connection states. It returns why the client must end, if it must.
+func (l *loop) pump(timer *time.Timer) error {
+	for l.r.HasReady() {
+		rd := l.r.Ready()
+		for _, a := range rd.Dial {
+			l.startDial(a)
+		}
+		// The writers start on the bytes while the rest is handled; what
+		// the next Readys add waits and goes in one write.
+		for _, w := range rd.Writes {
+			if s := l.sessions[w.Addr]; s != nil {
+				s.queueOut(w.Out)
+				s.flushOut()
+			}
+		}
+		l.handle(rd)
+		var end error
+		for _, ns := range rd.Nodes {
+			if err := l.nodeState(ns); err != nil && end == nil {
+				end = err
+			}
+		}
+		for _, a := range rd.Close {
+			if s := l.sessions[a]; s != nil {
+				s.close()
+				delete(l.sessions, a)
+			}
+		}
+		if d := rd.Deadline; d != 0 {
+			timer.Reset(time.Duration(d - l.now()))
+		}
+		l.r.Advance(rd)
+		if end != nil {
+			return end
+		}
+	}
+	return nil
+}
+
+// nodeState acts on a change of a node's connection, and returns why the
+// client must end, if it must: a broker refused the handshake, the first
+// connection failed before its handshake (Connect reports it), or a
+// connection failed without reconnection.
+func (l *loop) nodeState(ns core.NodeState) error {
+	c := l.c
+	st := ns.State
+	if st.Handshaken && (ns.Addr == l.r.Home() || c.state.Load() == nil) {
+		stc := st
+		c.state.Store(&stc)
+	}
+	if st.Handshaken && l.ready != nil && !st.Failed {
+		l.ready <- nil
+		l.ready = nil
+	}
+	switch {
+	case st.Failed:
+		if l.closing {
+			return nil
+		}
+		err := l.failure(st.Err)
+		if errors.Is(err, core.ErrGoneAway) {
+			err = errGoneAway
+		}
+		if isFatal(err) || l.ready != nil || !c.opts.reconnect {
+			return err
+		}
+		c.opts.logger.Warn("fila: connection lost; reconnecting", "addr", ns.Addr, "err", err)
+	case st.GoingAway && !l.closing:
+		c.opts.logger.Info("fila: broker going away", "addr", ns.Addr, "code", st.GoAwayCode, "leader", st.LeaderHint)
+	}
+	return nil
+}
+
+func (l *loop) now() core.Time { return core.Time(time.Since(l.start)) }
+
+// at is t on the Router's clock; 0 for the zero time.
+func (l *loop) at(t time.Time, ok bool) core.Time {
+	if !ok {
+		return 0
+	}
+	return max(core.Time(t.Sub(l.start)), 1)
+}
+
+// backlogged reports whether a session has so much waiting for its
+// writer that the owner should take no more calls until it catches up.
+func (l *loop) backlogged() bool {
+	for _, s := range l.sessions {
+		if s.backlogged() {
+			return true
+		}
+	}
+	return false
+}
+
+// flushed reports whether every session wrote everything queued.
+func (l *loop) flushed() bool {
+	for _, s := range l.sessions {
+		if !s.flushed() {
+			return false
+		}
+	}
+	return true
 }
 
 // gatherSends yields to the goroutines an Enqueue completion just woke, so

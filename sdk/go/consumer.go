@@ -53,9 +53,11 @@ func RateLimit(name string, limit uint32, period time.Duration, burst uint32) Su
 // Subscribe opens a subscription to queue. Deliveries arrive until Close,
 // the queue's deletion, or the client's end; read them with Messages (a
 // range-over-func iterator), Next, or C (a channel), one reader style at a
-// time. Many subscriptions may share one client. After a reconnect the
-// subscription is opened again on the new connection and keeps delivering
-// on the same channel. Subscribe returns *SubscribeError
+// time. Many subscriptions may share one client. After a reconnect, or
+// when its queue's leadership moves to another node (the subscription
+// ends there with NOT_LEADER), the subscription is opened again on the
+// new connection, or on the new leader, and keeps delivering on the same
+// channel. Subscribe returns *SubscribeError
 // (QUEUE_NOT_FOUND), *StatusError (FORBIDDEN without consume permission),
 // or an error wrapping ErrConnectionLost, ErrClosed or ctx's error.
 func (c *Consumer) Subscribe(ctx context.Context, queue string, opts ...SubscribeOption) (*Subscription, error) {
@@ -143,11 +145,8 @@ type Subscription struct {
 
 	// Owned by the client's owner goroutine.
 	want    uint32        // prefetch asked for
-	id      uint32        // subscription ID on session epoch
-	epoch   uint64        // session the ID belongs to
-	active  bool          // the broker confirmed id
+	id      uint32        // subscription ID, the Router's (sdk/core)
 	gone    bool          // ended
-	closeOp *op           // an Unsubscribe waiting for active
 	granted atomic.Uint32 // prefetch granted at Subscribe
 
 	mu     sync.Mutex
@@ -164,10 +163,10 @@ type Subscription struct {
 
 // push queues deliveries for the pump. It runs on the owner goroutine and
 // never blocks.
-func (s *Subscription) push(msgs []wire.DeliveredMessage, epoch uint64) {
+func (s *Subscription) push(msgs []wire.DeliveredMessage) {
 	s.mu.Lock()
 	for i := range msgs {
-		d := &Delivery{s: s, epoch: epoch, m: msgs[i]}
+		d := &Delivery{s: s, m: msgs[i]}
 		d.deadline.Store(int64(msgs[i].LeaseDeadlineAtMS))
 		s.queued = append(s.queued, d)
 	}
@@ -373,7 +372,6 @@ func (s *Subscription) Close(ctx context.Context) error {
 // it longer. Its methods are safe for concurrent use.
 type Delivery struct {
 	s        *Subscription
-	epoch    uint64 // session it arrived on
 	m        wire.DeliveredMessage
 	deadline atomic.Int64 // Unix ms
 	settled  atomic.Bool  // its credit was returned

@@ -29,9 +29,9 @@ import (
 // A Code is a protocol error code, such as wire.CodeQueueNotFound.
 type Code = wire.Code
 
-// ErrClosed is returned by operations on a Client after Close, and by
-// operations whose connection was lost while they were in flight and that
-// cannot be retried safely.
+// ErrClosed is returned by operations on a Client after Close or after
+// the client ended (a broker refused its key, or, with WithoutReconnect,
+// a connection failed).
 var ErrClosed = errors.New("fila: client closed")
 
 // StatusError is a failure that any operation may meet: a status code from

@@ -4,39 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/fila-mq/fila/sdk/core"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
-// loop is the owner goroutine's bookkeeping, kept across sessions: which
-// ops wait on which request IDs, where deliveries go, which subscriptions
-// to restore after a reconnect, and the Enqueue batch being built. Every
-// method runs on the owner goroutine.
+// loop is the owner goroutine's bookkeeping: the Router that speaks to
+// the cluster, the sessions that carry its bytes, which ops wait on which
+// request IDs, where deliveries go, and the Enqueue batches being built.
+// Every method runs on the owner goroutine.
 type loop struct {
 	c     *Client
-	s     *session // current session
+	r     *core.Router
+	start time.Time // the origin of the Router's clock
 	ready chan<- error
 
-	handshaken bool   // the current session's handshake completed
-	closing    bool   // Close was called: drain, then stop
-	goingAway  bool   // the broker sent GoAway: drain, then reconnect
-	leaderHint string // from the broker's GoAway
+	sessions map[string]*session // by node address
+	in       chan chunk          // from the sessions' readers
+	wrote    chan writeDone      // from the sessions' writers
+	dialed   chan dialResult
+	dialCtx  context.Context // ends the dials in progress when the loop ends
+	stopDial context.CancelFunc
+
+	closing bool // Close was called: drain, then stop
 
 	inflight map[uint32]*inflight
-	subs     map[uint32]*Subscription   // by subscription ID on the current session
+	subs     map[uint32]*Subscription   // by subscription ID
 	open     map[*Subscription]struct{} // every subscription not ended
-	backlog  []*op                      // accepted, not sent; for the next session
 
-	// Enqueue coalescing: messages of concurrent Sends, not yet sent.
-	batch      []wire.EnqueueMessage
-	batchOps   []*op
-	batchBytes int
-	lastBatch  int // size of the last batch sent, to size the next
-	// Enqueue frames in flight, whether one completed since the last
-	// look, and whether the linger (WithLinger) ran out.
-	enqInFlight    int
+	// Enqueue coalescing: messages of concurrent Sends, not yet sent,
+	// per node the Router sends their queue's requests to.
+	batches map[string]*sendBatch
+	// Whether an Enqueue completed since the last look, and whether the
+	// linger (WithLinger) ran out.
 	sendsCompleted bool
 	lingerFired    bool
 	// The accumulator's spare buffers, swapped in when it is taken.
@@ -51,63 +56,74 @@ type loop struct {
 	ackInFlight int
 }
 
+// sendBatch is the Enqueue frame being built for one leader, and the
+// frames in flight to it.
+type sendBatch struct {
+	msgs     []wire.EnqueueMessage
+	ops      []*op
+	bytes    int
+	last     int // size of the last frame sent, to size the next
+	inFlight int
+}
+
 // inflight is a request in flight: a single op, the ops whose messages
 // were coalesced into one Enqueue (each owning a run of the results), or
-// the re-subscription of an open subscription after a reconnect.
+// the ops whose Ack items were coalesced into one Ack.
 type inflight struct {
 	op     *op
 	ops    []*op
-	ackOps []*op // ops whose Ack items were coalesced into one frame
-	resub  *Subscription
+	batch  *sendBatch // of ops
+	ackOps []*op
 }
 
 func newLoop(c *Client) *loop {
+	o := &c.opts
+	ctx, cancel := context.WithCancel(context.Background())
 	return &loop{
-		c:        c,
+		c: c,
+		r: core.NewRouter(core.RouterConfig{
+			Conn: core.Config{
+				ClientName:        o.clientName,
+				APIKey:            o.apiKey,
+				KeepaliveInterval: o.keepalive,
+				KeepaliveTimeout:  o.dialTimeout,
+			},
+			Seeds:      c.seeds,
+			ProducerID: uuid.New(),
+			DialMin:    o.backoffMin,
+			DialMax:    o.backoffMax,
+			JitterSeed: rand.Uint64(),
+		}),
+		start:    time.Now(),
+		sessions: map[string]*session{},
+		in:       make(chan chunk, 16),
+		wrote:    make(chan writeDone, 4),
+		dialed:   make(chan dialResult), // unbuffered: a dial that ends after the loop closes its session
+		dialCtx:  ctx,
+		stopDial: cancel,
 		inflight: map[uint32]*inflight{},
 		subs:     map[uint32]*Subscription{},
 		open:     map[*Subscription]struct{}{},
+		batches:  map[string]*sendBatch{},
 	}
 }
 
-// attach starts serving s: open subscriptions are subscribed again, and
-// what was accepted but never sent goes out on it.
-func (l *loop) attach(s *session) {
-	l.s = s
-	l.handshaken = false
-	l.goingAway = false
-	for sub := range l.open {
-		l.resubscribe(sub)
-	}
-	backlog := l.backlog
-	l.backlog = nil
-	for _, o := range backlog {
-		l.submit(o)
-	}
-	l.takeSends()
-	l.flushBatch()
+func (l *loop) stopDials() { l.stopDial() }
+
+// deadline is ctx's deadline on the Router's clock, 0 for none.
+func (l *loop) deadline(ctx context.Context) core.Time {
+	return l.at(ctx.Deadline())
 }
 
-func (l *loop) resubscribe(s *Subscription) {
-	id, err := l.s.conn.Subscribe(s.queue, s.want, s.limits)
-	if err != nil {
-		l.endSub(s, err)
-		return
-	}
-	s.id, s.epoch, s.active = id, l.s.epoch, false
-	l.subs[id] = s
-	l.inflight[id] = &inflight{resub: s}
-}
-
-// settle returns the credit of deliveries of this client's current
-// session. Deliveries of another session (before a reconnect) or of
-// another client are skipped: their credit is not this connection's.
+// settle returns the credit of deliveries of this client's
+// subscriptions; deliveries of another client are skipped: their credit
+// is not this client's.
 func (l *loop) settle(ds []*Delivery) {
-	mine := func(d *Delivery) bool { return d.s.c == l.c && d.epoch == l.s.epoch && d.s.epoch == l.s.epoch }
+	mine := func(d *Delivery) bool { return d.s.c == l.c && !d.s.gone }
 	if len(ds) == 1 {
 		// The common case: one delivery, nothing to group.
 		if mine(ds[0]) {
-			l.s.conn.Settle(ds[0].s.id, ds[0].m.Lease)
+			l.r.Settle(ds[0].s.id, ds[0].m.Lease)
 		}
 		return
 	}
@@ -115,21 +131,20 @@ func (l *loop) settle(ds []*Delivery) {
 	// goes back in one Credit frame.
 	var leases []uint64
 	for i, d := range ds {
-		if !mine(d) || slices.ContainsFunc(ds[:i], func(p *Delivery) bool { return p.s == d.s && mine(p) }) {
+		if !mine(d) || slices.ContainsFunc(ds[:i], func(p *Delivery) bool { return p.s == d.s }) {
 			continue // not ours, or settled with the first of its subscription
 		}
 		leases = leases[:0]
 		for _, o := range ds[i:] {
-			if o.s == d.s && mine(o) {
+			if o.s == d.s {
 				leases = append(leases, o.m.Lease)
 			}
 		}
-		l.s.conn.Settle(d.s.id, leases...)
+		l.r.Settle(d.s.id, leases...)
 	}
 }
 
-// submit takes one op: sends it, adds it to the Enqueue batch, or keeps it
-// for the next session.
+// submit takes one op: sends it, or adds it to an Enqueue batch.
 func (l *loop) submit(o *op) {
 	if err := o.ctx.Err(); err != nil {
 		o.answer(result{err: err})
@@ -139,7 +154,6 @@ func (l *loop) submit(o *op) {
 		o.answer(result{err: l.c.closedErr()})
 		return
 	}
-	conn := l.s.conn
 	switch o.kind {
 	case opRequest:
 		if a, ok := o.frame.(*wire.Ack); ok {
@@ -151,43 +165,38 @@ func (l *loop) submit(o *op) {
 			}
 			return
 		}
-		l.flushBatch() // keep requests in submission order
+		l.flushBatches() // keep requests in submission order
 		l.flushAcks()
 		l.settle(o.settle)
-		id, err := conn.Send(o.frame)
+		id, err := l.r.Send(o.frame, l.deadline(o.ctx))
 		if err != nil {
 			l.rejected(o, err)
 			return
 		}
 		l.inflight[id] = &inflight{op: o}
 	case opSubscribe:
-		l.flushBatch()
+		l.flushBatches()
 		s := o.sub
-		id, err := conn.Subscribe(s.queue, s.want, s.limits)
+		id, err := l.r.Subscribe(s.queue, s.want, s.limits, l.deadline(o.ctx))
 		if err != nil {
 			l.rejected(o, err)
 			return
 		}
-		s.id, s.epoch = id, l.s.epoch
+		s.id = id
 		l.subs[id] = s
 		l.inflight[id] = &inflight{op: o}
 	case opUnsubscribe:
 		s := o.sub
-		switch {
-		case s.gone:
+		if s.gone {
 			o.answer(result{})
-		case s.active && s.epoch == l.s.epoch:
-			id, err := conn.Unsubscribe(s.id)
-			if err != nil {
-				l.rejected(o, err)
-				return
-			}
-			l.inflight[id] = &inflight{op: o}
-		default:
-			// Being subscribed again after a reconnect: unsubscribe
-			// once the broker confirms.
-			s.closeOp = o
+			return
 		}
+		id, err := l.r.Unsubscribe(s.id)
+		if err != nil {
+			l.rejected(o, err)
+			return
+		}
+		l.inflight[id] = &inflight{op: o}
 	case opSettle:
 		l.settle(o.settle)
 		o.answer(result{})
@@ -197,11 +206,9 @@ func (l *loop) submit(o *op) {
 			o.answer(result{err: ErrSubscriptionNotFound})
 			return
 		}
-		if s.active && s.epoch == l.s.epoch {
-			if err := conn.SetPrefetch(s.id, o.n); err != nil {
-				o.answer(result{err: err})
-				return
-			}
+		if err := l.r.SetPrefetch(s.id, o.n); err != nil {
+			o.answer(result{err: err})
+			return
 		}
 		s.want = o.n
 		o.answer(result{})
@@ -226,7 +233,9 @@ func (l *loop) takeSends() {
 	l.spareMsgs, l.spareOps = msgs[:0], ops[:0]
 }
 
-// addSend adds the messages of one Send or SendBatch to the batch.
+// addSend adds the messages of one Send or SendBatch to the batch of the
+// node that leads its first message's queue. (A SendBatch to queues on
+// several leaders stays whole; the Router splits its frame per leader.)
 func (l *loop) addSend(o *op, msgs []wire.EnqueueMessage) {
 	if err := o.ctx.Err(); err != nil {
 		o.answer(result{err: err})
@@ -236,31 +245,35 @@ func (l *loop) addSend(o *op, msgs []wire.EnqueueMessage) {
 		o.answer(result{err: l.c.closedErr()})
 		return
 	}
+	key := l.r.Leader(msgs[0].Queue)
+	b := l.batches[key]
+	if b == nil {
+		b = &sendBatch{}
+		l.batches[key] = b
+	}
 	size := 0
 	for i := range msgs {
 		size += len(msgs[i].Payload)
 	}
 	maxN, maxB := l.c.opts.maxBatch, l.c.opts.maxBatchB
-	if len(l.batch) > 0 && (len(l.batch)+len(msgs) > maxN || l.batchBytes+size > maxB) {
-		l.flushBatch()
+	if len(b.msgs) > 0 && (len(b.msgs)+len(msgs) > maxN || b.bytes+size > maxB) {
+		l.flushBatch(b)
 	}
-	if l.batch == nil {
-		l.batch = make([]wire.EnqueueMessage, 0, min(maxN, max(len(msgs), l.lastBatch)))
+	if b.msgs == nil {
+		b.msgs = make([]wire.EnqueueMessage, 0, min(maxN, max(len(msgs), b.last)))
 	}
-	l.batch = append(l.batch, msgs...)
-	l.batchOps = append(l.batchOps, o)
-	l.batchBytes += size
-	if len(l.batch) >= maxN || l.batchBytes >= maxB {
-		l.flushBatch()
+	b.msgs = append(b.msgs, msgs...)
+	b.ops = append(b.ops, o)
+	b.bytes += size
+	if len(b.msgs) >= maxN || b.bytes >= maxB {
+		l.flushBatch(b)
 	}
 }
 
-// rejected handles an op the core would not send: after the broker's
-// GoAway it waits for the next session; otherwise it fails.
+// rejected answers an op the Router would not take: it is closing.
 func (l *loop) rejected(o *op, err error) {
-	if errors.Is(err, core.ErrGoingAway) && !l.closing {
-		l.backlog = append(l.backlog, o)
-		return
+	if errors.Is(err, core.ErrGoingAway) {
+		err = l.c.closedErr()
 	}
 	o.answer(result{err: err})
 }
@@ -284,7 +297,7 @@ func (l *loop) flushAcks() {
 	}
 	items, ops := l.acks, l.ackOps
 	l.acks, l.ackOps = nil, nil
-	id, err := l.s.conn.Send(&wire.Ack{Items: items})
+	id, err := l.r.Send(&wire.Ack{Items: items}, l.latest(ops))
 	if err != nil {
 		for _, o := range ops {
 			l.rejected(o, err)
@@ -293,6 +306,20 @@ func (l *loop) flushAcks() {
 	}
 	l.inflight[id] = &inflight{ackOps: ops}
 	l.ackInFlight++
+}
+
+// latest is the latest deadline of ops, 0 if one has none: a coalesced
+// frame waits as long as its most patient op.
+func (l *loop) latest(ops []*op) core.Time {
+	var d core.Time
+	for _, o := range ops {
+		od := l.deadline(o.ctx)
+		if od == 0 {
+			return 0
+		}
+		d = max(d, od)
+	}
+	return d
 }
 
 // completeAcks splits a coalesced Ack's results among its ops.
@@ -318,40 +345,74 @@ func (l *loop) completeAcks(ops []*op, cp core.Completion) {
 	}
 }
 
-func (l *loop) flushBatch() {
-	if len(l.batch) == 0 {
+// idleBatches reports whether a batch has messages and no frame in
+// flight.
+func (l *loop) idleBatches() bool {
+	for _, b := range l.batches {
+		if len(b.msgs) > 0 && b.inFlight == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flushIdle sends every batch that has no frame in flight.
+func (l *loop) flushIdle() {
+	for _, b := range l.batches {
+		if b.inFlight == 0 {
+			l.flushBatch(b)
+		}
+	}
+}
+
+// flushBatches sends every batch.
+func (l *loop) flushBatches() {
+	for _, b := range l.batches {
+		l.flushBatch(b)
+	}
+}
+
+func (l *loop) flushBatch(b *sendBatch) {
+	if len(b.msgs) == 0 {
 		return
 	}
-	id, err := l.s.conn.Enqueue(l.batch)
+	id, err := l.r.Enqueue(b.msgs, l.latest(b.ops))
 	if err != nil {
-		if errors.Is(err, core.ErrGoingAway) && !l.closing {
-			return // kept for the next session
-		}
-		for _, o := range l.batchOps {
-			o.answer(result{err: err})
+		for _, o := range b.ops {
+			l.rejected(o, err)
 		}
 	} else {
-		l.inflight[id] = &inflight{ops: l.batchOps}
-		l.enqInFlight++
+		l.inflight[id] = &inflight{ops: b.ops, batch: b}
+		b.inFlight++
 		l.c.stats.frames.Add(1)
-		l.c.stats.msgs.Add(uint64(len(l.batch)))
+		l.c.stats.msgs.Add(uint64(len(b.msgs)))
 	}
-	// The core keeps the batch with the pending request: a new one is
-	// made for the next frame.
-	l.lastBatch = len(l.batch)
-	l.batch, l.batchOps, l.batchBytes = nil, nil, 0
+	// The Router keeps the batch with the request: a new one is made for
+	// the next frame.
+	b.last = len(b.msgs)
+	b.msgs, b.ops, b.bytes = nil, nil, 0
 	l.lingerFired = false
 }
 
-// handle acts on what the core reports in a Ready.
-func (l *loop) handle(rd core.Ready) {
-	reconnect := l.c.opts.reconnect
+// callErr is the error an op gets for a failure the Router reports.
+func (l *loop) callErr(err error) error {
+	switch {
+	case errors.Is(err, core.ErrGoingAway):
+		return l.c.closedErr()
+	case errors.Is(err, core.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return err
+}
+
+// handle acts on the results a Ready reports.
+func (l *loop) handle(rd core.RouterReady) {
 	// Deliveries first: the broker sent them before any answer in this
 	// Ready that ends their subscription, and Close, woken by the
 	// UnsubscribeOk, gives back what was queued and never read.
 	for _, d := range rd.Deliveries {
 		if s, ok := l.subs[d.Subscription]; ok {
-			s.push(d.Messages, l.s.epoch)
+			s.push(d.Messages)
 		}
 	}
 	for _, cp := range rd.Completions {
@@ -360,32 +421,20 @@ func (l *loop) handle(rd core.Ready) {
 			continue
 		}
 		delete(l.inflight, cp.RequestID)
+		if cp.Err != nil {
+			cp.Err = l.callErr(cp.Err)
+		}
 		switch {
 		case inf.ops != nil:
-			l.completeBatch(inf.ops, cp)
+			l.completeBatch(inf, cp)
 		case inf.ackOps != nil:
 			l.completeAcks(inf.ackOps, cp)
-		case inf.resub != nil:
-			s := inf.resub
-			if cp.Err != nil {
-				delete(l.subs, cp.RequestID)
-				if !errors.Is(cp.Err, ErrConnectionLost) || !reconnect {
-					l.endSub(s, cp.Err)
-				}
-				continue
-			}
-			s.active = true
-			if o := s.closeOp; o != nil {
-				s.closeOp = nil
-				l.submit(o)
-			}
 		default:
 			o := inf.op
 			if o.kind == opSubscribe {
 				if cp.Err != nil {
 					delete(l.subs, cp.RequestID)
 				} else {
-					o.sub.active = true
 					l.open[o.sub] = struct{}{}
 					if err := o.ctx.Err(); err != nil {
 						// The caller gave up waiting and will never read
@@ -409,11 +458,12 @@ func (l *loop) handle(rd core.Ready) {
 		if !ok {
 			continue
 		}
-		if errors.Is(e.Err, ErrConnectionLost) && reconnect {
-			continue // restored on the next session; see detach
-		}
 		delete(l.subs, e.Subscription)
-		l.endSub(s, e.Err)
+		err := e.Err
+		if err != nil {
+			err = l.callErr(err)
+		}
+		l.endSub(s, err)
 	}
 }
 
@@ -436,9 +486,10 @@ func (l *loop) releaseQueued(s *Subscription) {
 	l.submit(&op{kind: opRequest, ctx: context.Background(), frame: &wire.Release{Items: items}, res: make(chan result, 1)})
 }
 
-func (l *loop) completeBatch(ops []*op, cp core.Completion) {
-	l.enqInFlight--
+func (l *loop) completeBatch(inf *inflight, cp core.Completion) {
+	inf.batch.inFlight--
 	l.sendsCompleted = true
+	ops := inf.ops
 	if cp.Err != nil {
 		for _, o := range ops {
 			o.answer(result{err: cp.Err})
@@ -462,10 +513,6 @@ func (l *loop) completeBatch(ops []*op, cp core.Completion) {
 func (l *loop) endSub(s *Subscription, err error) {
 	delete(l.open, s)
 	s.gone = true
-	if o := s.closeOp; o != nil {
-		s.closeOp = nil
-		o.answer(result{})
-	}
 	s.end(err)
 }
 
@@ -484,47 +531,6 @@ type lostError struct{ err error }
 
 func (e *lostError) Error() string   { return ErrConnectionLost.Error() + ": " + trimFila(e.err).Error() }
 func (e *lostError) Unwrap() []error { return []error{ErrConnectionLost, e.err} }
-
-// detach ends the current session's requests after it failed: requests
-// in flight fail with ErrConnectionLost; open subscriptions wait for the
-// next session.
-func (l *loop) detach(err error) {
-	lost := lostErr(err)
-	for id, inf := range l.inflight {
-		delete(l.inflight, id)
-		switch {
-		case inf.ops != nil:
-			for _, o := range inf.ops {
-				o.answer(result{err: lost})
-			}
-		case inf.ackOps != nil:
-			for _, o := range inf.ackOps {
-				o.answer(result{err: lost})
-			}
-		case inf.op != nil:
-			o := inf.op
-			if o.kind == opUnsubscribe {
-				// The broker drops the subscription with the connection.
-				l.endSub(o.sub, nil)
-				o.answer(result{})
-				continue
-			}
-			o.answer(result{err: lost})
-		}
-	}
-	l.enqInFlight = 0
-	for _, o := range l.ackOps {
-		o.answer(result{err: lost})
-	}
-	l.acks, l.ackOps, l.ackInFlight = nil, nil, 0
-	clear(l.subs)
-	for s := range l.open {
-		s.active = false
-		if s.closeOp != nil {
-			l.endSub(s, nil)
-		}
-	}
-}
 
 // finish ends the client: every op, queued or in flight, fails, and every
 // subscription ends with err (ErrClosed after Close).
@@ -553,14 +559,12 @@ func (l *loop) finish(err error) {
 	l.acks, l.ackOps = nil, nil
 	l.closing = true // takeSends answers closedErr
 	l.takeSends()
-	for _, o := range l.batchOps {
-		o.answer(result{err: closed})
+	for _, b := range l.batches {
+		for _, o := range b.ops {
+			o.answer(result{err: closed})
+		}
 	}
-	l.batch, l.batchOps = nil, nil
-	for _, o := range l.backlog {
-		o.answer(result{err: closed})
-	}
-	l.backlog = nil
+	clear(l.batches)
 	for {
 		select {
 		case o := <-l.c.reqs:
@@ -575,10 +579,6 @@ func (l *loop) finish(err error) {
 		subErr = lost
 	}
 	for s := range l.open {
-		if s.closeOp != nil {
-			l.endSub(s, nil)
-			continue
-		}
 		l.endSub(s, subErr)
 	}
 	clear(l.subs)

@@ -102,8 +102,17 @@ type Producer struct {
 // Enqueue appends payload to queue and returns its ID once it is durable.
 // It is Send of a message with no options. It returns *EnqueueError
 // (QUEUE_NOT_FOUND, MESSAGE_TOO_LARGE), *StatusError (FORBIDDEN without
-// produce permission), or an error wrapping ErrConnectionLost (the message
-// may or may not have been enqueued), ErrClosed or ctx's error.
+// produce permission; NOT_LEADER when no leader could be reached, see
+// "Clusters" in the package documentation), or an error wrapping
+// ErrClosed or ctx's error (the message may or may not have been
+// enqueued). A connection lost while the message is in flight is not an
+// error: the frame is sent again with its producer ID and sequence, and
+// the broker does not enqueue it twice.
+//
+// Each Producer (one per Client) has a random producer ID, a UUIDv4, and
+// numbers its messages from 1: every Enqueue frame carries the ID and the
+// sequence of its first message (wire.Enqueue's producer_id and
+// sequence).
 func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte) (ID, error) {
 	return p.Send(ctx, NewMessage(queue, payload))
 }
@@ -114,9 +123,10 @@ func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte) (I
 //
 // Concurrent Sends on one client are coalesced into batch frames, so many
 // goroutines each sending one message get batch throughput without
-// batching themselves. The rule is Nagle's (RFC 896): a Send with no
-// Enqueue frame in flight goes out at once; while one is in flight, Sends
-// gather into the next frame, which goes out when the response arrives
+// batching themselves. The rule is Nagle's (RFC 896), per queue leader
+// (one leader on a single node): a Send with no Enqueue frame in flight to
+// its queue's leader goes out at once; while one is in flight, Sends to
+// that leader gather into the next frame, which goes out when the response arrives
 // (after the goroutines it woke have had a chance to send again) or when
 // it is full: 1024 messages or 4 MiB of payload by default
 // (WithMaxBatch). WithLinger adds an optional wait (default none). Each
@@ -154,9 +164,10 @@ type SendResult struct {
 // in several, sent in order. A message rejected alone, or with the part
 // of the batch it was sent in, has its error in its result; err is non-nil
 // only when the whole batch failed: *StatusError, or an error wrapping
-// ErrConnectionLost (some, all or none of the messages may have been
-// enqueued), ErrClosed or ctx's error. The messages may be reused once
-// SendBatch returns.
+// ErrClosed or ctx's error (some, all or none of the messages may have
+// been enqueued). Messages to queues led by different nodes of a cluster
+// go to each leader in a request of their own, and their results are
+// joined in order. The messages may be reused once SendBatch returns.
 func (p *Producer) SendBatch(ctx context.Context, msgs []*Message) ([]SendResult, error) {
 	wm := make([]wire.EnqueueMessage, len(msgs))
 	for i, m := range msgs {

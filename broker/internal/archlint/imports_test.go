@@ -17,16 +17,18 @@ const module = "github.com/fila-mq/fila/"
 // of the repository's packages its non-test files may import. The
 // direction is cmd → server → node → shard → {sched, hook, store}: the
 // server speaks the wire and reaches the shards only through the node,
-// which checks permissions, routes, and runs the hooks. auth and rtconf
+// which checks permissions, routes, and runs the hooks. In a cluster the
+// node routes through cluster, which drives the Raft groups over the
+// shards (cluster → {shard, raftlog, peer}). auth and rtconf
 // are under the node; the server also uses auth, to authenticate a
 // connection at its handshake and to hear of key changes. fault is under
 // everything, and the client core knows nothing of the broker. A package
 // missing here fails the test: place it when you add it.
 var layers = map[string][]string{
-	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/config", "broker/internal/hook", "broker/internal/node", "broker/internal/rtconf",
+	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/cluster", "broker/internal/config", "broker/internal/hook", "broker/internal/node", "broker/internal/rtconf",
 		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire"},
 	"broker/internal/server":       {"broker/internal/auth", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
-	"broker/internal/node":         {"broker/internal/auth", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/node":         {"broker/internal/auth", "broker/internal/cluster", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
 	"broker/internal/shard":        {"broker/internal/sched", "broker/internal/store", "broker/internal/fault"},
 	"broker/internal/sched":        {"broker/internal/sched/bucket", "broker/internal/sched/drr", "broker/internal/sched/idem", "broker/internal/fault"},
 	"broker/internal/sched/bucket": {},
@@ -34,6 +36,8 @@ var layers = map[string][]string{
 	"broker/internal/sched/idem":   {},
 	"broker/internal/store":        {"broker/internal/fault"},
 	"broker/internal/raftlog":      {"broker/internal/store"},
+	"broker/internal/cluster":      {"broker/internal/peer", "broker/internal/raftlog", "broker/internal/sched", "broker/internal/shard", "broker/internal/store", "broker/internal/fault"},
+	"broker/internal/peer":         {},
 	"broker/internal/hook":         {"broker/internal/fault"},
 	"broker/internal/auth":         {"broker/internal/fault"},
 	"broker/internal/rtconf":       {"broker/internal/fault"},
@@ -43,6 +47,9 @@ var layers = map[string][]string{
 	"broker/filatest":              {},
 	"sdk/core":                     {"sdk/core/wire"},
 	"sdk/core/wire":                {},
+
+	// The cluster tests' history checker: pure, the standard library only.
+	"broker/internal/cluster/history": {},
 }
 
 // TestImportDirection parses the imports of every non-test Go file of

@@ -127,16 +127,33 @@ func BenchmarkOrderingKeys(b *testing.B) {
 // fairness keys, the Ready taken after each, the clock advancing 1ms per
 // batch. With idempotency keys, every message has a key not seen within
 // the window, which holds the last 10,000, 100,000 or 1,000,000 keys:
-// each enqueue remembers one key and forgets one. Pending messages are dropped every 500,000 (clock stopped)
+// each enqueue remembers one key and forgets one. With a producer, every
+// message has the next sequence of one idempotent producer, in frames
+// (Enqueue commands) of 100 or of 1: each remembers one sequence and
+// forgets one (the queue holds the last 1024), and each frame writes a
+// run record and the producer's record. frame=1 has its baseline without
+// a producer. Pending messages are dropped every 500,000 (clock stopped)
 // in every variant.
 func BenchmarkEnqueue(b *testing.B) {
 	body := make([]byte, 100)
-	for _, window := range []int{0, 10_000, 100_000, 1_000_000} {
-		name := "idempotency=off"
-		if window > 0 {
-			name = fmt.Sprintf("idempotency=on/window=%d", window)
-		}
-		b.Run(name, func(b *testing.B) {
+	type variant struct {
+		name     string
+		window   int  // idempotency keys remembered; 0 for none
+		producer bool // messages of one idempotent producer
+		frame    int  // messages per Enqueue command
+	}
+	variants := []variant{{name: "idempotency=off", frame: 100}}
+	for _, window := range []int{10_000, 100_000, 1_000_000} {
+		variants = append(variants, variant{name: fmt.Sprintf("idempotency=on/window=%d", window), window: window, frame: 100})
+	}
+	variants = append(variants,
+		variant{name: "producer=on/frame=100", producer: true, frame: 100},
+		variant{name: "producer=off/frame=1", frame: 1},
+		variant{name: "producer=on/frame=1", producer: true, frame: 1},
+	)
+	for _, v := range variants {
+		window := v.window
+		b.Run(v.name, func(b *testing.B) {
 			keys := benchKeys(1000)
 			s := New(Config{})
 			s.Tick(t0)
@@ -149,6 +166,7 @@ func BenchmarkEnqueue(b *testing.B) {
 			if window > 0 {
 				idems = benchKeys(2*window + 1)
 			}
+			producer := testProducer(1)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			b.ResetTimer()
@@ -168,8 +186,13 @@ func BenchmarkEnqueue(b *testing.B) {
 					if window > 0 {
 						items[j].Msg.IdempotencyKey = idems[n%len(idems)]
 					}
+					if v.producer {
+						items[j].Msg.ProducerID, items[j].Msg.Sequence = producer, uint64(n)
+					}
 				}
-				s.Enqueue(2, items)
+				for j := 0; j < len(items); j += v.frame {
+					s.Enqueue(2, items[j:j+v.frame])
+				}
 				s.Tick(s.Now().Add(time.Millisecond))
 				s.Advance(s.Ready())
 			}
@@ -222,6 +245,69 @@ func BenchmarkFootprint(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/msg")
+				runtime.KeepAlive(s)
+			}
+		})
+	}
+}
+
+// BenchmarkProducerFootprint reports the memory an idempotent producer
+// holds on a queue, its messages aside (they are acked): 10,000
+// producers, each with one frame of one message, with a full ring of
+// 1024 sequences sent in frames of 100, or in frames of 1. Run it with
+// -benchtime=1x.
+func BenchmarkProducerFootprint(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		nprod, frames int // producers, frames each
+		frame         int // messages per frame
+	}{{"seqs=1", 10_000, 1, 1}, {"seqs=1024/frame=100", 1000, 11, 100}, {"seqs=1024/frame=1", 1000, 1024, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			for it := 0; it < b.N; it++ {
+				s := New(Config{MaxDeliveryBatch: 1 << 20, MaxUnsettled: 1 << 30})
+				s.Tick(t0)
+				s.CreateQueue(1, QueueSpec{Name: "q"})
+				s.Subscribe(2, 1, "q", 1<<30, nil)
+				s.Advance(s.Ready())
+				var n uint64
+				items := make([]EnqueueItem, c.frame)
+				acks := make([]LeaseRef, 0, c.frame)
+				// Each producer sends its frames, each acked at once:
+				// only the producers stay, and the Readys stay small.
+				run := func(p0, p1 int) {
+					for p := p0; p < p1; p++ {
+						for f := 0; f < c.frames; f++ {
+							for j := range items {
+								n++
+								items[j] = EnqueueItem{Queue: "q", Msg: Message{ID: testID(n), PayloadSize: 1,
+									ProducerID: testProducer(uint64(p + 1)), Sequence: uint64(f*c.frame + j)}}
+							}
+							s.Enqueue(3, items)
+							rd := s.Ready()
+							acks = acks[:0]
+							for _, d := range rd.Deliveries {
+								for _, m := range d.Msgs {
+									acks = append(acks, LeaseRef{Queue: m.Queue, ID: m.ID, Lease: m.Lease})
+								}
+							}
+							s.Advance(rd)
+							s.Ack(4, acks)
+							s.Advance(s.Ready())
+						}
+					}
+				}
+				run(0, 2) // warm the free lists and buffers
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				run(2, c.nprod+2)
+				s.Advance(s.Ready())
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if q := s.queues["q"]; len(q.prods) != c.nprod+2 || q.msgs.len() != 0 {
+					b.Fatalf("%d producers, %d messages", len(q.prods), q.msgs.len())
+				}
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(c.nprod), "B/producer")
 				runtime.KeepAlive(s)
 			}
 		})

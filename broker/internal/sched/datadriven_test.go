@@ -22,10 +22,12 @@ import (
 //
 // Commands (arguments are key=value; lists are key=(a,b)):
 //
-//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D] [max-unsettled=N]
+//	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D] [max-unsettled=N] [producer-seqs=N]
 //	create-queue name=Q [vis=D] [max-attempts=N] [backoff=(base,max)] [dedup=D] [on-failure]
 //	delete-queue name=Q
 //	enqueue queue=Q [key=K] [weight=N] [size=N] [throttle=(a,b)] [order=O] [idem=I] [delay=D] [n=N]
+//	        [producer=P seq=S]   message i of the n has sequence S+i; P is a small number
+//	        [queues=(Q1,Q2,…)]   message i goes to queue Qi (instead of queue=Q)
 //	subscribe sub=N queue=Q [credit=N|max] [limit=(name,limit,period[,burst])]
 //	unsubscribe sub=N [release]
 //	credit sub=N n=N
@@ -90,9 +92,20 @@ func testID(n uint64) [16]byte {
 	return id
 }
 
+// testProducer returns the ID of producer n.
+func testProducer(n uint64) [16]byte {
+	var id [16]byte
+	copy(id[:], "producer")
+	binary.BigEndian.PutUint64(id[8:], n)
+	return id
+}
+
 func idName(id [16]byte) string {
 	if bytes.HasPrefix(id[:], []byte("\x01\x8b\xcf\xe5\x68\x00\x70\x00")) {
 		return "m" + strconv.FormatUint(binary.BigEndian.Uint64(id[8:]), 10)
+	}
+	if bytes.HasPrefix(id[:], []byte("producer")) {
+		return "p" + strconv.FormatUint(binary.BigEndian.Uint64(id[8:]), 10)
 	}
 	return formatID(id)
 }
@@ -199,6 +212,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			DedupWindow:       a.dur("dedup", 0),
 			MaxLeaseExtension: a.dur("max-lease", 0),
 			MaxUnsettled:      int(a.int("max-unsettled", 0)),
+			ProducerSeqs:      int(a.int("producer-seqs", 0)),
 		}
 		*h = *newHarness(h.cfg)
 		return "ok"
@@ -219,12 +233,17 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 	case "delete-queue":
 		h.s.DeleteQueue(ref, a.str("name", ""))
 	case "enqueue":
-		n := a.int("n", 1)
+		queues := a.list("queues")
+		n := a.int("n", int64(max(len(queues), 1)))
 		items := make([]EnqueueItem, n)
 		for i := range items {
 			h.next++
 			id := testID(h.next)
-			items[i] = EnqueueItem{Queue: a.str("queue", ""), Msg: Message{
+			queue := a.str("queue", "")
+			if i < len(queues) {
+				queue = queues[i]
+			}
+			items[i] = EnqueueItem{Queue: queue, Msg: Message{
 				ID:             id,
 				FairnessKey:    a.str("key", ""),
 				Weight:         uint32(a.int("weight", 0)),
@@ -235,6 +254,10 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 				PayloadSize:    uint32(a.int("size", 100)),
 				Body:           []byte("body-" + idName(id)),
 			}}
+			if a.has("producer") {
+				items[i].Msg.ProducerID = testProducer(uint64(a.int("producer", 0)))
+				items[i].Msg.Sequence = uint64(a.int("seq", 0)) + uint64(i)
+			}
 		}
 		h.s.Enqueue(ref, items)
 	case "subscribe":
@@ -529,6 +552,38 @@ func fmtMutation(m Mutation) string {
 				return s + " " + err.Error()
 			}
 			s += fmt.Sprintf(" -> %s expires=%s", idName(id), rel(exp))
+		}
+		return s
+	case bytes.HasPrefix(key, []byte(prefixProducer)):
+		q, rest, _ := bytes.Cut(key[len(prefixProducer):], []byte{0})
+		var pid [16]byte
+		copy(pid[:], rest)
+		if len(rest) == 16 {
+			s := fmt.Sprintf("%s producer %s %s", op, q, idName(pid))
+			if !m.Delete {
+				floor, exp, err := decodeProducerRecord(m.Value)
+				if err != nil {
+					return s + " " + err.Error()
+				}
+				s += fmt.Sprintf(" floor=%d expires=%s", floor, rel(exp))
+			}
+			return s
+		}
+		last := binary.BigEndian.Uint64(rest[16:])
+		s := fmt.Sprintf("%s run %s %s ..%d", op, q, idName(pid), last)
+		if !m.Delete {
+			run, err := decodeRunRecord(m.Value, last)
+			if err != nil {
+				return s + " " + err.Error()
+			}
+			s += " ["
+			for i, e := range run {
+				if i > 0 {
+					s += " "
+				}
+				s += fmt.Sprintf("%d:%s", e.seq, idName(e.id))
+			}
+			s += "]"
 		}
 		return s
 	case bytes.HasPrefix(key, []byte(prefixMsg)):

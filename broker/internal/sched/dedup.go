@@ -32,34 +32,38 @@ func (s *Sched) delDedup(q *queue, key []byte) {
 	s.del(k)
 }
 
-// expireDedup forgets q's keys whose window has passed.
+// expireDedup forgets q's keys and producers whose window has passed.
 func (s *Sched) expireDedup(q *queue) {
 	q.dedup.Expire(int64(s.now), func(key []byte) { s.delDedup(q, key) })
+	s.expireProducers(q)
 	s.placeDedup(q)
 }
 
-// placeDedup puts q in Sched.expiry by its first expiry, or takes it out.
+// placeDedup puts q in Sched.expiry by its first expiry (of a key or a
+// producer), or takes it out.
 func (s *Sched) placeDedup(q *queue) {
-	next, ok := q.dedup.Next()
+	next, ok := q.nextExpiry()
 	switch {
 	case !ok && q.dhidx >= 0:
 		s.expiry.remove(q)
 	case !ok:
 	case q.dhidx >= 0:
-		q.dnext = Time(next)
+		q.dnext = next
 		s.expiry.fix(q)
 	default:
-		q.dnext = Time(next)
+		q.dnext = next
 		s.expiry.push(q)
 	}
 }
 
-// sortRestored enters the queues whose keys were restored in the expiry
-// heap (the tables sort the keys themselves).
+// sortRestored enters the queues whose keys or producers were restored in
+// the expiry heap (the tables sort the keys themselves; sortProducers
+// the producers).
 func (s *Sched) sortRestored() {
 	for _, q := range s.unsorted {
 		q.dunsorted = false
 		if !q.deleted {
+			s.sortProducers(q)
 			s.placeDedup(q)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 // Digest returns a SHA-256 digest of the scheduler's state: the clock, the
 // lease counter, and every queue (definition, counters, idempotency keys,
-// fairness keys with their deficits and weights, lanes in order, every
+// idempotent producers with their remembered sequences, fairness keys with their deficits and weights, lanes in order, every
 // message with its state, attempts, due time and lease), subscription
 // (credit, leases held in order) and token bucket. Two schedulers that
 // applied the same commands to the same restored records have equal
@@ -115,6 +115,22 @@ func (d *digester) queue(s *Sched, q *queue) {
 		d.str(e.key)
 		d.id(e.id)
 		d.int(e.expires)
+	}
+
+	pids := sortedKeys(q.prods, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
+	d.uint(uint64(len(pids)))
+	for _, pid := range pids {
+		p := q.prods[pid]
+		d.id(p.id)
+		d.uint(p.floor)
+		d.int(int64(p.expires))
+		d.uint(uint64(p.n))
+		for i := 0; i < p.n; i++ {
+			e := p.at(i)
+			d.uint(e.seq)
+			d.id(e.id)
+			d.bool(p.endsRun(i))
+		}
 	}
 
 	fks := sortedKeys(q.keys, cmp.Compare)

@@ -104,6 +104,10 @@
 // counted). Bodies are written into the message records and never kept
 // in memory; Delivered.Key tells the shell where to read them.
 //
+// A message is a duplicate, and is not enqueued, when its queue holds its
+// idempotency key (dedup.go) or its producer ID and sequence (an
+// idempotent producer's resent frame; producer.go).
+//
 // The failure policy without an on_failure hook: a failed attempt (nack,
 // lease expiry) is retried after BackoffBase × 2^(attempts-1), at most
 // BackoffMax, until MaxAttempts deliveries have failed; then the message

@@ -18,15 +18,18 @@ const MaxThrottleKeys = 64
 
 // Enqueue appends messages to their queues. The reply is an
 // []EnqueueResult, one per item in order; items fail alone. Each accepted
-// message's record (and idempotency key) is in this Ready's Persist, so
-// the reply is durable once released. Strings in items are retained;
-// Body is copied.
+// message's record (and idempotency key, and producer sequence) is in
+// this Ready's Persist, so the reply is durable once released. Strings in
+// items are retained; Body is copied.
 func (s *Sched) Enqueue(ref Ref, items []EnqueueItem) {
 	b := s.cur
 	start := len(b.enq)
 	for i := range items {
 		r := s.enqueue(&items[i])
 		b.enq = append(b.enq, r)
+	}
+	if len(s.ptouched) > 0 {
+		s.flushProducers()
 	}
 	s.reply(ref, b.enq[start:len(b.enq):len(b.enq)])
 }
@@ -40,10 +43,27 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 	if err := s.validateMessage(q, m); err != nil {
 		return EnqueueResult{Err: fmt.Errorf("enqueue %s: %w", q.name, err)}
 	}
+	produced := m.ProducerID != [16]byte{}
+	var p *producer
+	if produced {
+		if q.dunsorted {
+			s.sortRestored()
+		}
+		var r EnqueueResult
+		if p, r = s.checkProducer(q, m); r.Duplicate || r.Err != nil {
+			return r
+		}
+	}
 	if m.IdempotencyKey != "" {
 		if first, dup := s.remember(q, m.IdempotencyKey, m.ID); dup {
+			if produced {
+				s.rememberSeq(q, p, m.ProducerID, m.Sequence, first)
+			}
 			return EnqueueResult{ID: first, Duplicate: true}
 		}
+	}
+	if produced {
+		s.rememberSeq(q, p, m.ProducerID, m.Sequence, m.ID)
 	}
 	var due Time
 	if m.Delay > 0 {

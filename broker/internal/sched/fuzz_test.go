@@ -63,6 +63,19 @@ func FuzzDecodeDedupRecord(f *testing.F) {
 	})
 }
 
+func FuzzDecodeRunRecord(f *testing.F) {
+	f.Add(uint64(9), appendRunRecord(nil, []pentry{{seq: 7, id: testID(1)}, {seq: 9, id: testID(2)}}))
+	f.Fuzz(func(t *testing.T, last uint64, value []byte) {
+		run, err := decodeRunRecord(value, last)
+		if err != nil {
+			return
+		}
+		if got := appendRunRecord(nil, run); !bytes.Equal(got, value) {
+			t.Fatalf("re-encoded %x; want %x", got, value)
+		}
+	})
+}
+
 func FuzzDecodeQueueRecord(f *testing.F) {
 	f.Add(appendQueueRecord(nil, &QueueSpec{VisibilityTimeout: time.Second, MaxAttempts: 5, OnEnqueue: "e", OnFailure: "f"}))
 	f.Fuzz(func(t *testing.T, value []byte) {
@@ -116,8 +129,10 @@ func sampleRecords() [][2][]byte {
 	s.CreateQueue(1, QueueSpec{Name: "q", DedupWindow: time.Minute})
 	s.Enqueue(2, []EnqueueItem{
 		{Queue: "q", Msg: Message{ID: testID(1), FairnessKey: "a", IdempotencyKey: "i", Body: []byte("x")}},
-		{Queue: "q", Msg: Message{ID: testID(2), FairnessKey: "b", ThrottleKeys: []string{"t"}, OrderingKey: "o", Body: []byte("y")}},
-		{Queue: "q", Msg: Message{ID: testID(3), FairnessKey: "b", OrderingKey: "o", Delay: time.Second}},
+		{Queue: "q", Msg: Message{ID: testID(2), FairnessKey: "b", ThrottleKeys: []string{"t"}, OrderingKey: "o", Body: []byte("y"),
+			ProducerID: testProducer(1), Sequence: 7}},
+		{Queue: "q", Msg: Message{ID: testID(3), FairnessKey: "b", OrderingKey: "o", Delay: time.Second,
+			ProducerID: testProducer(1), Sequence: 8}},
 	})
 	s.Subscribe(3, 1, "q", 10, nil)
 	h.ready(false)

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched/bucket"
@@ -257,13 +258,16 @@ func checkInvariants(s *Sched, pumped bool) error {
 				return fmt.Errorf("queue %s: pumped, with an eligible subscription and %d runnable keys", name, q.drr.Len())
 			}
 		}
-		// A queue with idempotency keys is in the expiry heap at its
-		// first expiry.
+		// A queue with idempotency keys or producers is in the expiry
+		// heap at its first expiry.
 		inHeap := q.dhidx >= 0 && int(q.dhidx) < len(s.expiry.a) && s.expiry.a[q.dhidx] == q
 		if !q.dunsorted {
-			next, ok := q.dedup.Next()
-			if inHeap != ok || ok && Time(next) != q.dnext {
+			next, ok := q.nextExpiry()
+			if inHeap != ok || ok && next != q.dnext {
 				return fmt.Errorf("queue %s: in expiry heap %v at %v; first expiry %v (%v)", name, inHeap, q.dnext, next, ok)
+			}
+			if err := checkProducers(s, q); err != nil {
+				return fmt.Errorf("queue %s: %w", name, err)
 			}
 		}
 	}
@@ -345,6 +349,60 @@ func checkWaiters(s *Sched, b *tbucket, pumped bool) error {
 		if b.b.Next(now, 1) != bucket.Never && (b.hidx < 0 || s.wakes.a[b.hidx] != b) {
 			return fmt.Errorf("bucket %s: waiters and no timer", b.name)
 		}
+	}
+	return nil
+}
+
+// checkProducers checks q's idempotent producers: listed once each, in
+// order of expiry, none expired; each ring sorted, above the floor and
+// within the bound; run marks on remembered sequences only, the highest
+// marked.
+func checkProducers(s *Sched, q *queue) error {
+	n := 0
+	var prev *producer
+	for p := q.phead; p != nil; p = p.next {
+		n++
+		if q.prods[p.id] != p || p.q != q || p.prev != prev || p.touched != 0 {
+			return fmt.Errorf("producer %s misfiled", idName(p.id))
+		}
+		if prev != nil && p.expires < prev.expires {
+			return fmt.Errorf("producer %s expires %v, before %s (%v)", idName(p.id), p.expires, idName(prev.id), prev.expires)
+		}
+		if p.expires <= s.now {
+			return fmt.Errorf("producer %s expired at %v, now %v", idName(p.id), p.expires, s.now)
+		}
+		if p.n > s.cfg.ProducerSeqs || p.n > len(p.ents) || len(p.ents)&(len(p.ents)-1) != 0 {
+			return fmt.Errorf("producer %s: %d sequences in a ring of %d, bound %d", idName(p.id), p.n, len(p.ents), s.cfg.ProducerSeqs)
+		}
+		for i := 0; i < p.n; i++ {
+			if e := p.at(i); e.seq < p.floor || i > 0 && e.seq <= p.at(i-1).seq {
+				return fmt.Errorf("producer %s: sequence %d at %d, floor %d", idName(p.id), e.seq, i, p.floor)
+			}
+		}
+		// Marks only on remembered sequences, the highest among them
+		// (its run's key: runs are forgotten lowest first).
+		marks := 0
+		for _, w := range p.ends {
+			marks -= bits.OnesCount64(w)
+		}
+		for i := 0; i < p.n; i++ {
+			if p.endsRun(i) {
+				marks++
+			}
+		}
+		if marks != 0 || len(p.ends) != (len(p.ents)+63)/64 || p.runs != nil {
+			return fmt.Errorf("producer %s: %d run marks outside the ring", idName(p.id), -marks)
+		}
+		if p.n > 0 && !p.endsRun(p.n-1) {
+			return fmt.Errorf("producer %s: sequence %d in no run", idName(p.id), p.at(p.n-1).seq)
+		}
+		prev = p
+	}
+	if prev != q.ptail || n != len(q.prods) {
+		return fmt.Errorf("%d producers listed of %d", n, len(q.prods))
+	}
+	if q.parent != nil && n > 0 {
+		return fmt.Errorf("a dead-letter queue with producers")
 	}
 	return nil
 }

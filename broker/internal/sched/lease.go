@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
@@ -168,22 +169,7 @@ func (s *Sched) fail(m *msg, reason string, kind failKind, delay time.Duration) 
 		m.state = stDeciding
 		q.delayed++
 		s.persistState(m)
-		l := m.lane
-		b := s.cur
-		home := q.home().name
-		b.failures = append(b.failures, Failure{
-			Queue:        q.name,
-			ID:           m.id,
-			Key:          appendMsgKey(b.alloc(msgKeyLen(home))[:0], home, m.id),
-			Attempts:     m.attempts,
-			Reason:       s.reason(m),
-			FairnessKey:  l.key.name,
-			Weight:       m.weight,
-			ThrottleKeys: l.throttleKeys(),
-			OrderingKey:  l.okey,
-			PayloadSize:  m.cost,
-			Policy:       q.policy,
-		})
+		s.cur.failures = append(s.cur.failures, s.failureOf(m))
 	case kind == failRelease:
 		if exhausted {
 			s.apply(m, DeadLetter())
@@ -370,4 +356,40 @@ func (s *Sched) Redrive(ref Ref, dlq string, n uint64) {
 		s.makeReady(m)
 	}
 	s.reply(ref, Redriven{Moved: uint64(len(ready))})
+}
+
+// failureOf describes m, failed and waiting for a Decide, for the shell's
+// on_failure hook.
+func (s *Sched) failureOf(m *msg) Failure {
+	q := m.queue()
+	l := m.lane
+	b := s.cur
+	home := q.home().name
+	return Failure{
+		Queue:        q.name,
+		ID:           m.id,
+		Key:          appendMsgKey(b.alloc(msgKeyLen(home))[:0], home, m.id),
+		Attempts:     m.attempts,
+		Reason:       s.reason(m),
+		FairnessKey:  l.key.name,
+		Weight:       m.weight,
+		ThrottleKeys: l.throttleKeys(),
+		OrderingKey:  l.okey,
+		PayloadSize:  m.cost,
+		Policy:       q.policy,
+	}
+}
+
+// Redecide puts every message waiting for a Decide (failed, its queue's
+// on_failure hook not yet answered) into the next Ready's Failures again.
+// A replicated queue's new leader calls it: the old leader may have died
+// before its hook answered, and only a leader runs hooks.
+func (s *Sched) Redecide() {
+	for _, name := range sortedKeys(s.queues, strings.Compare) {
+		for m := range s.queues[name].msgs.all() {
+			if m.state == stDeciding {
+				s.cur.failures = append(s.cur.failures, s.failureOf(m))
+			}
+		}
+	}
 }

@@ -64,6 +64,12 @@ func checkStored(spec *QueueSpec) error {
 // settings, with zeros resolved against the Config (see
 // QueueSettings.Check). The first setting out of range is reported, with
 // "(the broker's default)" after a value the spec left at zero.
+// CheckSpec returns the error CreateQueue would answer for spec, if any,
+// whatever queues exist: a queue name that is not valid, or settings out
+// of range (wrapping fault.ErrInvalidArgument). A cluster checks a new
+// queue with it before proposing its creation.
+func (s *Sched) CheckSpec(spec QueueSpec) error { return s.checkSpec(&spec) }
+
 func (s *Sched) checkSpec(spec *QueueSpec) error {
 	if err := validateName(spec.Name); err != nil {
 		return fmt.Errorf("create queue: %w", err)
@@ -156,8 +162,8 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 	return q
 }
 
-// DeleteQueue deletes a queue, its DLQ and all their messages and
-// idempotency keys, and ends their subscriptions (Ready.Ended). The reply
+// DeleteQueue deletes a queue, its DLQ and all their messages,
+// idempotency keys and producers, and ends their subscriptions (Ready.Ended). The reply
 // is nil, or an error wrapping fault.ErrQueueNotFound, or
 // fault.ErrInvalidArgument for a DLQ (it is deleted with its queue).
 // The deletion is one mutation per stored record.
@@ -192,6 +198,7 @@ func (s *Sched) dropQueue(q *queue) {
 		s.remove(m)
 	}
 	q.dedup.All(func(key []byte, _ [16]byte, _ int64) { s.delDedup(q, key) })
+	s.dropProducers(q)
 	if q.dhidx >= 0 {
 		s.expiry.remove(q)
 	}

@@ -3,6 +3,7 @@ package sched
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -22,7 +23,9 @@ var (
 // to state: no message leased twice at once, queue counts equal the
 // model's messages in each state, every acknowledged message gone for
 // good (also across restarts), duplicates exactly within the dedup
-// window. It prints its seed; rerun a failure with -seed=N (or SEED=N).
+// window, and a resent producer frame's messages duplicates exactly while
+// their sequences are remembered. It prints its seed; rerun a failure
+// with -seed=N (or SEED=N).
 func TestRandomized(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -43,12 +46,14 @@ func TestRandomized(t *testing.T) {
 	r := &randomRun{
 		t:      t,
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		h:      newHarness(Config{Quantum: 500, MaxDeliveryBatch: 7, MaxUnsettled: 5, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second}),
+		h:      newHarness(Config{Quantum: 500, MaxDeliveryBatch: 7, MaxUnsettled: 5, BackoffBase: 200 * time.Millisecond, BackoffMax: 3 * time.Second, ProducerSeqs: 6}),
 		leases: make(map[[16]byte]Delivered),
 		credit: make(map[SubID]int64),
 		handed: make(map[uint64]SubID),
 		acked:  make(map[[16]byte]bool),
 		idem:   make(map[string]dedupModel),
+		prods:  make(map[string]*producerModel),
+		seqs:   make(map[uint64]uint64),
 	}
 	for i := 0; i < steps; i++ {
 		r.step(i)
@@ -64,13 +69,32 @@ type dedupModel struct {
 	expires Time
 }
 
+// producerModel is what a queue remembers of a producer: the sequences
+// it holds (at most Config.ProducerSeqs, the highest), the floor below
+// which it forgot them, and when it forgets the producer.
+type producerModel struct {
+	seqs    map[uint64][16]byte
+	floor   uint64
+	expires Time
+}
+
+// sentFrame is a producer's frame, kept to be resent.
+type sentFrame struct {
+	producer uint64
+	seq      uint64
+	items    []EnqueueItem
+}
+
 type randomRun struct {
 	t        *testing.T
 	rng      *rand.Rand
 	h        *harness
-	leases   map[[16]byte]Delivered // deliveries seen, by message
-	acked    map[[16]byte]bool      // messages acked successfully
-	idem     map[string]dedupModel  // queue + key → first accepted
+	leases   map[[16]byte]Delivered    // deliveries seen, by message
+	acked    map[[16]byte]bool         // messages acked successfully
+	idem     map[string]dedupModel     // queue + key → first accepted
+	prods    map[string]*producerModel // queue + "/" + producer
+	seqs     map[uint64]uint64         // producer → next sequence
+	sent     []sentFrame               // recent producer frames
 	failures []Failure
 	last     string
 	// The credit model: each open subscription's credit as the shell
@@ -122,6 +146,11 @@ func (r *randomRun) step(i int) {
 		for k := range r.idem {
 			if k[:1] == q {
 				delete(r.idem, k)
+			}
+		}
+		for k := range r.prods {
+			if k[:1] == q {
+				delete(r.prods, k)
 			}
 		}
 	case op < 30:
@@ -248,12 +277,80 @@ func (r *randomRun) enqueue(ref Ref) {
 		}
 		items[j] = EnqueueItem{Queue: randQueues[r.pick(len(randQueues))], Msg: m}
 	}
-	r.last = fmt.Sprintf("enqueue %d", n)
+	// A third of the frames come from one of two idempotent producers;
+	// some of those are an earlier frame resent, with new IDs.
+	var producer, seq uint64
+	switch r.pick(6) {
+	case 0, 1:
+		producer = uint64(r.pick(2) + 1)
+		seq = r.seqs[producer] + uint64(r.pick(3)) // gaps: frames to other shards
+		r.seqs[producer] = seq + uint64(n)
+		r.sent = append(r.sent, sentFrame{producer: producer, seq: seq, items: items})
+		if len(r.sent) > 30 {
+			r.sent = r.sent[1:]
+		}
+	case 2:
+		if len(r.sent) == 0 {
+			break
+		}
+		f := r.sent[r.pick(len(r.sent))]
+		producer, seq = f.producer, f.seq
+		items = slices.Clone(f.items)
+		for j := range items {
+			r.h.next++
+			items[j].Msg.ID = testID(r.h.next)
+		}
+	}
+	for j := range items {
+		if producer != 0 {
+			items[j].Msg.ProducerID = testProducer(producer)
+			items[j].Msg.Sequence = seq + uint64(j)
+		}
+	}
+	r.last = fmt.Sprintf("enqueue %d producer %d seq %d", len(items), producer, seq)
 	s := r.h.s
 	s.Enqueue(ref, items)
 	res := s.cur.replies[len(s.cur.replies)-1].Value.([]EnqueueResult)
 	for j, it := range items {
 		q := s.queues[it.Queue]
+		var pm *producerModel
+		if q != nil && producer != 0 {
+			pkey := it.Queue + "/" + strconv.FormatUint(producer, 10)
+			pm = r.prods[pkey]
+			if pm != nil && s.Now() >= pm.expires {
+				pm = nil
+			}
+			sq := it.Msg.Sequence
+			first, remembered := [16]byte{}, false
+			if pm != nil {
+				first, remembered = pm.seqs[sq]
+			}
+			switch {
+			case remembered:
+				if !res[j].Duplicate || res[j].ID != first {
+					r.t.Fatalf("enqueue %s seq %d: %s duplicate=%v err=%v; want duplicate of %s", pkey, sq, idName(res[j].ID), res[j].Duplicate, res[j].Err, idName(first))
+				}
+				continue
+			case pm != nil && sq < pm.floor:
+				if res[j].Err == nil {
+					r.t.Fatalf("enqueue %s seq %d below floor %d: %s; want an error", pkey, sq, pm.floor, idName(res[j].ID))
+				}
+				continue
+			case res[j].Err != nil:
+				r.t.Fatalf("enqueue %s seq %d: %v", pkey, sq, res[j].Err)
+			}
+			if pm == nil {
+				pm = &producerModel{seqs: make(map[uint64][16]byte)}
+				r.prods[pkey] = pm
+			}
+			pm.seqs[sq] = res[j].ID
+			pm.expires = s.Now().Add(q.window)
+			if len(pm.seqs) > r.h.s.cfg.ProducerSeqs {
+				low := slices.Min(slices.Collect(maps.Keys(pm.seqs)))
+				delete(pm.seqs, low)
+				pm.floor = max(pm.floor, low+1)
+			}
+		}
 		if q == nil || it.Msg.IdempotencyKey == "" || res[j].Err != nil {
 			if res[j].Err == nil {
 				r.enqueued++

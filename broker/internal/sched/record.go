@@ -11,14 +11,17 @@ import (
 // Prefix is the key prefix of every record the scheduler stores. The
 // shell scans it at startup and passes each record to Restore.
 //
-// Four kinds of record live under it. Their key prefixes sort in the
-// order Restore needs them (queues, then idempotency keys, then messages,
-// then message states):
+// Five kinds of record live under it. Their key prefixes sort in the
+// order Restore needs them (queues first; then idempotency keys,
+// messages, idempotent producers, message states, of which only states
+// need their messages first):
 //
-//	s/def/<queue>                   queue definition
-//	s/idk/<queue> 0x00 <key>        idempotency key
-//	s/msg/<queue> 0x00 <id:16>      message: metadata and body
-//	s/st/<queue> 0x00 <id:16>       message state: attempts, due, DLQ
+//	s/def/<queue>                            queue definition
+//	s/idk/<queue> 0x00 <key>                 idempotency key
+//	s/msg/<queue> 0x00 <id:16>               message: metadata and body
+//	s/prd/<queue> 0x00 <producer:16>         idempotent producer: floor, expiry
+//	s/prd/<queue> 0x00 <producer:16> <seq:8> a producer's run of sequences, by its highest
+//	s/st/<queue> 0x00 <id:16>                message state: attempts, due, DLQ
 //
 // A message's records stay under the queue it was enqueued to, also while
 // it is dead-lettered, so moving a message never rewrites its body. Queue
@@ -28,10 +31,11 @@ import (
 const Prefix = "s/"
 
 const (
-	prefixQueue = "s/def/"
-	prefixDedup = "s/idk/"
-	prefixMsg   = "s/msg/"
-	prefixState = "s/st/"
+	prefixQueue    = "s/def/"
+	prefixDedup    = "s/idk/"
+	prefixMsg      = "s/msg/"
+	prefixProducer = "s/prd/"
+	prefixState    = "s/st/"
 )
 
 const recordVersion = 1
@@ -41,7 +45,8 @@ type KeyRange struct{ Start, End []byte }
 
 // QueueRanges returns the key ranges that hold every record of queue: its
 // definition (which defines its dead-letter queue too), its idempotency
-// keys, and its messages and their states, dead-lettered ones included
+// keys, its messages, its idempotent producers, and its messages' states,
+// dead-lettered ones included
 // (they stay under their home queue). A queue is one unit of state:
 // copying these ranges from one store to another, and restoring them,
 // moves the queue and its DLQ whole, with nothing of any other queue.
@@ -57,6 +62,7 @@ func QueueRanges(queue string) []KeyRange {
 		{def, append(def[:len(def):len(def)], 0)},
 		under(prefixDedup),
 		under(prefixMsg),
+		under(prefixProducer),
 		under(prefixState),
 	}
 }
@@ -87,6 +93,19 @@ func appendDedupKey(b []byte, queue, key string) []byte {
 	b = append(b, queue...)
 	b = append(b, 0)
 	return append(b, key...)
+}
+
+func producerKeyLen(queue string) int { return len(prefixProducer) + len(queue) + 1 + 16 }
+
+func appendProducerKey(b []byte, queue string, producer [16]byte) []byte {
+	b = append(b, prefixProducer...)
+	b = append(b, queue...)
+	b = append(b, 0)
+	return append(b, producer[:]...)
+}
+
+func appendRunKey(b []byte, queue string, producer [16]byte, last uint64) []byte {
+	return binary.BigEndian.AppendUint64(appendProducerKey(b, queue, producer), last)
 }
 
 func appendQueueKey(b []byte, queue string) []byte {
@@ -277,6 +296,68 @@ func decodeDedupRecord(value []byte) (id [16]byte, expires Time, err error) {
 	expires = Time(d.u64())
 	d.end()
 	return id, expires, d.err
+}
+
+// A producer record (value of s/prd/<queue> 0x00 <producer>): the
+// sequences below floor are forgotten, and the producer is forgotten at
+// expires (Unix nanoseconds):
+//
+//	+--------+----------+------------+
+//	| ver 1B | floor 8B | expires 8B |
+//	+--------+----------+------------+
+func appendProducerRecord(b []byte, floor uint64, expires Time) []byte {
+	b = append(b, recordVersion)
+	b = binary.BigEndian.AppendUint64(b, floor)
+	return binary.BigEndian.AppendUint64(b, uint64(expires))
+}
+
+func decodeProducerRecord(value []byte) (floor uint64, expires Time, err error) {
+	d := decoder{b: value, what: "producer record"}
+	d.version()
+	floor = d.u64()
+	expires = Time(d.u64())
+	d.end()
+	return floor, expires, d.err
+}
+
+// A run record (value of s/prd/<queue> 0x00 <producer> <seq>): sequences
+// of the producer remembered by one Enqueue command, in increasing order,
+// the last one the key's, each with its message's ID:
+//
+//	+--------+--------+------------+--------+------------+-----+
+//	| ver 1B | seq 8B | message 16B | seq 8B | message 16B | ... |
+//	+--------+--------+------------+--------+------------+-----+
+func appendRunRecord(b []byte, run []pentry) []byte {
+	b = append(b, recordVersion)
+	for _, e := range run {
+		b = binary.BigEndian.AppendUint64(b, e.seq)
+		b = append(b, e.id[:]...)
+	}
+	return b
+}
+
+// decodeRunRecord decodes a run record whose key names last; entries
+// must increase and end at last.
+func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
+	d := decoder{b: value, what: "run record"}
+	d.version()
+	if d.err == nil && ((len(value)-1)%(8+16) != 0 || len(value) == 1) {
+		d.fail("%d bytes of entries, want a positive multiple of 24", len(value)-1)
+	}
+	var run []pentry
+	for d.err == nil && d.off < len(value) {
+		var e pentry
+		e.seq = d.u64()
+		copy(e.id[:], d.take(16))
+		if len(run) > 0 && e.seq <= run[len(run)-1].seq {
+			d.fail("sequence %d after %d", e.seq, run[len(run)-1].seq)
+		}
+		run = append(run, e)
+	}
+	if d.err == nil && run[len(run)-1].seq != last {
+		d.fail("last sequence %d, key names %d", run[len(run)-1].seq, last)
+	}
+	return run, d.err
 }
 
 // A queue record (value of s/def/…), the QueueSpec as given (zeros mean

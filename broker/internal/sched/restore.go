@@ -2,6 +2,7 @@ package sched
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 )
 
@@ -22,6 +23,8 @@ func (s *Sched) Restore(key, value []byte) error {
 		err = s.restoreDedup(key, value)
 	case bytes.HasPrefix(key, []byte(prefixMsg)):
 		err = s.restoreMsg(key, value)
+	case bytes.HasPrefix(key, []byte(prefixProducer)):
+		err = s.restoreProducerRecord(key, value)
 	case bytes.HasPrefix(key, []byte(prefixState)):
 		err = s.restoreState(key, value)
 	default:
@@ -74,6 +77,57 @@ func (s *Sched) restoreDedup(key, value []byte) error {
 		q.dunsorted = true
 		s.unsorted = append(s.unsorted, q)
 	}
+	return nil
+}
+
+// restoreProducerRecord restores a producer record or one of its run
+// records; the header sorts first. A run's entries below the floor were
+// forgotten.
+func (s *Sched) restoreProducerRecord(key, value []byte) error {
+	rest := key[len(prefixProducer):]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 || (len(rest)-i-1 != 16 && len(rest)-i-1 != 16+8) {
+		return fmt.Errorf("malformed producer key")
+	}
+	var pid [16]byte
+	copy(pid[:], rest[i+1:])
+	if pid == [16]byte{} {
+		return fmt.Errorf("zero producer")
+	}
+	q := s.queues[string(rest[:i])]
+	if len(rest)-i-1 == 16 {
+		floor, expires, err := decodeProducerRecord(value)
+		if err != nil {
+			return err
+		}
+		if q == nil || q.parent != nil {
+			s.orphan(key)
+			return nil
+		}
+		p := s.restoreProducer(q, pid)
+		p.floor, p.expires = floor, expires
+		return nil
+	}
+	last := binary.BigEndian.Uint64(rest[i+1+16:])
+	run, err := decodeRunRecord(value, last)
+	if err != nil {
+		return err
+	}
+	var p *producer
+	if q != nil && q.parent == nil {
+		p = q.prods[pid]
+	}
+	if p == nil || last < p.floor {
+		s.orphan(key)
+		return nil
+	}
+	for _, e := range run {
+		if e.seq >= p.floor {
+			p.ents = append(p.ents, e)
+		}
+	}
+	p.n = len(p.ents)
+	p.runs = append(p.runs, last)
 	return nil
 }
 

@@ -19,6 +19,7 @@ const (
 	DefaultMaxDeliveryBatch  = 1024
 	DefaultMaxLeaseExtension = 12 * time.Hour
 	DefaultMaxUnsettled      = 1000
+	DefaultProducerSeqs      = 1024
 )
 
 // Config holds the broker-wide scheduler settings. Zero (or negative)
@@ -54,6 +55,9 @@ type Config struct {
 	// LeaseBase is the lease token before the first delivery's; each
 	// delivery takes the next. StartLeaseEpoch raises it.
 	LeaseBase uint64
+	// ProducerSeqs is how many sequences of each idempotent producer a
+	// queue remembers, the most recent (default 1024); see producer.go.
+	ProducerSeqs int
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +90,10 @@ func (c Config) withDefaults() Config {
 		c.MaxUnsettled = DefaultMaxUnsettled
 	}
 	c.MaxUnsettled = min(c.MaxUnsettled, math.MaxUint32)
+	if c.ProducerSeqs <= 0 {
+		c.ProducerSeqs = DefaultProducerSeqs
+	}
+	c.ProducerSeqs = min(c.ProducerSeqs, 1<<20)
 	return c
 }
 
@@ -101,10 +109,15 @@ type Sched struct {
 	tsets    map[string]*tset    // interned throttle key sets
 	timers   timerHeap[*msg]     // delays, backoffs, lease deadlines
 	wakes    timerHeap[*tbucket] // next token for buckets with waiters
-	expiry   timerHeap[*queue]   // queues by their first idempotency key expiry
-	unsorted []*queue            // queues whose restored keys need sorting
-	lease    uint64              // last lease token handed out
-	tseq     uint64              // last msg.tseq
+	expiry   timerHeap[*queue]   // queues by their first idempotency key or producer expiry
+	unsorted []*queue            // queues whose restored keys or producers need sorting
+	// ptouched lists the producers an Enqueue command remembered
+	// sequences of, and pend those sequences, written when it ends.
+	ptouched []*producer
+	pend     []pendEntry
+	pbuf     []pentry
+	lease    uint64 // last lease token handed out
+	tseq     uint64 // last msg.tseq
 
 	// slots maps msg.slot to the open subscription holding the lease
 	// (slot 0 is none); freeSlots lists the slots to reuse.

@@ -296,7 +296,12 @@ func TestRestoreOrphansAndErrors(t *testing.T) {
 	h.kv[string(appendStateKey(nil, "gone", testID(2)))] = appendStateRecord(nil, &stateRecord{attempts: 1})
 	h.kv[string(appendStateKey(nil, "q", testID(9)))] = appendStateRecord(nil, &stateRecord{attempts: 1})
 	h.kv[string(appendDedupKey(nil, "gone", "k"))] = appendDedupRecord(nil, testID(2), t0)
-	if got := h.restart(t); got != "restored 7 records" {
+	// A producer of a queue that no longer exists, and a run of a
+	// producer with no record.
+	h.kv[string(appendProducerKey(nil, "gone", testProducer(1)))] = appendProducerRecord(nil, 0, t0+1)
+	h.kv[string(appendRunKey(nil, "gone", testProducer(1), 3))] = appendRunRecord(nil, []pentry{{3, testID(3)}})
+	h.kv[string(appendRunKey(nil, "q", testProducer(2), 3))] = appendRunRecord(nil, []pentry{{3, testID(3)}})
+	if got := h.restart(t); got != "restored 10 records" {
 		t.Fatalf("restart = %q", got)
 	}
 	rd := takeReady(t, h.s)
@@ -307,7 +312,7 @@ func TestRestoreOrphansAndErrors(t *testing.T) {
 		}
 		deleted = append(deleted, fmtMutation(m))
 	}
-	want := []string{"del idk gone k", "del msg gone m2", "del state gone m2", "del state q m9"}
+	want := []string{"del idk gone k", "del msg gone m2", "del producer gone p1", "del run gone p1 ..3", "del run q p2 ..3", "del state gone m2", "del state q m9"}
 	if !slices.Equal(deleted, want) {
 		t.Fatalf("first Ready deletes %q; want %q", deleted, want)
 	}
@@ -323,6 +328,12 @@ func TestRestoreOrphansAndErrors(t *testing.T) {
 		{prefixMsg + "q\x00" + string(id1[:]), "\x01\x00"},
 		{prefixState + "q\x00" + string(id1[:]), "\x01\x07"},
 		{prefixDedup + "q", string(appendDedupRecord(nil, testID(1), t0))},
+		{prefixProducer + "q\x00short", string(appendProducerRecord(nil, 0, t0))},
+		{string(appendProducerKey(nil, "q", [16]byte{})), string(appendProducerRecord(nil, 0, t0))},
+		{string(appendProducerKey(nil, "q", testProducer(1))), "\x01\x00"},
+		{string(appendRunKey(nil, "q", testProducer(1), 4)), string(appendRunRecord(nil, []pentry{{3, testID(3)}}))},
+		{string(appendRunKey(nil, "q", testProducer(1), 3)), string(appendRunRecord(nil, []pentry{{3, testID(3)}, {3, testID(4)}}))},
+		{string(appendRunKey(nil, "q", testProducer(1), 3)), "\x01"},
 	} {
 		s := New(Config{})
 		s.Restore(appendQueueKey(nil, "q"), appendQueueRecord(nil, &QueueSpec{Name: "q"}))
@@ -351,5 +362,51 @@ func TestReasonCut(t *testing.T) {
 	}
 	if got := cutReason("short"); got != "short" {
 		t.Fatalf("cutReason(%q) = %q", "short", got)
+	}
+}
+
+// TestProducersRestoreExactly: the idempotent producers restored from
+// their records are the ones in memory before (sequences, floors, gaps,
+// runs, expiries), with a small bound and a bound lowered at the restart.
+func TestProducersRestoreExactly(t *testing.T) {
+	h := newHarness(Config{ProducerSeqs: 5})
+	h.s.CreateQueue(1, QueueSpec{Name: "q", DedupWindow: time.Minute})
+	h.s.CreateQueue(2, QueueSpec{Name: "r"})
+	var n uint64
+	enqueue := func(queue string, producer, seq uint64, count int) {
+		items := make([]EnqueueItem, count)
+		for i := range items {
+			n++
+			items[i] = EnqueueItem{Queue: queue, Msg: Message{ID: testID(n), ProducerID: testProducer(producer), Sequence: seq + uint64(i), Body: []byte("b")}}
+		}
+		h.s.Enqueue(3, items)
+	}
+	enqueue("q", 1, 10, 3)
+	h.s.Tick(t0 + Time(time.Second))
+	enqueue("q", 1, 20, 2)
+	enqueue("q", 1, 14, 1) // in a gap; 10 forgotten
+	enqueue("q", 2, 1, 7)  // more than the bound in one command
+	enqueue("r", 1, 13, 1)
+	h.ready(false)
+	want := [2][32]byte{h.s.QueueDigest("q"), h.s.QueueDigest("r")}
+	h.restart(t)
+	if got := [2][32]byte{h.s.QueueDigest("q"), h.s.QueueDigest("r")}; got != want {
+		t.Fatal("the restored queues differ from the queues before the restart")
+	}
+	if rd := h.s.Ready(); len(rd.Persist) != 0 {
+		t.Fatalf("the restore wrote %d mutations", len(rd.Persist))
+	}
+	// A lower bound at the restart forgets the oldest sequences.
+	h.cfg.ProducerSeqs = 2
+	h.restart(t)
+	p := h.s.queues["q"].prods[testProducer(1)]
+	if p.n != 2 || p.floor != 15 || p.at(0).seq != 20 {
+		t.Fatalf("after lowering the bound: %d sequences from %d, floor %d; want 20, 21 and floor 15", p.n, p.at(0).seq, p.floor)
+	}
+	h.ready(false)
+	want = [2][32]byte{h.s.QueueDigest("q"), h.s.QueueDigest("r")}
+	h.restart(t)
+	if got := [2][32]byte{h.s.QueueDigest("q"), h.s.QueueDigest("r")}; got != want {
+		t.Fatal("the restore after lowering the bound is not what it wrote")
 	}
 }

@@ -318,10 +318,16 @@ type queue struct {
 	dedup     idem.Table
 	dnext     Time
 	dhidx     int32
-	dunsorted bool // keys restored, not yet in Sched.expiry
+	dunsorted bool // keys or producers restored, not yet in Sched.expiry
 	limits    map[string]*tbucket
 	dirty     bool
 	deleted   bool
+
+	// prods are the idempotent producers the queue remembers, listed
+	// from phead to ptail by expiry (producer.go).
+	prods        map[[16]byte]*producer
+	phead, ptail *producer
+
 	// Effective settings.
 	vis    time.Duration
 	policy RetryPolicy
@@ -335,6 +341,17 @@ func (q *queue) home() *queue {
 		return q.parent
 	}
 	return q
+}
+
+// nextExpiry returns the first expiry of the queue's idempotency keys and
+// producers; ok is false when it has neither.
+func (q *queue) nextExpiry() (next Time, ok bool) {
+	n, ok := q.dedup.Next()
+	next = Time(n)
+	if p := q.phead; p != nil && (!ok || p.expires < next) {
+		return p.expires, true
+	}
+	return next, ok
 }
 
 func (q *queue) before(o *queue) bool {

@@ -252,3 +252,15 @@ func (s *Sched) AddCredit(id SubID, n uint32) {
 	sb.credit = uint32(min(uint64(sb.credit)+uint64(n), math.MaxUint32))
 	s.resume(sb)
 }
+
+// Subs returns the IDs of the open subscriptions, in increasing order. A
+// replicated queue's new leader unsubscribes them: their consumers were
+// connected to the old leader.
+func (s *Sched) Subs() []SubID {
+	out := make([]SubID, 0, len(s.subs))
+	for id := range s.subs {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}

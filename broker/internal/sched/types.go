@@ -74,6 +74,13 @@ type Message struct {
 	// IdempotencyKey, if not empty, makes a second message with the same
 	// key within the queue's dedup window a duplicate of the first.
 	IdempotencyKey string
+	// ProducerID, if not zero, names the idempotent producer that sent
+	// the message, and Sequence is the message's sequence number: a
+	// message whose producer and sequence the queue remembers is a
+	// duplicate of the first (see producer.go). Sequence is ignored
+	// without a ProducerID.
+	ProducerID [16]byte
+	Sequence   uint64
 	// Delay defers the first delivery to enqueue time + Delay.
 	Delay time.Duration
 	// PayloadSize is the payload's length in bytes, the message's DRR
@@ -91,12 +98,14 @@ type EnqueueItem struct {
 }
 
 // EnqueueResult is the outcome of one EnqueueItem. Err is nil or wraps
-// fault.ErrQueueNotFound or fault.ErrInvalidArgument. Duplicate reports an
-// idempotency key seen within the dedup window; ID is then the first
-// message's ID and nothing was enqueued.
+// fault.ErrQueueNotFound or fault.ErrInvalidArgument (among others, a
+// producer's sequence older than those the queue remembers). Duplicate
+// reports an idempotency key seen within the dedup window, or a producer
+// sequence the queue remembers; ID is then the first message's ID and
+// nothing was enqueued.
 type EnqueueResult struct {
 	ID        [16]byte // the message's ID, or the first one's for a duplicate
-	Duplicate bool     // the idempotency key was seen within the window
+	Duplicate bool     // the idempotency key or producer sequence was seen
 	Err       error    // nil, or why this item was refused
 }
 

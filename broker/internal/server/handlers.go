@@ -15,7 +15,7 @@ import (
 )
 
 // serverCapabilities are the optional features this broker grants.
-var serverCapabilities = []string{"continuation", "dedup", "ordering", "rate-limits", "lua"}
+var serverCapabilities = []string{"continuation", "dedup", "ordering", "rate-limits", "lua", "idempotent-producers"}
 
 // dispatch handles one frame; false ends the read loop.
 func (c *conn) dispatch(h wire.Header, body []byte) bool {
@@ -344,6 +344,12 @@ func msDur(ms uint64) time.Duration {
 
 func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	n := len(f.Messages)
+	// Message i of an idempotent producer's frame has sequence
+	// f.Sequence+i.
+	produced := f.ProducerID != [16]byte{}
+	if produced && n > 0 && f.Sequence > math.MaxUint64-uint64(n-1) {
+		return fmt.Errorf("sequence %d: the frame's %d messages would overflow it: %w", f.Sequence, n, fault.ErrInvalidArgument)
+	}
 	results := make([]wire.EnqueueItemResult, n)
 	items := make([]node.EnqueueItem, 0, n)
 	keep := make([]int, 0, n)
@@ -354,6 +360,9 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		if err != nil {
 			results[i] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
 			continue
+		}
+		if produced {
+			msg.ProducerID, msg.Sequence = f.ProducerID, f.Sequence+uint64(i)
 		}
 		total += node.BodySize(m.Headers, m.Payload)
 		// The body is encoded with its chunk (encodeBodies).

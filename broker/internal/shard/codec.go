@@ -23,6 +23,12 @@ import (
 // The encoding is stable: a field is never reordered or retyped. A later
 // version adds a new Kind rather than change an old one. It is what a
 // command log holds and what a replicated entry carries.
+//
+// So an Enqueue has two: KindEnqueue, the original, and KindEnqueueSeq,
+// whose items each end with the producer ID (16 bytes) and the sequence
+// (a uvarint), used when an item has a producer. A decoder that predates
+// producers still reads every Enqueue without them, and refuses (never
+// misreads) one with them.
 
 // ErrBadCommand is wrapped by DecodeCommand's errors: the bytes are not a
 // command this version encodes.
@@ -49,6 +55,7 @@ func AppendCommand(b []byte, c Command) []byte {
 	case *DeleteQueue:
 		b = appendString(b, c.Name)
 	case *Enqueue:
+		seqs := c.Kind() == KindEnqueueSeq
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for i := range c.Items {
 			it := &c.Items[i]
@@ -66,6 +73,10 @@ func AppendCommand(b []byte, c Command) []byte {
 			b = binary.AppendVarint(b, int64(m.Delay))
 			b = binary.AppendUvarint(b, uint64(m.PayloadSize))
 			b = appendBytes(b, m.Body)
+			if seqs {
+				b = append(b, m.ProducerID[:]...)
+				b = binary.AppendUvarint(b, m.Sequence)
+			}
 		}
 	case *Subscribe:
 		b = binary.AppendUvarint(b, uint64(c.Sub))
@@ -155,8 +166,13 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = &CreateQueue{Spec: sp}
 	case KindDeleteQueue:
 		c = &DeleteQueue{Name: d.string()}
-	case KindEnqueue:
-		n := d.count(minItemSize)
+	case KindEnqueue, KindEnqueueSeq:
+		seqs := Kind(b[0]) == KindEnqueueSeq
+		minSize := minItemSize
+		if seqs {
+			minSize += 16 + 1
+		}
+		n := d.count(minSize)
 		items := make([]sched.EnqueueItem, n)
 		for i := range items {
 			it := &items[i]
@@ -176,6 +192,10 @@ func DecodeCommand(b []byte) (Command, error) {
 			m.Delay = d.duration()
 			m.PayloadSize = d.u32()
 			m.Body = d.bytes()
+			if seqs {
+				m.ProducerID = d.id()
+				m.Sequence = d.uvarint()
+			}
 		}
 		c = &Enqueue{Items: items}
 	case KindSubscribe:

@@ -26,6 +26,13 @@ func everyCommand() []Command {
 				Delay: time.Hour, PayloadSize: 5, Body: []byte("\x01\x00hello")}},
 			{Queue: "jobs", Msg: sched.Message{ID: [16]byte{10}, Body: []byte{}}},
 		}},
+		&Enqueue{Items: []sched.EnqueueItem{
+			{Queue: "jobs", Msg: sched.Message{ID: [16]byte{11}, IdempotencyKey: "job-2", PayloadSize: 1, Body: []byte("\x01\x00x"),
+				ProducerID: [16]byte{0x01, 0x9a, 15: 7}, Sequence: 1 << 40}},
+			{Queue: "other", Msg: sched.Message{ID: [16]byte{12}, Body: []byte{},
+				ProducerID: [16]byte{0x01, 0x9a, 15: 7}, Sequence: 1<<40 + 1}},
+			{Queue: "jobs", Msg: sched.Message{ID: [16]byte{13}, Body: []byte{}}}, // no producer
+		}},
 		&Subscribe{Sub: 7, Queue: "jobs", Credit: 100, Limits: []sched.RateLimit{{Name: "api", Limit: 10, Period: time.Second, Burst: 20}}},
 		&Unsubscribe{Sub: 7, Release: true},
 		&AddCredit{Sub: 7, N: 25},
@@ -82,6 +89,29 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEnqueueEncodingWithoutProducers: an Enqueue without producers keeps
+// the encoding it had before producers existed (KindEnqueue, no producer
+// fields), so a decoder that predates them reads it; one with a producer
+// is KindEnqueueSeq, which such a decoder refuses rather than misreads.
+func TestEnqueueEncodingWithoutProducers(t *testing.T) {
+	item := sched.EnqueueItem{Queue: "q", Msg: sched.Message{ID: [16]byte{1}, FairnessKey: "k", PayloadSize: 1, Body: []byte("b")}}
+	// The encoding of this item before producers: kind, count, then queue,
+	// ID, fairness key, weight, throttle keys, ordering key, idempotency
+	// key, delay, payload size, body.
+	old := append([]byte{byte(KindEnqueue), 1, 1, 'q'}, item.Msg.ID[:]...)
+	old = append(old, 1, 'k', 0, 0, 0, 0, 0, 1, 1, 'b')
+	if got := AppendCommand(nil, &Enqueue{Items: []sched.EnqueueItem{item}}); !bytes.Equal(got, old) {
+		t.Fatalf("AppendCommand(Enqueue) = %x; want %x, the encoding before producers", got, old)
+	}
+	item.Msg.ProducerID, item.Msg.Sequence = [16]byte{2}, 300
+	b := AppendCommand(nil, &Enqueue{Items: []sched.EnqueueItem{item}})
+	want := append(append([]byte{byte(KindEnqueueSeq)}, old[1:]...), item.Msg.ProducerID[:]...)
+	want = append(want, 0xac, 0x02) // 300
+	if !bytes.Equal(b, want) {
+		t.Fatalf("AppendCommand(Enqueue with a producer) = %x; want %x", b, want)
+	}
+}
+
 // FuzzDecodeCommand: any bytes decode to a command or to ErrBadCommand,
 // never a panic or an allocation out of proportion to the input; a
 // decoded command encodes to bytes that decode to the same command.
@@ -90,6 +120,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		f.Add(AppendCommand(nil, c))
 	}
 	f.Add([]byte{byte(KindEnqueue), 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{byte(KindEnqueueSeq), 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

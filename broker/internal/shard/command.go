@@ -46,6 +46,10 @@ const (
 	KindSetThrottle    Kind = 16
 	KindRemoveThrottle Kind = 17
 	KindDeliver        Kind = 18
+	// KindEnqueueSeq tags an Enqueue whose items carry idempotent
+	// producers' IDs and sequences; one without any keeps KindEnqueue
+	// and its encoding from before producers.
+	KindEnqueueSeq Kind = 19
 )
 
 var kindNames = [...]string{
@@ -54,7 +58,7 @@ var kindNames = [...]string{
 	KindUnsubscribe: "Unsubscribe", KindAddCredit: "AddCredit", KindAck: "Ack", KindNack: "Nack",
 	KindRetryAfter: "RetryAfter", KindExtend: "Extend", KindRelease: "Release", KindRedrive: "Redrive",
 	KindDecide: "Decide", KindSetThrottle: "SetThrottle", KindRemoveThrottle: "RemoveThrottle",
-	KindDeliver: "Deliver",
+	KindDeliver: "Deliver", KindEnqueueSeq: "EnqueueSeq",
 }
 
 // String returns the kind's name, e.g. "Enqueue".
@@ -182,8 +186,16 @@ func (*CreateQueue) Kind() Kind { return KindCreateQueue }
 // Kind returns KindDeleteQueue.
 func (*DeleteQueue) Kind() Kind { return KindDeleteQueue }
 
-// Kind returns KindEnqueue.
-func (*Enqueue) Kind() Kind { return KindEnqueue }
+// Kind returns KindEnqueueSeq if an item has a producer ID, else
+// KindEnqueue.
+func (c *Enqueue) Kind() Kind {
+	for i := range c.Items {
+		if c.Items[i].Msg.ProducerID != ([16]byte{}) {
+			return KindEnqueueSeq
+		}
+	}
+	return KindEnqueue
+}
 
 // Kind returns KindSubscribe.
 func (*Subscribe) Kind() Kind { return KindSubscribe }

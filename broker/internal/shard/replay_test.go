@@ -203,6 +203,20 @@ func TestSameCommandsSameState(t *testing.T) {
 		&Unsubscribe{Sub: 1, Release: true},
 		&Deliver{},
 	)
+	// An idempotent producer's frame, then the frame resent (new IDs,
+	// as a new leader fills in): duplicates, nothing enqueued.
+	producer := [16]byte{0x01, 0x9a, 15: 1}
+	step(
+		&Enqueue{Items: []sched.EnqueueItem{
+			msg("jobs", 10, sched.Message{FairnessKey: "acme", ProducerID: producer, Sequence: 41}),
+			msg("jobs", 11, sched.Message{FairnessKey: "acme", ProducerID: producer, Sequence: 42}),
+		}},
+		&Enqueue{Items: []sched.EnqueueItem{
+			msg("jobs", 12, sched.Message{FairnessKey: "acme", ProducerID: producer, Sequence: 41}),
+			msg("jobs", 13, sched.Message{FairnessKey: "acme", ProducerID: producer, Sequence: 42}),
+		}},
+		&Deliver{},
+	)
 	step(
 		&DeleteQueue{Name: "hooked"},
 		&Subscribe{Sub: 3, Queue: "jobs", Credit: 100},
@@ -234,9 +248,9 @@ func TestSameCommandsSameState(t *testing.T) {
 
 // TestQueueMovesAlone: a queue's records, found by sched.QueueRanges,
 // copied into an empty store, restore that queue and its dead-letter
-// queue whole (messages ready, delayed, failed and dead-lettered, and
-// idempotency keys) and nothing of the other queues: a queue is one unit
-// of state, as snapshotting and moving it need.
+// queue whole (messages ready, delayed, failed and dead-lettered,
+// idempotency keys and producers) and nothing of the other queues: a
+// queue is one unit of state, as snapshotting and moving it need.
 func TestQueueMovesAlone(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return t0 }
@@ -256,6 +270,9 @@ func TestQueueMovesAlone(t *testing.T) {
 			m := sched.Message{PayloadSize: 1, Body: []byte{1, 0, 'x'}, FairnessKey: fmt.Sprint("k", i%2)}
 			if i == 0 {
 				m.IdempotencyKey = "once"
+			}
+			if i == 1 {
+				m.ProducerID, m.Sequence = [16]byte{1}, 5
 			}
 			if i == 5 {
 				m.Delay = time.Hour

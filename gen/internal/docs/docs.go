@@ -178,7 +178,7 @@ func fieldTable(b *strings.Builder, s *spec.Spec, fields []spec.Field) {
 	for i, f := range fields {
 		doc := f.Doc
 		if f.Optional {
-			doc += " Optional: an older peer's body ends before it, which reads as the zero value."
+			doc += " Optional: an older peer's body ends before it, which reads as the zero value; a sender may end the body before it when it and the fields after it are zero."
 		}
 		if f.Max > 0 {
 			doc += fmt.Sprintf(" At most %d items.", f.Max)

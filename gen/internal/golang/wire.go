@@ -520,8 +520,15 @@ func (g *wireGen) encodeRecord(f *File, name string, fields []spec.Field, nested
 	if nested {
 		body = append(body, List(Id("dst"), Id("at")).Op(":=").Id("beginStruct").Call(Id("dst")))
 	}
-	for _, fd := range fields {
+	fixed, opt := fields, g.omissible(fields)
+	if opt != nil {
+		fixed = fields[:len(fields)-len(opt)]
+	}
+	for _, fd := range fixed {
 		body = append(body, g.encodeValue(Id("m").Dot(spec.GoName(fd.Name)), fd.Type)...)
+	}
+	if opt != nil {
+		body = append(body, g.encodeOptional(opt)...)
 	}
 	if nested {
 		body = append(body, Return(Id("endStruct").Call(Id("dst"), Id("at"))))
@@ -533,6 +540,70 @@ func (g *wireGen) encodeRecord(f *File, name string, fields []spec.Field, nested
 	f.Comment("AppendTo appends m's encoded body to dst.")
 	f.Func().Params(Id("m").Op("*").Id(tn)).Id("AppendTo").Params(Id("dst").Index().Byte()).Index().Byte().Block(body...)
 	f.Line()
+}
+
+// omissible returns the optional fields (which come last) when every one
+// has a scalar type, whose zero value has one encoding; nil otherwise.
+// Such fields are sent only up to the last one that is not zero, so that
+// a body whose new fields are zero is the body an older peer sends (a
+// zero optional field means what its absence means).
+func (g *wireGen) omissible(fields []spec.Field) []spec.Field {
+	i := len(fields)
+	for i > 0 && fields[i-1].Optional {
+		i--
+	}
+	if i == len(fields) {
+		return nil
+	}
+	for _, fd := range fields[i:] {
+		if g.nonZero(Id("m"), fd.Type) == nil {
+			return nil
+		}
+	}
+	return fields[i:]
+}
+
+// nonZero returns the test that v, of scalar type t, is not zero; nil for
+// a type that is not scalar.
+func (g *wireGen) nonZero(v *Statement, t string) *Statement {
+	switch t {
+	case "u8", "u16", "u32", "u64", "i64", "code":
+		return v.Clone().Op("!=").Lit(0)
+	case "f64":
+		return Qual("math", "Float64bits").Call(v.Clone()).Op("!=").Lit(0)
+	case "bool":
+		return v.Clone()
+	case "string":
+		return v.Clone().Op("!=").Lit("")
+	case "uuid":
+		return v.Clone().Op("!=").Parens(Index(Lit(16)).Byte().Values())
+	}
+	if g.s.Enum(t) != nil {
+		return v.Clone().Op("!=").Lit(0)
+	}
+	return nil
+}
+
+// encodeOptional encodes the omissible fields opt: field i is sent when
+// it or a later one is not zero.
+func (g *wireGen) encodeOptional(opt []spec.Field) []Code {
+	var cond *Statement
+	for _, fd := range opt {
+		nz := g.nonZero(Id("m").Dot(spec.GoName(fd.Name)), fd.Type)
+		if cond == nil {
+			cond = nz
+		} else {
+			cond = cond.Op("||").Add(nz)
+		}
+	}
+	body := g.encodeValue(Id("m").Dot(spec.GoName(opt[0].Name)), opt[0].Type)
+	if len(opt) > 1 {
+		body = append(body, g.encodeOptional(opt[1:])[1:]...)
+	}
+	return []Code{
+		Comment("Optional fields: sent up to the last one that is not zero."),
+		If(cond).Block(body...),
+	}
 }
 
 func (g *wireGen) encodeValue(v *Statement, t string) []Code {

@@ -590,7 +590,10 @@ func (m *HandshakeOk) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.NodeID)
 	dst = appendU32(dst, m.MaxFrameSize)
 	dst = appendString(dst, m.ServerName)
-	dst = appendU32(dst, m.MaxBatchSize)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.MaxBatchSize != 0 {
+		dst = appendU32(dst, m.MaxBatchSize)
+	}
 	return dst
 }
 
@@ -725,6 +728,13 @@ func (m *Enqueue) AppendTo(dst []byte) []byte {
 	for i := range m.Messages {
 		dst = m.Messages[i].appendTo(dst)
 	}
+	// Optional fields: sent up to the last one that is not zero.
+	if m.ProducerID != ([16]byte{}) || m.Sequence != 0 {
+		dst = appendUUID(dst, m.ProducerID)
+		if m.Sequence != 0 {
+			dst = appendU64(dst, m.Sequence)
+		}
+	}
 	return dst
 }
 
@@ -748,6 +758,12 @@ func (m *Enqueue) decodeFields(r *reader, prev *Enqueue) {
 		}
 	} else {
 		m.Messages = nil
+	}
+	if r.more() {
+		m.ProducerID = r.uuid("producer_id")
+	}
+	if r.more() {
+		m.Sequence = r.u64("sequence")
 	}
 }
 

@@ -252,9 +252,13 @@ func drawError(t *rapid.T) *ErrorFrame {
 }
 
 func drawEnqueue(t *rapid.T) *Enqueue {
-	return &Enqueue{Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) EnqueueMessage {
-		return *drawEnqueueMessage(t)
-	})}
+	return &Enqueue{
+		Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) EnqueueMessage {
+			return *drawEnqueueMessage(t)
+		}),
+		ProducerID: drawUUID(t, "producer_id"),
+		Sequence:   rapid.Uint64().Draw(t, "sequence"),
+	}
 }
 
 func drawEnqueueResult(t *rapid.T) *EnqueueResult {

@@ -72,14 +72,15 @@ func TestTruncatedBodies(t *testing.T) {
 }
 
 func TestTrailingBytesIgnored(t *testing.T) {
-	in := &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: []byte("hi"), FairnessKey: "t"}}}
+	// Every field set, so that the body holds all this version knows.
+	in := &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: []byte("hi"), FairnessKey: "t"}}, ProducerID: [16]byte{1}, Sequence: 7}
 	body := in.AppendTo(nil)
 	body = append(body, 0xde, 0xad) // a field of a later version
 	var out Enqueue
 	if err := out.Decode(body); err != nil {
 		t.Fatalf("Decode with trailing bytes = %v; want nil", err)
 	}
-	if out.Messages[0].Queue != "q" || string(out.Messages[0].Payload) != "hi" {
+	if out.Messages[0].Queue != "q" || string(out.Messages[0].Payload) != "hi" || out.ProducerID != in.ProducerID || out.Sequence != 7 {
 		t.Fatalf("Decode = %+v", out)
 	}
 }

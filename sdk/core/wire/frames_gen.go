@@ -696,8 +696,9 @@ type EnqueueItemResult struct {
 	Message string
 	// ID (uuid) The message ID (UUIDv7) when code is OK; zero otherwise.
 	ID [16]byte
-	// Duplicate (bool) True if an earlier message had the same idempotency key
-	// within the dedup window; id is that message's ID.
+	// Duplicate (bool) True if the message was not enqueued because the queue
+	// already holds its idempotency key (within the dedup window) or its
+	// producer_id and sequence (a resent frame); id is the first message's ID.
 	Duplicate bool
 }
 
@@ -1048,6 +1049,26 @@ func (*ErrorFrame) Opcode() Opcode {
 type Enqueue struct {
 	// Messages ([]EnqueueMessage) Messages, possibly to different queues.
 	Messages []EnqueueMessage
+	// ProducerID (uuid) The idempotent producer that sent the frame; zero for
+	// none. With sequence, it lets a producer resend a frame whose result it did
+	// not get (the connection was lost, or the leader changed) without enqueueing
+	// its messages twice: a message whose producer_id and sequence the queue
+	// remembers is not enqueued again, and its result is the first message's ID
+	// with duplicate set. Each queue remembers the last 1024 sequences of each
+	// producer that enqueued to it, and forgets a producer after its dedup window
+	// without a message from it. Choose a new random ID (a UUIDv4 or UUIDv7) per
+	// producer instance. A broker that honours these fields grants the
+	// `idempotent-producers` capability; an older one ignores them, so a client
+	// resends only to a broker that granted it.
+	ProducerID [16]byte
+	// Sequence (u64) The sequence of the frame's first message: message i has
+	// sequence+i. A producer's sequences increase across its frames and never
+	// repeat, except when it resends a frame unchanged. A message whose sequence
+	// is below the oldest its queue still remembers for the producer fails with
+	// INVALID_ARGUMENT (it might be a duplicate the queue no longer recognises). A
+	// frame whose last sequence would exceed 2^64-1 fails as a whole with
+	// INVALID_ARGUMENT. Ignored when producer_id is zero.
+	Sequence uint64
 }
 
 // Opcode returns OpEnqueue.

@@ -136,3 +136,30 @@ func TestOptionalFieldFromOlderPeer(t *testing.T) {
 		t.Fatalf("Decode(full) = %+v, %v", m, err)
 	}
 }
+
+// TestZeroOptionalFieldsOmitted: an Enqueue without a producer is, byte
+// for byte, the body of a peer that predates producer_id and sequence;
+// the optional fields are sent up to the last one that is not zero.
+func TestZeroOptionalFieldsOmitted(t *testing.T) {
+	msgs := []EnqueueMessage{{Queue: "q", Payload: []byte("x")}}
+	old := appendU32(nil, 1)
+	old = msgs[0].appendTo(old)
+	for _, tc := range []struct {
+		in   Enqueue
+		tail int // bytes after the messages
+	}{
+		{Enqueue{Messages: msgs}, 0},
+		{Enqueue{Messages: msgs, ProducerID: [16]byte{1}}, 16},
+		{Enqueue{Messages: msgs, ProducerID: [16]byte{1}, Sequence: 9}, 24},
+		{Enqueue{Messages: msgs, Sequence: 9}, 24},
+	} {
+		body := tc.in.AppendTo(nil)
+		if string(body[:len(old)]) != string(old) || len(body) != len(old)+tc.tail {
+			t.Errorf("AppendTo(producer %x, sequence %d) = %d bytes; want the older body and %d more", tc.in.ProducerID[0], tc.in.Sequence, len(body), tc.tail)
+		}
+		var out Enqueue
+		if err := out.Decode(body); err != nil || out.ProducerID != tc.in.ProducerID || out.Sequence != tc.in.Sequence {
+			t.Errorf("Decode(AppendTo(%+v)) = %+v, %v", tc.in, out, err)
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package fila
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/sdk/core/wire"
+)
+
+// fakeCluster plays the nodes of a cluster over net.Pipe: its dial
+// answers each connection's handshake (node ID: the address) and hands
+// the broker's end to the test on the node's channel.
+type fakeCluster struct {
+	t     *testing.T
+	mu    sync.Mutex
+	nodes map[string]chan *pipeBroker
+	down  map[string]bool // dials refused
+}
+
+func newFakeCluster(t *testing.T, addrs ...string) *fakeCluster {
+	fc := &fakeCluster{t: t, nodes: map[string]chan *pipeBroker{}, down: map[string]bool{}}
+	for _, a := range addrs {
+		fc.nodes[a] = make(chan *pipeBroker, 4)
+	}
+	return fc
+}
+
+func (fc *fakeCluster) dial(_ context.Context, addr string) (net.Conn, error) {
+	fc.mu.Lock()
+	ch, ok := fc.nodes[addr]
+	down := fc.down[addr]
+	fc.mu.Unlock()
+	if !ok || down {
+		return nil, errors.New("connection refused")
+	}
+	cnc, bnc := net.Pipe()
+	// A test that goes wrong fails on a read deadline, not a hang.
+	bnc.SetDeadline(time.Now().Add(time.Minute))
+	b := &pipeBroker{t: fc.t, nc: bnc}
+	fc.t.Cleanup(func() { bnc.Close() })
+	go func() {
+		h, _ := b.read()
+		b.write(h.RequestID, &wire.HandshakeOk{Version: wire.ProtocolVersion, NodeID: addr,
+			MaxFrameSize: wire.DefaultMaxFrameSize, MaxBatchSize: 4096})
+		ch <- b
+	}()
+	return cnc, nil
+}
+
+// setDown makes dials of addr fail, or succeed again.
+func (fc *fakeCluster) setDown(addr string, down bool) {
+	fc.mu.Lock()
+	fc.down[addr] = down
+	fc.mu.Unlock()
+}
+
+// accept returns the next connection the client made to addr.
+func (fc *fakeCluster) accept(addr string) *pipeBroker {
+	fc.t.Helper()
+	select {
+	case b := <-fc.nodes[addr]:
+		return b
+	case <-time.After(time.Minute):
+		fc.t.Fatalf("the client did not connect to %s", addr)
+		return nil
+	}
+}
+
+func (fc *fakeCluster) connect(ctx context.Context, addr string, opts ...Option) *Client {
+	fc.t.Helper()
+	opts = append([]Option{WithKeepalive(-1), WithDialer(fc.dial), WithReconnect(time.Millisecond, 10*time.Millisecond)}, opts...)
+	c, err := Connect(ctx, addr, opts...)
+	if err != nil {
+		fc.t.Fatal(err)
+	}
+	fc.t.Cleanup(c.stop)
+	return c
+}
+
+// readAs reads the next frame, which must be an op, and decodes it.
+func readAs[F any, PF interface {
+	*F
+	wire.Frame
+}](t *testing.T, b *pipeBroker) (uint32, PF) {
+	t.Helper()
+	h, body := b.read()
+	var f PF = new(F)
+	if h.Opcode != f.Opcode() {
+		t.Fatalf("broker read %v; want %v", h.Opcode, f.Opcode())
+	}
+	if err := f.Decode(body); err != nil {
+		t.Fatalf("decode %v: %v", h.Opcode, err)
+	}
+	return h.RequestID, f
+}
+
+type sendOutcome struct {
+	id  ID
+	err error
+}
+
+func sendAsync(ctx context.Context, c *Client, queue, payload string) chan sendOutcome {
+	ch := make(chan sendOutcome, 1)
+	go func() {
+		id, err := c.Producer().Enqueue(ctx, queue, []byte(payload))
+		ch <- sendOutcome{id, err}
+	}()
+	return ch
+}
+
+// TestProducerFollowsRedirect: node a answers an Enqueue with NOT_LEADER
+// naming b; the client connects to b and sends the same frame there (same
+// producer ID and sequence), and sends the queue's next Enqueue straight
+// to b.
+func TestProducerFollowsRedirect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1")
+	a := fc.accept("a:1")
+
+	sent := sendAsync(ctx, c, "orders", "x")
+	id, e := readAs[wire.Enqueue](t, a)
+	if e.ProducerID == ([16]byte{}) || e.Sequence == 0 {
+		t.Fatalf("Enqueue not stamped: producer %x, sequence %d", e.ProducerID, e.Sequence)
+	}
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeNotLeader, Message: "led by b", LeaderHint: "b:1"})
+
+	b := fc.accept("b:1")
+	id2, e2 := readAs[wire.Enqueue](t, b)
+	if e2.ProducerID != e.ProducerID || e2.Sequence != e.Sequence || len(e2.Messages) != 1 || string(e2.Messages[0].Payload) != "x" {
+		t.Fatalf("redirected Enqueue %x/%d %+v; want a's frame %x/%d", e2.ProducerID, e2.Sequence, e2.Messages, e.ProducerID, e.Sequence)
+	}
+	b.write(id2, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeOK, ID: [16]byte{0xb}}}})
+	if r := <-sent; r.err != nil || r.id != (ID{0xb}) {
+		t.Fatalf("Enqueue() = %v, %v; want b's ID", r.id, r.err)
+	}
+
+	sent = sendAsync(ctx, c, "orders", "y")
+	id3, e3 := readAs[wire.Enqueue](t, b)
+	if e3.Sequence != e.Sequence+1 || e3.ProducerID != e.ProducerID {
+		t.Fatalf("next Enqueue %x/%d; want %x/%d", e3.ProducerID, e3.Sequence, e.ProducerID, e.Sequence+1)
+	}
+	b.write(id3, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeOK, ID: [16]byte{0xc}}}})
+	if r := <-sent; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := c.Stats().Reconnects; n != 1 {
+		t.Errorf("Stats().Reconnects = %d; want 1 (the dial of b)", n)
+	}
+}
+
+// TestConsumerResubscribesAfterNotLeader: a subscription ended by node a
+// with NOT_LEADER is opened on b with the credit the application's
+// unsettled deliveries leave; its channel carries deliveries from both;
+// acking a delivery from a returns its credit on b, and goes to b.
+func TestConsumerResubscribesAfterNotLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1")
+	a := fc.accept("a:1")
+
+	subscribed := make(chan *Subscription, 1)
+	go func() {
+		sub, err := c.Consumer().Subscribe(ctx, "jobs", Prefetch(4))
+		if err != nil {
+			t.Error(err)
+		}
+		subscribed <- sub
+	}()
+	subA, s := readAs[wire.Subscribe](t, a)
+	if s.Queue != "jobs" || s.Prefetch != 4 {
+		t.Fatalf("Subscribe %+v; want jobs, 4", s)
+	}
+	a.write(subA, &wire.SubscribeOk{Prefetch: 4})
+	sub := <-subscribed
+	if sub == nil {
+		t.FailNow()
+	}
+	lease := uint64(time.Now().Add(time.Hour).UnixMilli())
+	msg := func(n byte) wire.DeliveredMessage {
+		return wire.DeliveredMessage{ID: [16]byte{n}, Queue: "jobs", Payload: []byte{n}, Attempt: 1, Lease: uint64(n), LeaseDeadlineAtMS: lease}
+	}
+	a.write(subA, &wire.Delivery{Messages: []wire.DeliveredMessage{msg(1), msg(2)}})
+	d1, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// a loses the queue's leadership.
+	a.write(subA, &wire.ErrorFrame{Code: wire.CodeNotLeader, Message: "leadership moved", LeaderHint: "b:1"})
+	b := fc.accept("b:1")
+	subB, s2 := readAs[wire.Subscribe](t, b)
+	if s2.Queue != "jobs" || s2.Prefetch != 2 {
+		t.Fatalf("resubscribe %+v; want jobs with prefetch 2 (4 less 2 unsettled)", s2)
+	}
+	b.write(subB, &wire.SubscribeOk{Prefetch: 2})
+	b.write(subB, &wire.Delivery{Messages: []wire.DeliveredMessage{msg(3)}})
+	for _, want := range []byte{2, 3} {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next() = %v; want delivery %d", err, want)
+		}
+		if d.Payload()[0] != want {
+			t.Fatalf("delivery %d; want %d", d.Payload()[0], want)
+		}
+	}
+
+	acked := make(chan error, 1)
+	go func() { acked <- d1.Ack(ctx) }()
+	_, cr := readAs[wire.Credit](t, b)
+	if cr.Subscription != subB || cr.Credits != 1 {
+		t.Fatalf("Credit %+v; want 1 for b's subscription %d", cr, subB)
+	}
+	ackID, ack := readAs[wire.Ack](t, b)
+	if len(ack.Items) != 1 || ack.Items[0].Lease != 1 {
+		t.Fatalf("Ack %+v; want a's delivery 1", ack.Items)
+	}
+	b.write(ackID, &wire.AckResult{Results: []wire.ItemResult{{Code: wire.CodeOK}}})
+	if err := <-acked; err != nil {
+		t.Fatalf("Ack() = %v", err)
+	}
+	if err := sub.Err(); err != nil {
+		t.Fatalf("Err() = %v; want the subscription open", err)
+	}
+}
+
+// TestEnqueueResentAfterConnectionDrop: the connection drops with an
+// Enqueue in flight; the client reconnects and sends the same frame, same
+// producer ID and sequence, and the broker's answer to it (a duplicate)
+// completes the Send.
+func TestEnqueueResentAfterConnectionDrop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1")
+	c := fc.connect(ctx, "a:1")
+	a := fc.accept("a:1")
+
+	sent := sendAsync(ctx, c, "orders", "x")
+	_, e := readAs[wire.Enqueue](t, a)
+	a.nc.Close() // stored, but the answer never leaves
+
+	a2 := fc.accept("a:1")
+	id, e2 := readAs[wire.Enqueue](t, a2)
+	if e2.ProducerID != e.ProducerID || e2.Sequence != e.Sequence {
+		t.Fatalf("resent Enqueue %x/%d; want %x/%d", e2.ProducerID, e2.Sequence, e.ProducerID, e.Sequence)
+	}
+	a2.write(id, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeOK, ID: [16]byte{7}, Duplicate: true}}})
+	if r := <-sent; r.err != nil || r.id != (ID{7}) {
+		t.Fatalf("Enqueue() = %v, %v; want the stored message's ID", r.id, r.err)
+	}
+	if n := c.Stats().Reconnects; n != 1 {
+		t.Errorf("Stats().Reconnects = %d; want 1", n)
+	}
+}
+
+// TestConnectSeeds: Connect takes comma-separated seeds and uses the
+// first that accepts a connection; when none does, the error names each.
+func TestConnectSeeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	fc.setDown("a:1", true)
+	c := fc.connect(ctx, " a:1, b:1 ,")
+	fc.accept("b:1")
+	if got := c.NodeID(); got != "b:1" {
+		t.Errorf("NodeID() = %q; want b:1", got)
+	}
+	fc.setDown("b:1", true)
+	_, err := Connect(ctx, "a:1,b:1", WithDialer(fc.dial))
+	if err == nil || !strings.HasPrefix(err.Error(), "fila: connect a:1,b:1: a:1: connection refused") || !strings.Contains(err.Error(), "b:1: connection refused") {
+		t.Errorf("Connect() with every seed down = %v; want both refusals", err)
+	}
+	if got := splitSeeds("a:1,,a:1, b:1"); strings.Join(got, " ") != "a:1 b:1" {
+		t.Errorf("splitSeeds() = %q; want [a:1 b:1]", got)
+	}
+}
+
+// TestSendsBatchPerLeader: coalescing is per leader. With an Enqueue in
+// flight to a, unanswered, a Send to a queue led by b goes to b at once
+// instead of waiting for a's answer, as it would behind one frame in
+// flight for the whole client.
+func TestSendsBatchPerLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1")
+	a := fc.accept("a:1")
+	ok := func(id [16]byte) *wire.EnqueueResult {
+		return &wire.EnqueueResult{Results: []wire.EnqueueItemResult{{Code: wire.CodeOK, ID: id}}}
+	}
+
+	// Learn that b leads q2.
+	sent := sendAsync(ctx, c, "q2", "x")
+	id, _ := readAs[wire.Enqueue](t, a)
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeNotLeader, LeaderHint: "b:1"})
+	b := fc.accept("b:1")
+	id, _ = readAs[wire.Enqueue](t, b)
+	b.write(id, ok([16]byte{1}))
+	if r := <-sent; r.err != nil {
+		t.Fatal(r.err)
+	}
+
+	toA := sendAsync(ctx, c, "q1", "y")
+	idA, ea := readAs[wire.Enqueue](t, a) // in flight, not answered yet
+	toB := sendAsync(ctx, c, "q2", "z")
+	idB, eb := readAs[wire.Enqueue](t, b)
+	if ea.Messages[0].Queue != "q1" || eb.Messages[0].Queue != "q2" {
+		t.Fatalf("a got %s, b got %s; want q1 and q2", ea.Messages[0].Queue, eb.Messages[0].Queue)
+	}
+	b.write(idB, ok([16]byte{3}))
+	if r := <-toB; r.err != nil || r.id != (ID{3}) {
+		t.Fatalf("Enqueue(q2) = %v, %v", r.id, r.err)
+	}
+	a.write(idA, ok([16]byte{2}))
+	if r := <-toA; r.err != nil || r.id != (ID{2}) {
+		t.Fatalf("Enqueue(q1) = %v, %v", r.id, r.err)
+	}
+}
