@@ -27,7 +27,7 @@ run: build ## build and run the broker: port 5555, data in ./data, no config fil
 .PHONY: test
 test: build build-faults ## run every test (unit, property, end-to-end, generated-code freshness)
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_CLI_BIN=$(BIN)/fila \
-		FILA_TEST_RACE_SERVER_BIN=$(BIN)/race/fila-server-faults \
+		FILA_TEST_RACE_SERVER_BIN=$(BIN)/race/fila-server-faults FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults \
 		$(GO) test -count=1 -timeout 25m $(PKGS)
 
 .PHONY: build-race
@@ -36,8 +36,9 @@ build-race: ## build bin/race/fila-server and bin/race/fila with the race detect
 	$(GO) build -race -o $(BIN)/race/fila ./cli/cmd/fila
 
 .PHONY: build-faults
-build-faults: ## build bin/race/fila-server-faults: race detector and storage fault injection, for the storage-failure tests
+build-faults: ## build bin/race/fila-server-faults (race detector) and bin/fila-server-faults with fault injection, for the storage-failure and partition tests
 	$(GO) build -race -tags filafaults -o $(BIN)/race/fila-server-faults ./broker/cmd/fila-server
+	$(GO) build -tags filafaults -o $(BIN)/fila-server-faults ./broker/cmd/fila-server
 
 .PHONY: race
 race: build-race build-faults ## run every test with the race detector, end-to-end tests against a race-built fila-server
@@ -78,6 +79,11 @@ conformance: build ## replay the conformance transcripts against the client core
 kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing acknowledged is lost (KILLS=25)
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_KILL_LOOPS=$${KILLS:-25} \
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
+
+.PHONY: cluster-soak
+cluster-soak: build build-faults ## three fila-server processes under load and faults: leader SIGKILLed 20 times (KILLS=20), follower restart, leader isolated, all restarted; each history checked
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults FILA_CLUSTER_KILLS=$${KILLS:-20} \
+		$(GO) test -count=1 -timeout 60m -run '^TestCluster' -v ./broker/e2e
 
 .PHONY: break-it
 break-it: build ## a producer and consumer while hostile clients take turns, 20s phases (PHASE=20s), attackers at niceness 19 (NICE=19; NICE= for none), about 4 minutes; table in bench/results/break-it.md

@@ -29,6 +29,8 @@ type Server struct {
 	DataDir string
 	// Env is extra environment (KEY=value) given to every start.
 	Env []string
+	// Bin is the fila-server binary; empty means Binary's.
+	Bin string
 
 	mu   sync.Mutex
 	proc *Proc
@@ -41,6 +43,10 @@ type Option func(*Server)
 // WithEnv adds environment variables, such as
 // "FILA_QUEUE_VISIBILITY_TIMEOUT=1s".
 func WithEnv(kv ...string) Option { return func(s *Server) { s.Env = append(s.Env, kv...) } }
+
+// WithBinary runs the fila-server binary at path instead of Binary's (a
+// build with fault injection, say).
+func WithBinary(path string) Option { return func(s *Server) { s.Bin = path } }
 
 // WithDataDir uses dir instead of a fresh temporary directory.
 func WithDataDir(dir string) Option { return func(s *Server) { s.DataDir = dir } }
@@ -136,7 +142,11 @@ func (s *Server) start(t testing.TB) {
 	}
 	lb := s.log
 	s.mu.Unlock()
-	p, err := StartProc(ProcConfig{Bin: Binary(t), DataDir: s.DataDir, Listen: s.Addr, Env: s.Env, Log: lb, Wait: 60 * time.Second})
+	bin := s.Bin
+	if bin == "" {
+		bin = Binary(t)
+	}
+	p, err := StartProc(ProcConfig{Bin: bin, DataDir: s.DataDir, Listen: s.Addr, Env: s.Env, Log: lb, Wait: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/fila-mq/fila/broker/internal/cluster"
 	"github.com/fila-mq/fila/broker/internal/config"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/node"
@@ -106,9 +107,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	st, err := store.Open(cfg.Storage.DataDir, store.Options{
-		SegmentSize:  cfg.Storage.SegmentSize,
-		CacheSize:    cacheSize(cfg.Storage.CacheSize),
-		Repair:       cfg.Storage.Repair,
+		SegmentSize: cfg.Storage.SegmentSize,
+		CacheSize:   cacheSize(cfg.Storage.CacheSize),
+		// A cluster node repairs its log at startup, whatever
+		// storage.repair says: its peers hold what a repair drops, and
+		// it rebuilds its replicas from them (cluster.Config.Rebuild).
+		Repair:       cfg.Storage.Repair || cfg.Cluster.Enabled(),
 		UnsafeNoSync: cfg.Storage.UnsafeNoSync,
 		ReserveSize:  cfg.Storage.ReserveSize,
 		Logger:       log.With("component", "store"),
@@ -132,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		CircuitBreakerCooldown:  cfg.Lua.CircuitBreakerCooldown,
 	}, rt, log.With("component", "hook"))
 
-	sh, err := shard.Open(shard.Config{
+	shardCfg := shard.Config{
 		Sched: sched.Config{
 			Quantum:           cfg.Scheduler.Quantum,
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout,
@@ -145,12 +149,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		Logger:  log.With("component", "shard"),
 		Failure: node.FailureHook(hooks),
-	}, st)
-	if err != nil {
-		return err
 	}
-	defer sh.Close()
-
 	scfg := server.Config{
 		NodeID:                   cfg.Server.NodeID,
 		MaxConnections:           cfg.Server.MaxConnections,
@@ -173,6 +172,23 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
 		return err
 	}
+	// A single node has one shard; a cluster node has one per queue it
+	// holds, opened by the cluster.
+	var sh *shard.Shard
+	var cn *cluster.Node
+	if cfg.Cluster.Enabled() {
+		cn, err = openCluster(cfg, st, shardCfg, hooks, scfg, rt, log)
+		if err != nil {
+			return err
+		}
+		defer cn.Close()
+	} else {
+		sh, err = shard.Open(shardCfg, st)
+		if err != nil {
+			return err
+		}
+		defer sh.Close()
+	}
 	// The node applies the stored throttle rates, then every change.
 	n := node.New(node.Config{
 		NodeID:         cfg.Server.NodeID,
@@ -181,6 +197,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Runtime:        rt,
 		Keys:           scfg.Auth,
 		Logger:         log.With("component", "node"),
+		Cluster:        cn,
 	}, sh)
 	srv := server.New(scfg, n)
 
@@ -209,7 +226,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return sh.Err()
+	if sh != nil {
+		return sh.Err()
+	}
+	return nil
 }
 
 func cacheSize(n int64) int64 {

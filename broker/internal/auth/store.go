@@ -77,6 +77,7 @@ const idBytes = 8
 // A Store holds the API keys. Its methods are safe for concurrent use;
 // Authenticate and the Principal methods never block.
 type Store struct {
+	proposer     atomic.Pointer[func(Change) error]
 	kv           KV
 	now          func() time.Time
 	bootstrap    [sha256.Size]byte
@@ -198,8 +199,18 @@ func (s *Store) Create(name string, perms []Permission) (keyID, secret string, e
 
 // propose applies c. On one node a change is applied where it is made; in
 // a cluster it goes through the meta group's log, and every node applies
-// it (Apply).
-func (s *Store) propose(c Change) error { return s.Apply(c) }
+// it (Apply): see SetProposer.
+func (s *Store) propose(c Change) error {
+	if p := s.proposer.Load(); p != nil {
+		return (*p)(c)
+	}
+	return s.Apply(c)
+}
+
+// SetProposer makes Create, Revoke and SetACL hand their change to fn
+// instead of applying it: in a cluster, fn proposes it to the meta group
+// and returns once this node has applied it (Apply), with Apply's error.
+func (s *Store) SetProposer(fn func(Change) error) { s.proposer.Store(&fn) }
 
 // Revoke deletes the key keyID durably. From then on Authenticate refuses
 // its secret, and every Principal of it fails its checks (see

@@ -20,3 +20,30 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.text }
+
+// NotLeader is the error of an operation sent to a node that does not lead
+// its queue (or, for an admin operation, the cluster's meta group). It
+// wraps ErrNotLeader, so it answers NOT_LEADER; Leader is the leader's
+// client address, host:port, for the Error frame's leader_hint, or empty
+// while no leader is known (an election is running: retry after a
+// backoff).
+type NotLeader struct {
+	// Leader is the client address of the node that leads, or "".
+	Leader string
+	// What names what is led elsewhere, e.g. "queue orders"; may be "".
+	What string
+}
+
+func (e *NotLeader) Error() string {
+	what := e.What
+	if what == "" {
+		what = "the operation's group"
+	}
+	if e.Leader == "" {
+		return what + " has no leader yet (an election is running): " + ErrNotLeader.text
+	}
+	return what + " is led by another node, at " + e.Leader + ": " + ErrNotLeader.text
+}
+
+// Unwrap returns ErrNotLeader.
+func (e *NotLeader) Unwrap() error { return ErrNotLeader }

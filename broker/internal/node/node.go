@@ -25,9 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
+	"github.com/fila-mq/fila/broker/internal/cluster"
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/rtconf"
@@ -101,6 +103,11 @@ type Config struct {
 	Keys *auth.Store
 	// Logger receives hook failures.
 	Logger *slog.Logger
+	// Cluster, if set, is the node's cluster membership: queues are
+	// replicated, each on its own shard, and an operation on a queue led
+	// by another node fails with a *fault.NotLeader. The shard New is
+	// given is then unused (nil is fine).
+	Cluster *cluster.Node
 }
 
 // Node runs operations on its shards for the connections of one broker.
@@ -126,7 +133,9 @@ func New(cfg Config, sh *shard.Shard) *Node {
 		cfg.Hooks = NewHooks(hook.Limits{}, nil, cfg.Logger)
 	}
 	n := &Node{cfg: cfg, sh: sh, log: cfg.Logger}
-	cfg.Hooks.RestoreHooks(sh.RestoredSpecs())
+	if sh != nil {
+		cfg.Hooks.RestoreHooks(sh.RestoredSpecs())
+	}
 	if rt := cfg.Runtime; rt != nil {
 		rt.RegisterValidator(rtconf.ThrottlePrefix, func(_, value string) error {
 			_, _, err := sched.ParseThrottle(value)
@@ -141,24 +150,47 @@ func New(cfg Config, sh *shard.Shard) *Node {
 // throttle.<key> to the token bucket of throttle key <key>.
 func (n *Node) applyThrottle(key, value string, deleted bool) {
 	tk := key[len(rtconf.ThrottlePrefix):]
-	if deleted {
-		n.sh.Submit(context.Background(), &shard.RemoveThrottle{Key: tk}, nil)
+	var cmd shard.Command = &shard.RemoveThrottle{Key: tk}
+	if !deleted {
+		rate, burst, err := sched.ParseThrottle(value)
+		if err != nil {
+			n.log.Error("ignoring invalid stored throttle", "key", key, "err", err)
+			return
+		}
+		cmd = &shard.SetThrottle{Key: tk, Rate: rate, Burst: burst}
+	}
+	if c := n.cfg.Cluster; c != nil {
+		// Each queue's leader proposes the rate into its group's log; a
+		// new leader proposes every rate again (leading).
+		for _, sh := range c.Shards() {
+			sh.Submit(context.Background(), cmd, nil)
+		}
 		return
 	}
-	rate, burst, err := sched.ParseThrottle(value)
-	if err != nil {
-		n.log.Error("ignoring invalid stored throttle", "key", key, "err", err)
-		return
-	}
-	n.sh.Submit(context.Background(), &shard.SetThrottle{Key: tk, Rate: rate, Burst: burst}, nil)
+	n.sh.Submit(context.Background(), cmd, nil)
 }
 
 // NodeID returns the node's ID.
 func (n *Node) NodeID() string { return n.cfg.NodeID }
 
-// shardFor returns the shard of queue: the only one, until the cluster
-// places queues on shards.
-func (n *Node) shardFor(string) *shard.Shard { return n.sh }
+// shardFor returns the shard of queue: on a single node the only one;
+// in a cluster the queue's own, when this node leads it, else an error
+// (a *fault.NotLeader, or wrapping fault.ErrQueueNotFound).
+func (n *Node) shardFor(queue string) (*shard.Shard, error) {
+	if c := n.cfg.Cluster; c != nil {
+		return c.Route(queue)
+	}
+	return n.sh, nil
+}
+
+// submit submits cmd to queue's shard.
+func (n *Node) submit(ctx context.Context, queue string, cmd shard.Command, done func(Result)) error {
+	sh, err := n.shardFor(queue)
+	if err != nil {
+		return err
+	}
+	return sh.Submit(ctx, cmd, done)
+}
 
 // Admit checks one message of an Enqueue for p before it is enqueued: the
 // enqueue permission on its queue, the reserved "fila-" header prefix, at
@@ -227,12 +259,34 @@ func (n *Node) Enqueue(ctx context.Context, items []EnqueueItem, done func(Resul
 		done(Result{})
 		return nil
 	}
-	return n.shardFor(items[0].Queue).Submit(ctx, &shard.Enqueue{Items: items}, done)
+	if n.cfg.Cluster == nil {
+		return n.sh.Submit(ctx, &shard.Enqueue{Items: items}, done)
+	}
+	return byQueue(items, func(it EnqueueItem) string { return it.Queue },
+		func(queue string, part []EnqueueItem, partDone func(Result)) error {
+			return n.submit(ctx, queue, &shard.Enqueue{Items: part}, partDone)
+		},
+		func(r Result, j int) Result {
+			if r.Err != nil {
+				return Result{Enqueued: []EnqueueResult{{Err: r.Err}}}
+			}
+			return Result{Enqueued: r.Enqueued[j : j+1]}
+		},
+		func(parts []Result) Result {
+			out := Result{Enqueued: make([]EnqueueResult, 0, len(items))}
+			for _, p := range parts {
+				out.Enqueued = append(out.Enqueued, p.Enqueued...)
+			}
+			return out
+		}, done)
 }
 
 // Barrier runs fn after every operation the caller submitted before it.
 // fn must not block.
 func (n *Node) Barrier(ctx context.Context, fn func()) error {
+	if c := n.cfg.Cluster; c != nil {
+		return barrierAll(ctx, c.Shards(), fn)
+	}
 	return n.sh.Barrier(ctx, fn)
 }
 
@@ -244,14 +298,18 @@ func (n *Node) Subscribe(ctx context.Context, p Principal, sub SubID, queue stri
 	if err := p.Authorize(auth.OpSubscribe, queue); err != nil {
 		return err
 	}
-	return n.shardFor(queue).Subscribe(ctx, &shard.Subscribe{Sub: sub, Queue: queue, Credit: credit, Limits: limits}, sink, done)
+	sh, err := n.shardFor(queue)
+	if err != nil {
+		return err
+	}
+	return sh.Subscribe(ctx, &shard.Subscribe{Sub: sub, Queue: queue, Credit: credit, Limits: limits}, sink, done)
 }
 
 // Unsubscribe closes subscription sub of queue. With release its leased
 // messages return to the queue at once; without, they keep their leases.
 // done (may be nil) receives Result.Err.
 func (n *Node) Unsubscribe(ctx context.Context, sub SubID, queue string, release bool, done func(Result)) error {
-	return n.shardFor(queue).Submit(ctx, &shard.Unsubscribe{Sub: sub, Release: release}, done)
+	return n.submit(ctx, queue, &shard.Unsubscribe{Sub: sub, Release: release}, done)
 }
 
 // AddCredit grants subscription sub of queue k more deliveries, once p
@@ -265,7 +323,7 @@ func (n *Node) AddCredit(ctx context.Context, p Principal, sub SubID, queue stri
 	if k == 0 {
 		return nil
 	}
-	return n.shardFor(queue).Submit(ctx, &shard.AddCredit{Sub: sub, N: k}, nil)
+	return n.submit(ctx, queue, &shard.AddCredit{Sub: sub, N: k}, nil)
 }
 
 // Ack acknowledges deliveries. done receives one error per item (nil for
@@ -320,7 +378,7 @@ func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items 
 		done(errs, nil)
 		return nil
 	}
-	return n.shardFor(ref(keep[0]).Queue).Submit(ctx, cmd(keep), func(r Result) {
+	merge := func(r Result) {
 		if r.Err != nil {
 			done(nil, r.Err)
 			return
@@ -329,7 +387,27 @@ func settle[T any](ctx context.Context, n *Node, p Principal, op auth.Op, items 
 			errs[idx[j]] = err
 		}
 		done(errs, nil)
-	})
+	}
+	if n.cfg.Cluster == nil {
+		return n.sh.Submit(ctx, cmd(keep), merge)
+	}
+	return byQueue(keep, func(it T) string { return ref(it).Queue },
+		func(queue string, part []T, partDone func(Result)) error {
+			return n.submit(ctx, queue, cmd(part), partDone)
+		},
+		func(r Result, j int) Result {
+			if r.Err != nil {
+				return Result{Items: []error{r.Err}}
+			}
+			return Result{Items: r.Items[j : j+1]}
+		},
+		func(parts []Result) Result {
+			out := Result{Items: make([]error, 0, len(keep))}
+			for _, p := range parts {
+				out.Items = append(out.Items, p.Items...)
+			}
+			return out
+		}, merge)
 }
 
 // ExtendLease moves lease deadlines. done receives one result per item
@@ -341,7 +419,7 @@ func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem,
 		done(res, nil)
 		return nil
 	}
-	return n.shardFor(keep[0].Queue).Submit(ctx, &shard.Extend{Items: keep}, func(r Result) {
+	merge := func(r Result) {
 		if r.Err != nil {
 			done(nil, r.Err)
 			return
@@ -350,7 +428,27 @@ func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem,
 			res[idx[j]] = e
 		}
 		done(res, nil)
-	})
+	}
+	if n.cfg.Cluster == nil {
+		return n.sh.Submit(ctx, &shard.Extend{Items: keep}, merge)
+	}
+	return byQueue(keep, func(it ExtendItem) string { return it.Queue },
+		func(queue string, part []ExtendItem, partDone func(Result)) error {
+			return n.submit(ctx, queue, &shard.Extend{Items: part}, partDone)
+		},
+		func(r Result, j int) Result {
+			if r.Err != nil {
+				return Result{Extended: []ExtendResult{{Err: r.Err}}}
+			}
+			return Result{Extended: r.Extended[j : j+1]}
+		},
+		func(parts []Result) Result {
+			out := Result{Extended: make([]ExtendResult, 0, len(keep))}
+			for _, p := range parts {
+				out.Extended = append(out.Extended, p.Extended...)
+			}
+			return out
+		}, merge)
 }
 
 // CreateQueue creates a queue and its DLQ for p (create-queue
@@ -370,7 +468,16 @@ func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, don
 		}
 		prog = pr
 	}
-	return n.shardFor(spec.Name).Submit(ctx, &shard.CreateQueue{Spec: spec}, func(r Result) {
+	if c := n.cfg.Cluster; c != nil {
+		// Every node registers the queue's hooks as it applies the
+		// creation (QueueCreated).
+		go func() {
+			created, err := c.CreateQueue(context.WithoutCancel(ctx), spec)
+			done(Result{Created: created, Err: err})
+		}()
+		return nil
+	}
+	return n.sh.Submit(ctx, &shard.CreateQueue{Spec: spec}, func(r Result) {
 		if r.Err == nil {
 			n.cfg.Hooks.Add(r.Created.Name, prog)
 			n.cfg.Hooks.Add(r.Created.DLQ, nil)
@@ -386,7 +493,11 @@ func (n *Node) DeleteQueue(ctx context.Context, p Principal, name string, done f
 	if err := p.Authorize(auth.OpDeleteQueue, name); err != nil {
 		return err
 	}
-	return n.shardFor(name).Submit(ctx, &shard.DeleteQueue{Name: name}, func(r Result) {
+	if c := n.cfg.Cluster; c != nil {
+		go func() { done(Result{Err: c.DeleteQueue(context.WithoutCancel(ctx), name)}) }()
+		return nil
+	}
+	return n.sh.Submit(ctx, &shard.DeleteQueue{Name: name}, func(r Result) {
 		if r.Err == nil {
 			n.cfg.Hooks.Remove(name)
 			n.cfg.Hooks.Remove(name + sched.DLQSuffix)
@@ -397,7 +508,11 @@ func (n *Node) DeleteQueue(ctx context.Context, p Principal, name string, done f
 
 // ListQueues lists the queues p may see. done receives Result.Queues.
 func (n *Node) ListQueues(ctx context.Context, p Principal, done func(Result)) error {
-	return n.sh.ListQueues(ctx, func(r Result) {
+	list := n.sh.ListQueues
+	if c := n.cfg.Cluster; c != nil {
+		list = func(ctx context.Context, done func(Result)) error { return listAll(ctx, c.Shards(), done) }
+	}
+	return list(ctx, func(r Result) {
 		if r.Err == nil {
 			visible := r.Queues[:0]
 			for _, q := range r.Queues {
@@ -417,7 +532,20 @@ func (n *Node) QueueStats(ctx context.Context, p Principal, name string, done fu
 	if err := p.Authorize(auth.OpQueueStats, name); err != nil {
 		return err
 	}
-	return n.shardFor(name).QueueStats(ctx, name, done)
+	sh, err := n.localShard(name)
+	if err != nil {
+		return err
+	}
+	return sh.QueueStats(ctx, name, done)
+}
+
+// localShard returns the shard holding queue on this node, leader or
+// not: reads of its state may be served by a follower.
+func (n *Node) localShard(queue string) (*shard.Shard, error) {
+	if c := n.cfg.Cluster; c != nil {
+		return c.Local(queue)
+	}
+	return n.sh, nil
 }
 
 // Redrive moves up to count messages (0: all) of a DLQ back to its
@@ -427,17 +555,40 @@ func (n *Node) Redrive(ctx context.Context, p Principal, dlq string, count uint6
 	if err := p.Authorize(auth.OpRedrive, dlq); err != nil {
 		return err
 	}
-	return n.shardFor(dlq).Submit(ctx, &shard.Redrive{DLQ: dlq, N: count}, done)
+	return n.submit(ctx, dlq, &shard.Redrive{DLQ: dlq, N: count}, done)
+}
+
+// LeaderInfo names the node that leads a queue.
+type LeaderInfo struct {
+	// NodeID is the leader's node ID ("" while no leader is known);
+	// Addr its client address, host:port ("" on a single node: this
+	// one); Term the Raft term it leads in (0 on a single node).
+	NodeID string
+	Addr   string
+	Term   uint64
 }
 
 // Leader reports, for p (topology permission), the node that leads
-// queue: this one, once the queue exists. done receives the leader's
-// node ID, or an error wrapping fault.ErrQueueNotFound.
-func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(nodeID string, err error)) error {
+// queue: on a single node this one, once the queue exists; in a cluster
+// the leader of the queue's group. done receives it, or an error wrapping
+// fault.ErrQueueNotFound.
+func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(LeaderInfo, error)) error {
 	if err := p.Authorize(auth.OpTopology, queue); err != nil {
 		return err
 	}
-	return n.shardFor(queue).QueueStats(ctx, queue, func(r Result) { done(n.cfg.NodeID, r.Err) })
+	if c := n.cfg.Cluster; c != nil {
+		id, addr, term, err := c.Leader(queue)
+		if err != nil {
+			return err
+		}
+		l := LeaderInfo{Addr: addr, Term: term}
+		if id != 0 {
+			l.NodeID = strconv.FormatUint(id, 10)
+		}
+		done(l, nil)
+		return nil
+	}
+	return n.sh.QueueStats(ctx, queue, func(r Result) { done(LeaderInfo{NodeID: n.cfg.NodeID}, r.Err) })
 }
 
 // HookStats returns the counters of queue's hooks, and false when it has
@@ -455,7 +606,11 @@ func (n *Node) HookStats(queue string) (HookStats, bool) {
 // wrapping fault.ErrMessageNotFound once the message is gone (acked or
 // deleted meanwhile), or ErrBody for a record that does not decode.
 func (n *Node) ReadMessage(d *Delivered) ([]wire.MessageHeader, []byte, error) {
-	rec, err := n.shardFor(d.Queue).ReadRecord(d.Key)
+	sh, err := n.localShard(d.Queue)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := sh.ReadRecord(d.Key)
 	if err != nil {
 		return nil, nil, err
 	}

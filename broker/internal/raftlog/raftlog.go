@@ -12,6 +12,7 @@
 //	r/<g>/e/<index:8>   entry: type 1B, term uvarint, data
 //	r/<g>/hs            hard state: term, vote, commit as uvarints
 //	r/<g>/snap          latest snapshot: metadata length uvarint, metadata (protobuf), data
+//	r/<g>/cs            configuration applied since the snapshot (protobuf), if any
 //
 // Writes go into a store.Batch the caller commits (Append, SetHardState,
 // ApplySnapshot, Compact); the Log's view changes at once, and reads of
@@ -51,8 +52,9 @@ type Log struct {
 
 	mu    sync.Mutex
 	hs    *pb.HardState
-	snap  *pb.Snapshot // metadata always set
-	terms []uint64     // terms of the entries first()..last
+	cs    *pb.ConfState // applied since the snapshot; nil: the snapshot's
+	snap  *pb.Snapshot  // metadata always set
+	terms []uint64      // terms of the entries first()..last
 	// recent holds entries appended since Open, by index, until Compact
 	// drops them: reads of entries not yet durable come from here.
 	recent map[uint64]*pb.Entry
@@ -80,6 +82,15 @@ func Open(kv KV, g uint64) (*Log, error) {
 			return nil, err
 		}
 		l.snap = snap
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if v, err := kv.Get(l.key("cs")); err == nil {
+		cs := &pb.ConfState{}
+		if err := proto.Unmarshal(v, cs); err != nil {
+			return nil, fmt.Errorf("%w: configuration: %v", ErrCorrupt, err)
+		}
+		l.cs = cs
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -126,12 +137,31 @@ func (l *Log) entryKey(i uint64) []byte {
 func (l *Log) first() uint64 { return l.snap.Metadata.GetIndex() + 1 }
 func (l *Log) last() uint64  { return l.snap.Metadata.GetIndex() + uint64(len(l.terms)) }
 
-// InitialState returns the stored hard state and the snapshot's
-// configuration.
+// InitialState returns the stored hard state and configuration: the last
+// one SetConfState stored, else the snapshot's. Raft starts from it and
+// applies only the configuration changes after the applied index.
 func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cs != nil {
+		return proto.CloneOf(l.hs), proto.CloneOf(l.cs), nil
+	}
 	return proto.CloneOf(l.hs), proto.CloneOf(l.snap.Metadata.ConfState), nil
+}
+
+// SetConfState puts cs into b: the configuration the application has
+// applied (the result of RawNode.ApplyConfChange). A group that restarts
+// with an applied index above its configuration changes needs it.
+func (l *Log) SetConfState(b *store.Batch, cs *pb.ConfState) error {
+	v, err := proto.Marshal(cs)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cs = proto.CloneOf(cs)
+	b.Put(l.key("cs"), v)
+	return nil
 }
 
 // Entries returns the entries [lo, hi), at most maxSize bytes of them but
@@ -269,6 +299,8 @@ func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) error {
 	l.dropThrough(b, si, false)
 	l.snap = proto.CloneOf(snap)
 	b.Put(l.key("snap"), appendSnapshot(nil, snap))
+	l.cs = nil
+	b.Delete(l.key("cs"))
 	return nil
 }
 
@@ -398,4 +430,19 @@ func decodeSnapshot(v []byte) (*pb.Snapshot, error) {
 		data = nil
 	}
 	return &pb.Snapshot{Metadata: meta, Data: data}, nil
+}
+
+// Destroy puts into b the deletion of everything the group stores: its
+// entries, hard state and snapshot. The Log must not be used after.
+func (l *Log) Destroy(b *store.Batch) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := l.first(); i <= l.last(); i++ {
+		b.Delete(l.entryKey(i))
+	}
+	b.Delete(l.key("hs"))
+	b.Delete(l.key("snap"))
+	b.Delete(l.key("cs"))
+	l.terms, l.recent = nil, map[uint64]*pb.Entry{}
+	return nil
 }

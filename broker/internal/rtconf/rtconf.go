@@ -79,9 +79,10 @@ type Entry struct {
 // A Store is the runtime config store. Its methods are safe for concurrent
 // use; Get and List never block.
 type Store struct {
-	kv   KV
-	seed maphash.Seed
-	snap atomic.Pointer[snapshot]
+	proposer atomic.Pointer[func(Change) error]
+	kv       KV
+	seed     maphash.Seed
+	snap     atomic.Pointer[snapshot]
 
 	mu         sync.Mutex // serializes changes, and guards the fields below
 	validators []validator
@@ -208,10 +209,22 @@ func (s *Store) Set(key, value string) error {
 	}
 
 	// Validated: propose, with the lock held, so that no validator
-	// registered meanwhile is skipped.
-	_, err := s.applyLocked(Change{Op: ChangeSet, Key: key, Value: value})
+	// registered meanwhile is skipped; in a cluster the change goes to
+	// the meta group, which applies it here (Apply) before it returns.
+	c := Change{Op: ChangeSet, Key: key, Value: value}
+	if p := s.proposer.Load(); p != nil {
+		s.mu.Unlock()
+		defer s.mu.Lock()
+		return (*p)(c)
+	}
+	_, err := s.applyLocked(c)
 	return err
 }
+
+// SetProposer makes Set and Delete hand their change to fn instead of
+// applying it: in a cluster, fn proposes it to the meta group and returns
+// once this node has applied it (Apply), with Apply's error.
+func (s *Store) SetProposer(fn func(Change) error) { s.proposer.Store(&fn) }
 
 // Delete removes key, durably, then calls the watchers of key. existed is
 // false, and nothing is written, if key was not set. It returns an error
@@ -221,6 +234,13 @@ func (s *Store) Set(key, value string) error {
 func (s *Store) Delete(key string) (existed bool, err error) {
 	if err := ValidateKey(key); err != nil {
 		return false, err
+	}
+	if p := s.proposer.Load(); p != nil {
+		_, had := s.Get(key)
+		if !had {
+			return false, nil
+		}
+		return true, (*p)(Change{Op: ChangeDelete, Key: key})
 	}
 	return s.Apply(Change{Op: ChangeDelete, Key: key})
 }

@@ -400,7 +400,12 @@ func (c *conn) respondErr(reqID uint32, err error) {
 }
 
 func errorFrame(err error) *wire.ErrorFrame {
-	return &wire.ErrorFrame{Code: CodeOf(err), Message: err.Error()}
+	f := &wire.ErrorFrame{Code: CodeOf(err), Message: err.Error()}
+	var nl *fault.NotLeader
+	if errors.As(err, &nl) {
+		f.LeaderHint = nl.Leader
+	}
+	return f
 }
 
 // fail sends a connection-scoped Error and closes the connection once it

@@ -271,12 +271,15 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			addr = c.nc.LocalAddr().String()
 		}
 		q := f.Queue
-		return n.Leader(ctx, p, q, func(leader string, err error) {
+		return n.Leader(ctx, p, q, func(l node.LeaderInfo, err error) {
 			if err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: leader, LeaderAddr: addr}}})
+			if l.Addr == "" && l.NodeID != "" {
+				l.Addr = addr // a single node: this one
+			}
+			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: l.NodeID, LeaderAddr: l.Addr, Term: l.Term}}})
 		})
 	}
 	return fmt.Errorf("%v: %w", f.Opcode(), fault.ErrNotSupported)

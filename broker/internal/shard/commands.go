@@ -109,6 +109,18 @@ func (sh *Shard) run1(o op) {
 // propose fills in what a command carries from the shell (IDs), applies
 // it, and registers its result callback.
 func (sh *Shard) propose(o op) {
+	done, ok := sh.prepare(o)
+	if !ok {
+		return
+	}
+	apply(sh.s, sh.ref(done), o.cmd)
+}
+
+// prepare fills in what a command carries from the shell (IDs) and
+// registers a subscription's sink. It returns the callback for the
+// command's result, or false when the command was refused (done has been
+// called).
+func (sh *Shard) prepare(o op) (func(Result), bool) {
 	done := o.done
 	switch c := o.cmd.(type) {
 	case *Enqueue:
@@ -116,7 +128,7 @@ func (sh *Shard) propose(o op) {
 			if done != nil {
 				done(Result{Err: fmt.Errorf("shard: enqueue of %d messages refused: %w", len(c.Items), store.ErrNoSpace)})
 			}
-			return
+			return nil, false
 		}
 		for i := range c.Items {
 			if c.Items[i].Msg.ID != ([16]byte{}) {
@@ -127,7 +139,7 @@ func (sh *Shard) propose(o op) {
 				if done != nil {
 					done(Result{Err: err})
 				}
-				return
+				return nil, false
 			}
 			c.Items[i].Msg.ID = id
 		}
@@ -137,7 +149,7 @@ func (sh *Shard) propose(o op) {
 			sh.sinks[sub] = o.sink
 			done = func(r Result) {
 				if r.Err != nil {
-					sh.do(context.Background(), op{fn: func() { delete(sh.sinks, sub) }})
+					sh.post(func() { delete(sh.sinks, sub) })
 				}
 				if o.done != nil {
 					o.done(r)
@@ -147,5 +159,5 @@ func (sh *Shard) propose(o op) {
 	case *Unsubscribe:
 		sh.closing = append(sh.closing, c.Sub)
 	}
-	apply(sh.s, sh.ref(done), o.cmd)
+	return done, true
 }

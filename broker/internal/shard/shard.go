@@ -15,6 +15,7 @@ package shard
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +74,10 @@ type Config struct {
 	// Clock returns the current time; nil means time.Now. Tests inject a
 	// fake.
 	Clock func() time.Time
+	// Replication, if set, makes the shard one replica of a queue's Raft
+	// group (see Replication); nil: a single node's shard, which applies
+	// what it is given.
+	Replication *Replication
 }
 
 // Shard runs one scheduler.
@@ -113,6 +118,14 @@ type Shard struct {
 	inflight inflight
 
 	restored []sched.QueueSpec
+
+	// A replicated shard: its loop state, and what the group's driver
+	// hands it (committed entries, leadership) without blocking.
+	rep           *replicaState
+	commitMu      sync.Mutex
+	committed     []Entry
+	leaderChanges []bool
+	commitc       chan struct{}
 }
 
 // Limits on the storage groups waiting for durability. The store puts
@@ -197,21 +210,31 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		failWork: make(chan failureJob, 1024),
+		commitc:  make(chan struct{}, 1),
 	}
 	start := time.Now()
 	n := 0
-	end := prefixEnd([]byte(sched.Prefix))
-	err := st.Scan([]byte(sched.Prefix), end, func(k, v []byte) error {
+	restore := func(k, v []byte) error {
 		n++
 		return sh.s.Restore(k, v)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("shard: recover: %w", err)
 	}
-	// Lease tokens must never repeat across restarts: start above any
-	// token of an earlier boot by counting from the boot time.
-	apply(sh.s, 0, &LeaseEpoch{Base: uint64(origin.UnixNano())})
-	apply(sh.s, 0, &Tick{Now: sh.now()})
+	if r := cfg.Replication; r != nil {
+		// A replica starts empty and replays its group's whole log:
+		// only the log holds every part of a scheduler's state (the
+		// store does not hold its credit, deficits, buckets or lease
+		// counter), and replicas must agree on all of it, since each
+		// decides the deliveries of a Deliver entry itself.
+		sh.rep = &replicaState{cfg: r, pending: map[uint64][]func(Result){}}
+	} else {
+		end := prefixEnd([]byte(sched.Prefix))
+		if err := st.Scan([]byte(sched.Prefix), end, restore); err != nil {
+			return nil, fmt.Errorf("shard: recover: %w", err)
+		}
+		// Lease tokens must never repeat across restarts: start above any
+		// token of an earlier boot by counting from the boot time.
+		apply(sh.s, 0, &LeaseEpoch{Base: uint64(origin.UnixNano())})
+		apply(sh.s, 0, &Tick{Now: sh.now()})
+	}
 	sh.restored = sh.s.Specs()
 	sh.log.Info("recovered scheduler state", "records", n, "elapsed", time.Since(start).Round(time.Millisecond))
 
@@ -300,6 +323,13 @@ func (sh *Shard) run() {
 		// replay or a barrier), so it ends with a Deliver.
 		live := false
 		take := func(o op) {
+			if sh.rep != nil {
+				if o.cmd != nil {
+					live = true
+				}
+				sh.takeReplicated(o)
+				return
+			}
 			if !live && (o.cmd != nil || o.read != nil) {
 				live = true
 				apply(sh.s, 0, &Tick{Now: sh.now()})
@@ -320,9 +350,14 @@ func (sh *Shard) run() {
 					break drain
 				}
 			}
+		case <-sh.commitc:
+			sh.drainCommitted()
+			continue
 		case <-timer.C:
 			live = true
-			apply(sh.s, 0, &Tick{Now: sh.now()})
+			if sh.rep == nil {
+				apply(sh.s, 0, &Tick{Now: sh.now()})
+			}
 		case <-sh.stop:
 			// Run what is already queued, then stop.
 			for {
@@ -336,6 +371,17 @@ func (sh *Shard) run() {
 			}
 			sh.flush(timer)
 			return
+		}
+		if sh.rep != nil {
+			// Replicated: the batch becomes one entry, applied once
+			// committed. Reads were answered from the applied state.
+			if live {
+				sh.proposeBatch()
+			}
+			if sh.s.HasReady() {
+				sh.flush(timer)
+			}
+			continue
 		}
 		if live {
 			// The batch ends with a Deliver: decide the deliveries and
@@ -365,6 +411,19 @@ func (sh *Shard) flush(timer *time.Timer) {
 			} else {
 				b.Put(m.Key, m.Value)
 			}
+		}
+		follower := false
+		if r := sh.rep; r != nil {
+			// The applied index goes with the effects it covers.
+			var v [8]byte
+			binary.BigEndian.PutUint64(v[:], r.applied)
+			b.Put(r.cfg.AppliedKey, v[:])
+			follower = !r.leading
+			// The log is what is durable: a replica rebuilds this state
+			// from it (Open), so its writes wait for no fsync of their
+			// own. Replies and deliveries still wait until the group is
+			// written and visible, for the reads of delivered records.
+			b.NoSync()
 		}
 		rel := &release{batch: b}
 		for _, r := range rd.Replies {
@@ -402,10 +461,13 @@ func (sh *Shard) flush(timer *time.Timer) {
 		}
 		sh.closing = sh.closing[:0]
 		for _, f := range rd.Failures {
+			if follower {
+				break // the leader runs on_failure and proposes its Decide
+			}
 			f.Key = append([]byte(nil), f.Key...)
 			rel.failures = append(rel.failures, f)
 		}
-		if d := rd.Deadline; d != 0 {
+		if d := rd.Deadline; d != 0 && !follower {
 			wait := time.Duration(int64(d) - int64(sh.now()))
 			timer.Reset(max(wait, 0))
 		}

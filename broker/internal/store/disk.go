@@ -203,11 +203,12 @@ var testFaults func(*hooks)
 // Close: the committer, which writes and fsyncs groups and applies them to
 // the index, and the compactor, which reclaims space.
 type Disk struct {
-	dir    string
-	opts   Options
-	logger *slog.Logger
-	lock   *os.File
-	hooks  hooks
+	repaired bool // Open's repair dropped or cut durable data (Repaired)
+	dir      string
+	opts     Options
+	logger   *slog.Logger
+	lock     *os.File
+	hooks    hooks
 	// log is swapped by the committer after a failed write (restore),
 	// holding logMu; the compactor reads it holding logMu for reading.
 	logMu  sync.RWMutex
@@ -567,10 +568,12 @@ func (d *Disk) commit(reqs []request) {
 		d.stats.copied.Add(uint64(reqs[0].b.Size()))
 	}
 	for {
-		idx, err := d.writeCommit(reqs)
+		idx, synced, err := d.writeCommit(reqs)
 		if err == nil {
 			if idx != d.lastIndex {
-				d.writeMarker(idx)
+				if synced {
+					d.writeMarker(idx)
+				}
 				d.lastIndex = idx
 				d.publish(reqs)
 			}
@@ -631,11 +634,13 @@ func (d *Disk) writeMarker(idx uint64) {
 }
 
 // writeCommit places reqs in the log and writes them with one WriteBatch
-// and one fsync. It returns the log index of the last record written
-// (d.lastIndex if there was nothing to write). A group with an error of its
-// own, or marked RefuseWhenFull while the disk is full, is skipped and
-// keeps its error in reqs[i].err. Runs on the committer goroutine.
-func (d *Disk) writeCommit(reqs []request) (uint64, error) {
+// and one fsync, or none when every group written is marked NoSync
+// (synced reports which). It returns the log index of the last record
+// written (d.lastIndex if there was nothing to write). A group with an
+// error of its own, or marked RefuseWhenFull while the disk is full, is
+// skipped and keeps its error in reqs[i].err. Runs on the committer
+// goroutine.
+func (d *Disk) writeCommit(reqs []request) (uint64, bool, error) {
 	full := d.full.Load()
 	d.wb.Clear()
 	d.places = d.places[:0]
@@ -646,6 +651,7 @@ func (d *Disk) writeCommit(reqs []request) (uint64, error) {
 	w := &d.writes[0]
 	commit := d.lastIndex + 1
 	idx := d.lastIndex
+	sync := false
 	for i := range reqs {
 		b := reqs[i].b
 		if reqs[i].err == nil {
@@ -660,6 +666,7 @@ func (d *Disk) writeCommit(reqs []request) (uint64, error) {
 		}
 		rec := b.seal(commit)
 		idx++
+		sync = sync || !b.nosync
 		// Mirror wal.Log.writeBatch: a new segment starts before the
 		// commit's first record if the tail is over the target size, and
 		// after any record that brings it to the target size.
@@ -677,9 +684,9 @@ func (d *Disk) writeCommit(reqs []request) (uint64, error) {
 		}
 	}
 	if idx == d.lastIndex {
-		return idx, nil
+		return idx, true, nil
 	}
-	return idx, d.write()
+	return idx, sync, d.write(sync)
 }
 
 // cycle starts a new segment whose first record has index. Runs on the
@@ -700,7 +707,7 @@ func (d *Disk) cycle(index uint64) *segWrite {
 // write writes the commit and makes it durable: one WriteBatch, then one
 // fsync of the tail file and, if segments were started, of the directory.
 // Segments the log closed were fsynced by the log when it closed them.
-func (d *Disk) write() error {
+func (d *Disk) write(sync bool) error {
 	if err := d.log.WriteBatch(&d.wb); err != nil {
 		return fmt.Errorf("write log: %w", err)
 	}
@@ -730,10 +737,12 @@ func (d *Disk) write() error {
 	if d.opts.UnsafeNoSync {
 		return nil
 	}
-	if err := d.log.Sync(); err != nil {
-		return fmt.Errorf("sync log: %w", err)
+	if sync {
+		if err := d.log.Sync(); err != nil {
+			return fmt.Errorf("sync log: %w", err)
+		}
+		d.stats.syncs.Add(1)
 	}
-	d.stats.syncs.Add(1)
 	if len(started) > 0 {
 		if err := syncDir(d.dir); err != nil {
 			return fmt.Errorf("sync directory: %w", err)
@@ -877,6 +886,13 @@ func (d *Disk) filterCopies(r *request) {
 	}
 	r.b = &d.scratch
 }
+
+// Repaired reports whether Open, with Options.Repair, dropped or cut
+// anything that was durable (damaged or missing records; not a torn final
+// commit, which was never acknowledged). A cluster node whose log was
+// repaired may have lost entries it acknowledged to its peers, so it
+// rebuilds its replicas from them.
+func (d *Disk) Repaired() bool { return d.repaired }
 
 // Get returns a copy of the value of key, or ErrNotFound. The value is read
 // from the cache or with one pread at its indexed position. Errors:

@@ -240,6 +240,7 @@ type Batch struct {
 	n      int
 	err    error
 	growth bool // RefuseWhenFull
+	nosync bool // NoSync
 }
 
 // RefuseWhenFull marks the batch as growth: a group the store may refuse
@@ -251,6 +252,16 @@ type Batch struct {
 // already decided (an ack's delete), which the store writes while any
 // space is left. Reset clears the mark.
 func (b *Batch) RefuseWhenFull() { b.growth = true }
+
+// NoSync marks the batch as not needing its own fsync: the store writes
+// it in order with the others and makes it visible, then calls its done
+// (or returns from Apply) without waiting for the disk, unless another
+// group of the same commit needs an fsync anyway. The group becomes
+// durable with the next fsync; a crash before then may lose it, whole
+// (a group is never partly applied). For writes whose durability lies
+// elsewhere, such as a replicated queue's state, which its Raft log can
+// rebuild.
+func (b *Batch) NoSync() { b.nosync = true }
 
 func (b *Batch) grow() {
 	if b.data == nil {
@@ -323,6 +334,7 @@ func (b *Batch) Reset() {
 	b.n = 0
 	b.err = nil
 	b.growth = false
+	b.nosync = false
 }
 
 // check returns the error a Put or Delete recorded, or ErrTooLarge if the

@@ -377,6 +377,7 @@ func (d *Disk) lostTail(missing string) error {
 	if !d.opts.Repair {
 		return fmt.Errorf("%s: the log's tail is missing or truncated; start with storage.repair = true to go on without it", missing)
 	}
+	d.repaired = true
 	d.logger.Error("store: repair starts without durable records that are missing", "missing", missing)
 	return nil
 }
@@ -544,6 +545,7 @@ func (d *Disk) repairAt(s *segment, r *entryReader, dmg *damage, next uint64) (b
 		if err != nil {
 			return false, err
 		}
+		d.repaired = true
 		d.logger.Error("store: repair cut the newest segment at damage",
 			"segment", s.name(), "offset", dmg.off, "bytes", r.size-dmg.off, "cause", dmg.cause)
 		d.logSpans(s, spans)
@@ -558,6 +560,7 @@ func (d *Disk) repairAt(s *segment, r *entryReader, dmg *damage, next uint64) (b
 		if err != nil {
 			return false, err
 		}
+		d.repaired = true
 		d.logger.Error("store: repair cut a segment after its last counted record",
 			"segment", s.name(), "offset", dmg.off, "bytes", r.size-dmg.off, "cause", dmg.cause)
 		d.logSpans(s, spans)
@@ -658,6 +661,7 @@ func (d *Disk) pad(s *segment, r *entryReader, dmg *damage, end int64, k uint64)
 	if err != nil {
 		return err
 	}
+	d.repaired = true
 	d.logger.Error("store: repair dropped damaged records",
 		"segment", s.name(), "offset", dmg.off, "bytes", end-dmg.off,
 		"records", fmt.Sprintf("%d-%d", dmg.index, dmg.index+k-1), "cause", dmg.cause)
@@ -693,6 +697,7 @@ func (d *Disk) pad(s *segment, r *entryReader, dmg *damage, end int64, k uint64)
 // padMissingSegment creates the segment file for the records [from, to),
 // missing from the log, holding one padding entry each.
 func (d *Disk) padMissingSegment(from, to uint64) error {
+	d.repaired = true
 	d.logger.Error("store: repair replaced a missing segment with padding",
 		"segment", segmentName(from), "records", fmt.Sprintf("%d-%d", from, to-1))
 	buf := appendPadding(nil, int64(to-from)*minPaddingEntry, to-from)
@@ -721,6 +726,7 @@ func (d *Disk) dropSegments(s *segment, dmg *damage, drop []uint64) error {
 	if !d.opts.Repair {
 		return fmt.Errorf("segment %s offset %d: %w", s.name(), dmg.off, dmg.cause)
 	}
+	d.repaired = true
 	d.logger.Error("store: repair drops the segments from here on", "segment", s.name(), "cause", dmg.cause)
 	for _, index := range drop {
 		p := d.path(index)

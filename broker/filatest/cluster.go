@@ -1,0 +1,125 @@
+package filatest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Cluster is a cluster of fila-server processes on 127.0.0.1, each with
+// its own client port, peer port and data directory.
+type Cluster struct {
+	// Nodes are the servers; Nodes[i] has Raft node ID i+1.
+	Nodes []*Server
+	// isolate[i] is node i's FILA_TEST_ISOLATE_FILE.
+	isolate []string
+}
+
+// StartCluster starts n fila-server processes as one cluster (Raft node
+// IDs 1 to n) and stops them when the test ends. opts apply to every
+// node; a failing test logs every node's log.
+func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	client := freePorts(t, n)
+	peer := freePorts(t, n)
+	var peers []string
+	for i := range n {
+		peers = append(peers, fmt.Sprintf("%d@%s", i+1, peer[i]))
+	}
+	c := &Cluster{}
+	faults := t.TempDir()
+	for i := range n {
+		s := &Server{Addr: client[i]}
+		for _, o := range opts {
+			o(s)
+		}
+		if s.DataDir == "" {
+			s.DataDir = t.TempDir()
+		}
+		s.Env = append(s.Env,
+			fmt.Sprintf("FILA_SERVER_NODE_ID=node-%d", i+1),
+			fmt.Sprintf("FILA_CLUSTER_NODE_ID=%d", i+1),
+			"FILA_CLUSTER_PEERS="+strings.Join(peers, ","),
+			"FILA_CLUSTER_PEER_LISTEN_ADDR="+peer[i],
+			"FILA_CLUSTER_ADVERTISE_ADDR="+client[i],
+			"FILA_TEST_ISOLATE_FILE="+c.isolateFile(faults, i),
+		)
+		c.Nodes = append(c.Nodes, s)
+	}
+	// A node listens before its groups have a quorum: start them in
+	// turn.
+	for _, s := range c.Nodes {
+		s.start(t)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.Nodes {
+			s.Stop(t)
+		}
+		for i, s := range c.Nodes {
+			if bad := s.undeclared(); bad != "" {
+				t.Errorf("node %d answered with codes the spec does not declare for their operations:\n%s", i+1, bad)
+			}
+			if t.Failed() {
+				t.Logf("node %d log:\n%s", i+1, s.Log())
+			}
+		}
+	})
+	return c
+}
+
+func (c *Cluster) isolateFile(dir string, i int) string {
+	p := filepath.Join(dir, fmt.Sprintf("isolate-%d", i+1))
+	c.isolate = append(c.isolate, p)
+	return p
+}
+
+// Isolate cuts node i off from every peer, both ways, until Heal; the
+// node and its clients keep running. It needs a fila-server built with
+// -tags filafaults (WithBinary); other builds ignore it.
+func (c *Cluster) Isolate(t testing.TB, i int) {
+	t.Helper()
+	if err := os.WriteFile(c.isolate[i], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Heal ends node i's isolation.
+func (c *Cluster) Heal(t testing.TB, i int) {
+	t.Helper()
+	if err := os.Remove(c.isolate[i]); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+}
+
+// Addrs returns the nodes' client addresses, comma-separated, as the Go
+// SDK's Connect takes seed addresses.
+func (c *Cluster) Addrs() string {
+	var a []string
+	for _, s := range c.Nodes {
+		a = append(a, s.Addr)
+	}
+	return strings.Join(a, ",")
+}
+
+// freePorts returns n distinct free 127.0.0.1 ports, as host:port. They
+// are free when found; a process started right after binds them.
+func freePorts(t testing.TB, n int) []string {
+	t.Helper()
+	var ls []net.Listener
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}

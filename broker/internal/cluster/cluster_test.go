@@ -1,0 +1,418 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// testCluster is n in-process nodes over the real peer transport, each
+// with an in-memory store that outlives a node's restart.
+type testCluster struct {
+	t       *testing.T
+	rebuild map[int]bool // open these nodes with Config.Rebuild
+	peers   map[uint64]string
+	stores  []*store.Mem
+	nodes   []*Node
+}
+
+func newTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, peers: map[uint64]string{}, rebuild: map[int]bool{}}
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.peers[uint64(i+1)] = l.Addr().String()
+		l.Close()
+		c.stores = append(c.stores, store.NewMem())
+	}
+	c.nodes = make([]*Node, n)
+	for i := range n {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.stop(i)
+		}
+		for _, st := range c.stores {
+			st.Close()
+		}
+	})
+	return c
+}
+
+func noEffects() Effects {
+	return Effects{
+		QueueCreated: func(sched.QueueSpec) {},
+		QueueDeleted: func(string) {},
+		Auth:         func([]byte) error { return nil },
+		Config:       func([]byte) error { return nil },
+	}
+}
+
+func (c *testCluster) start(i int) {
+	c.t.Helper()
+	id := uint64(i + 1)
+	n, err := Open(Config{
+		NodeID:         id,
+		ClusterID:      "test",
+		PeerListenAddr: c.peers[id],
+		AdvertiseAddr:  fmt.Sprintf("client-%d:5555", id),
+		Peers:          c.peers,
+		TickInterval:   20 * time.Millisecond,
+		ElectionTicks:  10,
+		HeartbeatTicks: 1,
+		Rebuild:        c.rebuild[i],
+		Shard:          shard.Config{Sched: sched.Config{VisibilityTimeout: time.Hour}},
+		Effects:        noEffects(),
+	}, c.stores[i])
+	if err != nil {
+		c.t.Fatalf("open node %d: %v", id, err)
+	}
+	c.nodes[i] = n
+}
+
+func (c *testCluster) stop(i int) {
+	if c.nodes[i] != nil {
+		c.nodes[i].Close()
+		c.nodes[i] = nil
+	}
+}
+
+// eventually polls f until it returns nil, for up to 30 s.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leader returns the index of the node leading queue, once one does.
+func (c *testCluster) leader(queue string) int {
+	c.t.Helper()
+	idx := -1
+	eventually(c.t, "a leader for "+queue, func() error {
+		for i, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			if _, err := n.Route(queue); err == nil {
+				idx = i
+				return nil
+			}
+		}
+		return errors.New("none")
+	})
+	return idx
+}
+
+// submit submits cmd on the node leading queue and waits for its result,
+// retrying while leadership moves.
+func (c *testCluster) submit(queue string, cmd func() shard.Command) shard.Result {
+	c.t.Helper()
+	var res shard.Result
+	eventually(c.t, "submit to "+queue, func() error {
+		sh, err := c.nodes[c.leader(queue)].Route(queue)
+		if err != nil {
+			return err
+		}
+		ch := make(chan shard.Result, 1)
+		if err := sh.Submit(context.Background(), cmd(), func(r shard.Result) { ch <- r }); err != nil {
+			return err
+		}
+		select {
+		case res = <-ch:
+		case <-time.After(10 * time.Second):
+			return errors.New("no result")
+		}
+		if errors.Is(res.Err, fault.ErrNotLeader) {
+			return res.Err
+		}
+		return nil
+	})
+	return res
+}
+
+func enqueueCmd(queue string, payloads ...string) func() shard.Command {
+	return func() shard.Command {
+		items := make([]sched.EnqueueItem, len(payloads))
+		for i, p := range payloads {
+			items[i] = sched.EnqueueItem{Queue: queue, Msg: sched.Message{Body: []byte(p), PayloadSize: uint32(len(p))}}
+		}
+		return &shard.Enqueue{Items: items}
+	}
+}
+
+// converged waits until every running node's replica of queue has the
+// same digest at the same applied index.
+func (c *testCluster) converged(queue string) {
+	c.t.Helper()
+	eventually(c.t, "replicas of "+queue+" converge", func() error {
+		var first [32]byte
+		var firstApplied uint64
+		seen := 0
+		for i, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			sh, err := n.Local(queue)
+			if err != nil {
+				return fmt.Errorf("node %d: %w", i+1, err)
+			}
+			d, applied, err := sh.QueueDigest(queue)
+			if err != nil {
+				return err
+			}
+			if seen == 0 {
+				first, firstApplied = d, applied
+			} else if d != first || applied != firstApplied {
+				return fmt.Errorf("node %d at %d differs from the first at %d", i+1, applied, firstApplied)
+			}
+			seen++
+		}
+		return nil
+	})
+}
+
+// sink collects a subscription's deliveries.
+type sink struct {
+	mu    sync.Mutex
+	got   []sched.Delivered
+	ended error
+}
+
+func (s *sink) Expired(sched.SubID, []sched.ExpiredLease) {}
+func (s *sink) Deliver(_ sched.SubID, msgs []sched.Delivered) {
+	s.mu.Lock()
+	s.got = append(s.got, msgs...)
+	s.mu.Unlock()
+}
+func (s *sink) Ended(_ sched.SubID, err error) {
+	s.mu.Lock()
+	s.ended = err
+	s.mu.Unlock()
+}
+
+func TestReplicatedQueue(t *testing.T) {
+	c := newTestCluster(t, 3)
+	ctx := context.Background()
+	var created sched.QueueCreated
+	eventually(t, "create queue", func() error {
+		var err error
+		created, err = c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "orders"})
+		return err
+	})
+	if created.DLQ != "orders.dlq" {
+		t.Fatalf("created %+v", created)
+	}
+	if _, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "orders"}); !errors.Is(err, fault.ErrQueueExists) {
+		t.Fatalf("second create: %v, want QUEUE_EXISTS", err)
+	}
+
+	// A follower answers NOT_LEADER with the leader's client address.
+	lead := c.leader("orders")
+	follower := (lead + 1) % 3
+	eventually(t, "the follower's NOT_LEADER names the leader", func() error {
+		var nl *fault.NotLeader
+		if _, err := c.nodes[follower].Route("orders"); !errors.As(err, &nl) || nl.Leader != fmt.Sprintf("client-%d:5555", lead+1) {
+			return fmt.Errorf("follower's route: %v, want NOT_LEADER naming client-%d", err, lead+1)
+		}
+		return nil
+	})
+	if _, err := c.nodes[follower].Route("nope"); !errors.Is(err, fault.ErrQueueNotFound) {
+		t.Fatalf("route to an unknown queue: %v", err)
+	}
+
+	r := c.submit("orders", enqueueCmd("orders", "a", "b", "c"))
+	if r.Err != nil || len(r.Enqueued) != 3 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	c.converged("orders")
+
+	// Deliveries come from the leader once their Deliver entry commits;
+	// an ack on it applies on every replica.
+	sh, err := c.nodes[lead].Route("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sink{}
+	done := make(chan shard.Result, 1)
+	if err := sh.Subscribe(ctx, &shard.Subscribe{Sub: 1, Queue: "orders", Credit: 10}, s, func(r shard.Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	var got []sched.Delivered
+	eventually(t, "three deliveries", func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.got) < 3 {
+			return fmt.Errorf("%d delivered", len(s.got))
+		}
+		got = append([]sched.Delivered(nil), s.got...)
+		return nil
+	})
+	refs := []sched.LeaseRef{{Queue: "orders", ID: got[0].ID, Lease: got[0].Lease}}
+	if r := c.submit("orders", func() shard.Command { return &shard.Ack{Items: refs} }); r.Err != nil || r.Items[0] != nil {
+		t.Fatalf("ack: %+v", r)
+	}
+	c.converged("orders")
+
+	// The leader goes: the others elect a new one, which keeps the
+	// leases (an ack of a delivery made by the old leader succeeds) and
+	// ends nothing acknowledged.
+	c.stop(lead)
+	newLead := c.leader("orders")
+	if newLead == lead {
+		t.Fatal("the stopped node still leads")
+	}
+	refs = []sched.LeaseRef{{Queue: "orders", ID: got[1].ID, Lease: got[1].Lease}}
+	if r := c.submit("orders", func() shard.Command { return &shard.Ack{Items: refs} }); r.Err != nil || r.Items[0] != nil {
+		t.Fatalf("ack on the new leader: %+v", r)
+	}
+	if r := c.submit("orders", enqueueCmd("orders", "d")); r.Err != nil || r.Enqueued[0].Err != nil {
+		t.Fatalf("enqueue on the new leader: %+v", r)
+	}
+
+	// The old leader comes back with its store: it replays, catches up
+	// and agrees with the others.
+	c.start(lead)
+	c.converged("orders")
+	var st sched.QueueStats
+	eventually(t, "stats", func() error {
+		sh, err := c.nodes[lead].Local("orders")
+		if err != nil {
+			return err
+		}
+		ch := make(chan shard.Result, 1)
+		if err := sh.QueueStats(ctx, "orders", func(r shard.Result) { ch <- r }); err != nil {
+			return err
+		}
+		r := <-ch
+		st = r.Stats
+		return r.Err
+	})
+	// a and b acked; c leased to the old leader's subscription (kept
+	// until it expires); d ready.
+	if st.Ready != 1 || st.Leased != 1 {
+		t.Fatalf("stats on the restarted node: ready %d leased %d, want 1 and 1", st.Ready, st.Leased)
+	}
+
+	// Deleting the queue removes it from every node.
+	if err := c.nodes[newLead].DeleteQueue(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "queue deleted everywhere", func() error {
+		for i, n := range c.nodes {
+			if _, err := n.Local("orders"); !errors.Is(err, fault.ErrQueueNotFound) {
+				return fmt.Errorf("node %d: %v", i+1, err)
+			}
+		}
+		return nil
+	})
+}
+
+func TestStatus(t *testing.T) {
+	c := newTestCluster(t, 3)
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[0].CreateQueue(context.Background(), sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	lead := c.leader("jobs")
+	if r := c.submit("jobs", enqueueCmd("jobs", "x")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	eventually(t, "status", func() error {
+		st, err := c.nodes[lead].Status()
+		if err != nil {
+			return err
+		}
+		if len(st.Nodes) != 3 || len(st.Groups) != 2 {
+			return fmt.Errorf("%d nodes, %d groups", len(st.Nodes), len(st.Groups))
+		}
+		for _, ns := range st.Nodes {
+			if !ns.Connected || ns.Addr != fmt.Sprintf("client-%d:5555", ns.ID) {
+				return fmt.Errorf("node %+v", ns)
+			}
+		}
+		if st.Groups[0].ID != MetaGroup || st.Groups[1].Queue != "jobs" {
+			return fmt.Errorf("groups %+v", st.Groups)
+		}
+		g := st.Groups[1]
+		if g.Leader != uint64(lead+1) || g.Commit == 0 || len(g.Replicas) != 3 {
+			return fmt.Errorf("group %+v", g)
+		}
+		for _, r := range g.Replicas {
+			if !r.Known || r.Lag != 0 {
+				return fmt.Errorf("replica %+v", r)
+			}
+		}
+		return nil
+	})
+}
+
+// TestRebuiltReplicaNeverLeads opens a node as if its store had lost
+// durable data (Config.Rebuild): it wipes its groups and, until it has
+// caught up with a leader, neither campaigns nor votes. Alone with one
+// healthy node, no leader can be elected; with both healthy nodes back,
+// it rebuilds from them and ends with their state.
+func TestRebuiltReplicaNeverLeads(t *testing.T) {
+	c := newTestCluster(t, 3)
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[0].CreateQueue(context.Background(), sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	if r := c.submit("jobs", enqueueCmd("jobs", "a", "b")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	c.converged("jobs")
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	c.rebuild[2] = true
+	c.start(2)
+	c.start(0)
+	// Node 1 campaigns; node 3 abstains: no majority. Several election
+	// timeouts pass without a leader in either group.
+	time.Sleep(1500 * time.Millisecond)
+	for i, n := range []*Node{c.nodes[0], c.nodes[2]} {
+		st, err := n.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range st.Groups {
+			if g.Leader != 0 {
+				t.Fatalf("node %d sees leader %d of group %d with a rebuilding voter and one healthy one", []int{1, 3}[i], g.Leader, g.ID)
+			}
+		}
+	}
+	c.start(1)
+	c.converged("jobs")
+	if r := c.submit("jobs", enqueueCmd("jobs", "c")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	c.converged("jobs")
+	// Rebuilt, node 3 votes again: with node 1 gone, 2 and 3 elect.
+	c.stop(0)
+	c.leader("jobs")
+}

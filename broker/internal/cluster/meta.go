@@ -1,0 +1,527 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// The meta group's state, as every node applies it. Stored under m/:
+//
+//	m/n/<id:8>    a node's client address
+//	m/q/<name>    a queue: group uvarint, replica count uvarint, replica IDs uvarint…, CreateQueue command
+//	m/next        the next queue group's ID, 8 bytes
+//
+// and the meta group's applied index under r/<1>/applied, written in the
+// same storage group as the state each entry changes.
+type metaState struct {
+	nodes     map[uint64]string
+	queues    map[string]*queueInfo
+	nextGroup uint64
+}
+
+// queueInfo is one queue's placement.
+type queueInfo struct {
+	spec     sched.QueueSpec
+	group    uint64
+	replicas []uint64
+}
+
+// queueOf returns the queue named name or whose DLQ it names, or nil.
+func (m *metaState) queueOf(name string) *queueInfo {
+	if q := m.queues[name]; q != nil {
+		return q
+	}
+	if base, ok := cutSuffix(name, sched.DLQSuffix); ok {
+		return m.queues[base]
+	}
+	return nil
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
+}
+
+func (m *metaState) load(st Storage) error {
+	m.nodes = map[uint64]string{}
+	m.queues = map[string]*queueInfo{}
+	m.nextGroup = MetaGroup + 1
+	err := st.Scan([]byte("m/n/"), []byte("m/n0"), func(k, v []byte) error {
+		if len(k) != 4+8 {
+			return fmt.Errorf("cluster: meta: node key of %d bytes", len(k))
+		}
+		m.nodes[binary.BigEndian.Uint64(k[4:])] = string(v)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = st.Scan([]byte("m/q/"), []byte("m/q0"), func(k, v []byte) error {
+		q, err := decodeQueueInfo(v)
+		if err != nil {
+			return fmt.Errorf("cluster: meta: queue %s: %w", k[4:], err)
+		}
+		m.queues[q.spec.Name] = q
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if v, err := st.Get([]byte("m/next")); err == nil && len(v) == 8 {
+		m.nextGroup = binary.BigEndian.Uint64(v)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+func appendQueueInfo(b []byte, q *queueInfo) []byte {
+	b = binary.AppendUvarint(b, q.group)
+	b = binary.AppendUvarint(b, uint64(len(q.replicas)))
+	for _, id := range q.replicas {
+		b = binary.AppendUvarint(b, id)
+	}
+	return shard.AppendCommand(b, &shard.CreateQueue{Spec: q.spec})
+}
+
+func decodeQueueInfo(b []byte) (*queueInfo, error) {
+	q := &queueInfo{}
+	next := func() (uint64, error) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, errors.New("truncated")
+		}
+		b = b[k:]
+		return v, nil
+	}
+	var err error
+	if q.group, err = next(); err != nil {
+		return nil, err
+	}
+	cnt, err := next()
+	if err != nil || cnt > 64 {
+		return nil, fmt.Errorf("replica count: %v", err)
+	}
+	for i := uint64(0); i < cnt; i++ {
+		id, err := next()
+		if err != nil {
+			return nil, err
+		}
+		q.replicas = append(q.replicas, id)
+	}
+	c, err := shard.DecodeCommand(b)
+	if err != nil {
+		return nil, err
+	}
+	cq, ok := c.(*shard.CreateQueue)
+	if !ok {
+		return nil, fmt.Errorf("%s, not CreateQueue", c.Kind())
+	}
+	q.spec = cq.Spec
+	return q, nil
+}
+
+// The meta commands. An entry is: kind 1B, proposer uvarint, seq uvarint,
+// then the command's body.
+const (
+	metaNodeAddr    = 1 // body: node ID uvarint, client address
+	metaCreateQueue = 2 // body: a shard CreateQueue command
+	metaDeleteQueue = 3 // body: the queue's name
+	metaAuth        = 4 // body: an encoded auth.Change
+	metaConfig      = 5 // body: an encoded rtconf.Change
+	metaRebuilt     = 6 // body: node ID uvarint: the node rebuilt its replicas
+)
+
+// metaResult is a meta entry's outcome on the node that proposed it.
+type metaResult struct {
+	err     error
+	created sched.QueueCreated
+}
+
+// proposeMeta proposes a meta command and waits for this node to apply
+// it. Any node may propose: Raft forwards a follower's proposal to the
+// leader. The error wraps fault.ErrUnavailable when no leader takes the
+// entry before ctx ends.
+func (n *Node) proposeMeta(ctx context.Context, kind byte, body []byte) (metaResult, error) {
+	n.waitMu.Lock()
+	n.seq++
+	seq := n.seq
+	ch := make(chan metaResult, 1)
+	n.waiters[seq] = ch
+	n.waitMu.Unlock()
+	defer func() {
+		n.waitMu.Lock()
+		delete(n.waiters, seq)
+		n.waitMu.Unlock()
+	}()
+	data := []byte{kind}
+	data = binary.AppendUvarint(data, n.cfg.NodeID)
+	data = binary.AppendUvarint(data, seq)
+	data = append(data, body...)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	// A proposal made while no leader is known is dropped: retry until
+	// one takes it. A forwarded one may be lost with its leader; the
+	// retry then proposes it again, and applying a meta command twice
+	// changes nothing the second time (the second answer is ignored).
+	for {
+		dropped := make(chan struct{}, 1)
+		select {
+		case n.propc <- proposal{group: MetaGroup, data: data, dropped: func() { dropped <- struct{}{} }}:
+		case <-ctx.Done():
+			return metaResult{}, fmt.Errorf("cluster: no meta leader: %w", fault.ErrUnavailable)
+		case <-n.stop:
+			return metaResult{}, ErrStopped
+		}
+		wait := time.NewTimer(2 * time.Second)
+		select {
+		case r := <-ch:
+			wait.Stop()
+			return r, nil
+		case <-dropped:
+			wait.Stop()
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return metaResult{}, fmt.Errorf("cluster: meta proposal not applied: %w", fault.ErrUnavailable)
+		case <-n.stop:
+			wait.Stop()
+			return metaResult{}, ErrStopped
+		}
+	}
+}
+
+// applyMeta applies one committed meta entry on the driver goroutine.
+func (n *Node) applyMeta(e *pb.Entry) error {
+	idx := e.GetIndex()
+	data := e.GetData()
+	var b store.Batch
+	var res metaResult
+	var proposer, seq uint64
+	if e.GetType() == pb.EntryNormal && len(data) > 0 {
+		kind := data[0]
+		rest := data[1:]
+		var k1, k2 int
+		proposer, k1 = binary.Uvarint(rest)
+		if k1 > 0 {
+			seq, k2 = binary.Uvarint(rest[k1:])
+		}
+		if k1 <= 0 || k2 <= 0 {
+			return fmt.Errorf("cluster: meta entry %d: bad header", idx)
+		}
+		body := rest[k1+k2:]
+		var err error
+		res, err = n.applyMetaCommand(&b, kind, body)
+		if err != nil {
+			return fmt.Errorf("cluster: meta entry %d: %w", idx, err)
+		}
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], idx)
+	b.Put(appliedKey(MetaGroup), v[:])
+	if err := n.st.Apply(&b); err != nil {
+		return err
+	}
+	if proposer == n.cfg.NodeID {
+		n.waitMu.Lock()
+		ch := n.waiters[seq]
+		n.waitMu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- res:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// applyMetaCommand applies one command: its effects on this node first,
+// then its state into b. Its error is a failure of the node (the entry
+// cannot be applied); an error of the operation goes in the result.
+func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaResult, error) {
+	switch kind {
+	case metaNodeAddr:
+		id, k := binary.Uvarint(body)
+		if k <= 0 {
+			return metaResult{}, errors.New("node address: bad body")
+		}
+		addr := string(body[k:])
+		n.mu.Lock()
+		n.meta.nodes[id] = addr
+		n.mu.Unlock()
+		key := binary.BigEndian.AppendUint64([]byte("m/n/"), id)
+		b.Put(key, []byte(addr))
+		return metaResult{}, nil
+	case metaCreateQueue:
+		c, err := shard.DecodeCommand(body)
+		if err != nil {
+			return metaResult{}, err
+		}
+		cq, ok := c.(*shard.CreateQueue)
+		if !ok {
+			return metaResult{}, fmt.Errorf("create queue: %s command", c.Kind())
+		}
+		return n.applyCreateQueue(b, cq.Spec)
+	case metaDeleteQueue:
+		return n.applyDeleteQueue(b, string(body))
+	case metaAuth:
+		return metaResult{err: n.cfg.Effects.Auth(body)}, nil
+	case metaConfig:
+		return metaResult{err: n.cfg.Effects.Config(body)}, nil
+	case metaRebuilt:
+		id, k := binary.Uvarint(body)
+		if k <= 0 {
+			return metaResult{}, errors.New("rebuilt: bad body")
+		}
+		n.handOver(id)
+		return metaResult{}, nil
+	}
+	return metaResult{}, fmt.Errorf("unknown meta command %d", kind)
+}
+
+// applyCreateQueue places a new queue on replicas chosen from the known
+// nodes (those holding the fewest queues first, then by ID), and opens
+// its group here if this node is one of them.
+func (n *Node) applyCreateQueue(b *store.Batch, spec sched.QueueSpec) (metaResult, error) {
+	n.mu.RLock()
+	exists := n.meta.queueOf(spec.Name) != nil
+	n.mu.RUnlock()
+	if exists {
+		return metaResult{err: fmt.Errorf("create queue %s: %w", spec.Name, fault.ErrQueueExists)}, nil
+	}
+	if _, isDLQ := cutSuffix(spec.Name, sched.DLQSuffix); isDLQ {
+		return metaResult{err: fmt.Errorf("create queue %s: the %s suffix is reserved for dead-letter queues: %w",
+			spec.Name, sched.DLQSuffix, fault.ErrInvalidArgument)}, nil
+	}
+	n.mu.Lock()
+	members := slices.Sorted(mapKeys(n.cfg.Peers))
+	load := map[uint64]int{}
+	for _, q := range n.meta.queues {
+		for _, id := range q.replicas {
+			load[id]++
+		}
+	}
+	slices.SortStableFunc(members, func(a, b uint64) int { return load[a] - load[b] })
+	rf := min(n.cfg.ReplicationFactor, len(members))
+	replicas := slices.Sorted(slices.Values(members[:rf]))
+	q := &queueInfo{spec: spec, group: n.meta.nextGroup, replicas: replicas}
+	n.meta.nextGroup++
+	n.meta.queues[spec.Name] = q
+	next := n.meta.nextGroup
+	n.mu.Unlock()
+
+	if slices.Contains(replicas, n.cfg.NodeID) {
+		if _, err := n.openQueueGroup(q); err != nil {
+			// The same spec fails the same way on every node (the
+			// proposer checked it, so only a difference of boot
+			// configuration gets here): the queue is not created.
+			n.mu.Lock()
+			delete(n.meta.queues, spec.Name)
+			n.mu.Unlock()
+			n.log.Error("cannot create a queue replica", "queue", spec.Name, "err", err)
+			return metaResult{err: err}, nil
+		}
+	}
+	n.cfg.Effects.QueueCreated(spec)
+	b.Put([]byte("m/q/"+spec.Name), appendQueueInfo(nil, q))
+	b.Put([]byte("m/next"), binary.BigEndian.AppendUint64(nil, next))
+	return metaResult{created: sched.QueueCreated{Name: spec.Name, DLQ: spec.Name + sched.DLQSuffix}}, nil
+}
+
+// applyDeleteQueue removes a queue: its shard deletes its messages here,
+// and its group's log goes.
+func (n *Node) applyDeleteQueue(b *store.Batch, name string) (metaResult, error) {
+	n.mu.Lock()
+	q := n.meta.queues[name]
+	if q == nil {
+		n.mu.Unlock()
+		if n.meta.queueOf(name) != nil {
+			return metaResult{err: fmt.Errorf("delete queue %s: a dead-letter queue goes with its queue: %w", name, fault.ErrInvalidArgument)}, nil
+		}
+		return metaResult{err: fmt.Errorf("delete queue %s: %w", name, fault.ErrQueueNotFound)}, nil
+	}
+	delete(n.meta.queues, name)
+	g := n.groups[q.group]
+	delete(n.groups, q.group)
+	delete(n.byQueue, name)
+	delete(n.byQueue, name+sched.DLQSuffix)
+	n.mu.Unlock()
+	n.cfg.Effects.QueueDeleted(name)
+	if g != nil {
+		// The replica's state goes outside the log: the group is gone.
+		// Its shard may be waiting to propose to this goroutine, so it
+		// deletes and stops on its own.
+		go func() {
+			done := make(chan shard.Result, 1)
+			if err := g.sh.Init(&shard.DeleteQueue{Name: name}, func(r shard.Result) { done <- r }); err == nil {
+				<-done
+			}
+			g.sh.Close()
+		}()
+		if err := g.log.Destroy(b); err != nil {
+			return metaResult{}, err
+		}
+		b.Delete(appliedKey(q.group))
+	}
+	b.Delete([]byte("m/q/" + name))
+	return metaResult{}, nil
+}
+
+// register proposes this node's client address until the meta state
+// holds it.
+func (n *Node) register() {
+	for {
+		n.mu.RLock()
+		addr, ok := n.meta.nodes[n.cfg.NodeID]
+		n.mu.RUnlock()
+		if ok && addr == n.cfg.AdvertiseAddr {
+			return
+		}
+		body := binary.AppendUvarint(nil, n.cfg.NodeID)
+		body = append(body, n.cfg.AdvertiseAddr...)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := n.proposeMeta(ctx, metaNodeAddr, body)
+		cancel()
+		if errors.Is(err, ErrStopped) {
+			return
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// CreateQueue creates a queue through the meta group and places it. It
+// returns once this node has applied the creation (the queue's group may
+// still be electing its leader: operations on it answer NOT_LEADER with
+// no hint until then). The error wraps fault.ErrQueueExists,
+// fault.ErrInvalidArgument or fault.ErrUnavailable.
+func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.QueueCreated, error) {
+	if err := sched.New(n.cfg.Shard.Sched).CheckSpec(spec); err != nil {
+		return sched.QueueCreated{}, err
+	}
+	r, err := n.proposeMeta(ctx, metaCreateQueue, shard.AppendCommand(nil, &shard.CreateQueue{Spec: spec}))
+	if err != nil {
+		return sched.QueueCreated{}, err
+	}
+	if r.err == nil {
+		n.awaitLeader(ctx, spec.Name)
+	}
+	return r.created, r.err
+}
+
+// awaitLeader waits, for a few seconds at most, until this node knows the
+// leader of queue's group (when it holds a replica), so that operations
+// sent right after the queue's creation find it led.
+func (n *Node) awaitLeader(ctx context.Context, queue string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n.mu.RLock()
+		g := n.byQueue[queue]
+		n.mu.RUnlock()
+		if g == nil || g.leader.Load() != 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// DeleteQueue deletes a queue, its DLQ and their messages on every
+// replica. The error wraps fault.ErrQueueNotFound, fault.ErrInvalidArgument
+// (a DLQ) or fault.ErrUnavailable.
+func (n *Node) DeleteQueue(ctx context.Context, name string) error {
+	r, err := n.proposeMeta(ctx, metaDeleteQueue, []byte(name))
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// ProposeAuth applies an encoded auth.Change on every node, through the
+// meta group, and returns its result on this node.
+func (n *Node) ProposeAuth(ctx context.Context, change []byte) error {
+	r, err := n.proposeMeta(ctx, metaAuth, change)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// ProposeConfig applies an encoded rtconf.Change on every node, through
+// the meta group, and returns its result on this node.
+func (n *Node) ProposeConfig(ctx context.Context, change []byte) error {
+	r, err := n.proposeMeta(ctx, metaConfig, change)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// handOver makes this node give up the leadership of every group it
+// leads in which node id rebuilt its replica. Raft's leader keeps, for
+// each follower, the last index it knows the follower holds (its match),
+// and never sends it entries at or below it again: a follower that lost
+// its log could never catch up under the same leader. A new leader starts
+// from no such knowledge, so the rebuilt replica catches up from it. The
+// leadership goes to another replica this node is connected to; with no
+// such replica, the group waits until one is back (the rebuilt replica
+// does not vote before it has caught up). Driver goroutine.
+func (n *Node) handOver(id uint64) {
+	if id == n.cfg.NodeID {
+		return
+	}
+	for _, g := range n.groups {
+		if g.leader.Load() != n.cfg.NodeID || !slices.Contains(g.replicas, id) {
+			continue
+		}
+		for _, to := range g.replicas {
+			if to != n.cfg.NodeID && to != id && n.tr.Connected(to) {
+				n.log.Info("handing over leadership so that a rebuilt replica can catch up", "group", g.id, "queue", g.queue, "rebuilt", id, "to", to)
+				g.rn.TransferLeader(to)
+				break
+			}
+		}
+	}
+}
+
+// announceRebuild tells the cluster, through the meta group, that this
+// node rebuilt its replicas (Config.Rebuild), until the entry is applied.
+func (n *Node) announceRebuild() {
+	body := binary.AppendUvarint(nil, n.cfg.NodeID)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := n.proposeMeta(ctx, metaRebuilt, body)
+		cancel()
+		if err == nil || errors.Is(err, ErrStopped) {
+			return
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
