@@ -673,9 +673,6 @@ func (n *Node) handleReadies() error {
 	}
 	out := map[uint64][]peer.Message{}
 	for _, r := range rds {
-		if k := len(r.rd.Entries); k > 0 {
-			r.g.log.Settled(r.rd.Entries[k-1].GetIndex())
-		}
 		if r.sent {
 			continue
 		}
@@ -700,6 +697,12 @@ func (n *Node) handleReadies() error {
 		}
 		if err := n.apply(g, rd.CommittedEntries); err != nil {
 			return err
+		}
+		// Entries stay in memory until applied: raft hands them back
+		// as committed entries, which would otherwise be read back from
+		// the store.
+		if k := len(rd.CommittedEntries); k > 0 {
+			g.log.Settled(rd.CommittedEntries[k-1].GetIndex())
 		}
 		g.rn.Advance(rd)
 		if g.campaign && g.applied.Load() >= uint64(len(g.replicas)) {

@@ -58,6 +58,8 @@ type Log struct {
 	// recent holds entries appended since Open, by index, until Compact
 	// drops them: reads of entries not yet durable come from here.
 	recent map[uint64]*pb.Entry
+	// scratch encodes an entry before the batch copies it.
+	scratch []byte
 }
 
 // Open reads group g's log from kv. A group with nothing stored starts
@@ -269,7 +271,8 @@ func (l *Log) Append(b *store.Batch, ents []*pb.Entry) error {
 	}
 	l.terms = l.terms[:from-l.first()]
 	for _, e := range ents {
-		b.Put(l.entryKey(e.GetIndex()), appendEntryValue(nil, e))
+		l.scratch = appendEntryValue(l.scratch[:0], e)
+		b.Put(l.entryKey(e.GetIndex()), l.scratch)
 		l.terms = append(l.terms, e.GetTerm())
 		l.recent[e.GetIndex()] = e
 	}
@@ -345,8 +348,9 @@ func (l *Log) dropThrough(b *store.Batch, i uint64, keep bool) {
 	}
 }
 
-// Settled forgets the entries up to i kept in memory for reads before they
-// were durable: the caller's batch holding them has been committed.
+// Settled forgets the entries up to i kept in memory: the caller's batch
+// holding them has been committed, and they need not be served from
+// memory any more (the cluster settles them once applied).
 func (l *Log) Settled(i uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
