@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -154,39 +153,6 @@ func keepHistory(t *testing.T, h history.History) {
 	t.Logf("history kept in %s", f.Name())
 }
 
-// faultBinary returns a fila-server built with the filafaults tag (the
-// peer transport's partition injection), without the race detector:
-// $FILA_TEST_FAULTS_SERVER_BIN if set, else one built once for this test
-// process.
-func faultBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FILA_TEST_FAULTS_SERVER_BIN"); p != "" {
-		return p
-	}
-	faultOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fila-server-faults")
-		if err != nil {
-			faultErr = err
-			return
-		}
-		faultBin = filepath.Join(dir, "fila-server")
-		out, err := exec.Command("go", "build", "-tags", "filafaults", "-o", faultBin, "github.com/fila-mq/fila/broker/cmd/fila-server").CombinedOutput()
-		if err != nil {
-			faultErr = fmt.Errorf("go build fila-server: %v\n%s", err, out)
-		}
-	})
-	if faultErr != nil {
-		t.Fatal(faultErr)
-	}
-	return faultBin
-}
-
-var (
-	faultOnce sync.Once
-	faultBin  string
-	faultErr  error
-)
-
 // runCluster starts three nodes, creates queue "jobs", runs two
 // producers and a consumer of three fairness keys, calls faults while
 // they run, then stops the producers, drains, and checks the history:
@@ -319,7 +285,7 @@ func TestClusterFollowerRestart(t *testing.T) {
 // TestClusterLeaderIsolated cuts the queue's leader off from both peers
 // (its clients still reach it), then heals the partition.
 func TestClusterLeaderIsolated(t *testing.T) {
-	runCluster(t, []filatest.Option{filatest.WithBinary(faultBinary(t))}, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
+	runCluster(t, []filatest.Option{filatest.WithBinary(filatest.FaultBinary(t))}, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
 		lead := leaderOf(t, ctx, c, admin, "jobs")
 		c.Isolate(t, lead)
 		w.waitSent(ctx, w.sent.Load()+300)

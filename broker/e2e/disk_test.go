@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -328,43 +326,11 @@ func TestLostTail(t *testing.T) {
 	}
 }
 
-var (
-	raceOnce sync.Once
-	raceBin  string
-	raceErr  error
-)
-
-// raceFaultBinary returns a fila-server built with -race and the
-// filafaults tag (store fault injection): $FILA_TEST_RACE_SERVER_BIN if
-// set, else one built once for this test process.
-func raceFaultBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FILA_TEST_RACE_SERVER_BIN"); p != "" {
-		return p
-	}
-	raceOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fila-server-race")
-		if err != nil {
-			raceErr = err
-			return
-		}
-		raceBin = filepath.Join(dir, "fila-server")
-		out, err := exec.Command("go", "build", "-race", "-tags", "filafaults", "-o", raceBin, "github.com/fila-mq/fila/broker/cmd/fila-server").CombinedOutput()
-		if err != nil {
-			raceErr = fmt.Errorf("go build -race fila-server: %v\n%s", err, out)
-		}
-	})
-	if raceErr != nil {
-		t.Fatal(raceErr)
-	}
-	return raceBin
-}
-
 // TestFsyncFailureExits makes the log's fsync fail (injected EIO): the
 // server must exit at once with status 1 and one ERROR line naming the
 // cause, and a restart recovers every acknowledged message.
 func TestFsyncFailureExits(t *testing.T) {
-	bin := raceFaultBinary(t)
+	bin := filatest.RaceFaultBinary(t)
 	dir := t.TempDir()
 	trigger := filepath.Join(t.TempDir(), "fail-fsync")
 	p := startProc(t, bin, dir, "FILA_TEST_FAIL_FSYNC_FILE="+trigger)
@@ -416,7 +382,7 @@ func TestFsyncFailureExits(t *testing.T) {
 // 0 with no panic and no data race. FILA_SHUTDOWN_LOOPS sets the number of
 // runs (default 3).
 func TestShutdownWhileNacking(t *testing.T) {
-	bin := raceFaultBinary(t)
+	bin := filatest.RaceFaultBinary(t)
 	loops := 3
 	if v := os.Getenv("FILA_SHUTDOWN_LOOPS"); v != "" {
 		loops, _ = strconv.Atoi(v)

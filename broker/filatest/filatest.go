@@ -51,41 +51,70 @@ func WithBinary(path string) Option { return func(s *Server) { s.Bin = path } }
 // WithDataDir uses dir instead of a fresh temporary directory.
 func WithDataDir(dir string) Option { return func(s *Server) { s.DataDir = dir } }
 
+// A build is a fila-server binary built once per test process.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	plainBuild, faultBuild, raceFaultBuild build
 )
+
+// binary returns $env if set, else b's binary, built once with the go
+// build flags given.
+func (b *build) binary(t testing.TB, env string, flags ...string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "fila-server-bin")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "fila-server")
+		args := append([]string{"build", "-o", b.path}, flags...)
+		args = append(args, "github.com/fila-mq/fila/broker/cmd/fila-server")
+		out, err := exec.Command("go", args...).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build %s fila-server: %v\n%s", strings.Join(flags, " "), err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
 
 // Binary returns the path of a fila-server binary: $FILA_TEST_SERVER_BIN if set,
 // else one built once for this test process (with -race when the test
 // binary is race-built).
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("FILA_TEST_SERVER_BIN"); p != "" {
-		return p
+	if raceBuild {
+		return plainBuild.binary(t, "FILA_TEST_SERVER_BIN", "-race")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fila-server-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fila-server")
-		args := []string{"build", "-o", binPath}
-		if raceBuild {
-			args = append(args, "-race")
-		}
-		args = append(args, "github.com/fila-mq/fila/broker/cmd/fila-server")
-		out, err := exec.Command("go", args...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build fila-server: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return plainBuild.binary(t, "FILA_TEST_SERVER_BIN")
+}
+
+// FaultBinary returns a fila-server built with the filafaults tag (fault
+// injection: a failing fsync, an isolated peer transport) and without the
+// race detector: $FILA_TEST_FAULTS_SERVER_BIN if set, else one built once
+// for this test process.
+func FaultBinary(t testing.TB) string {
+	t.Helper()
+	return faultBuild.binary(t, "FILA_TEST_FAULTS_SERVER_BIN", "-tags", "filafaults")
+}
+
+// RaceFaultBinary returns a fila-server built with -race and the
+// filafaults tag: $FILA_TEST_RACE_SERVER_BIN if set, else one built once
+// for this test process.
+func RaceFaultBinary(t testing.TB) string {
+	t.Helper()
+	return raceFaultBuild.binary(t, "FILA_TEST_RACE_SERVER_BIN", "-race", "-tags", "filafaults")
 }
 
 // RaceBuild reports whether the test binary is built with the race
