@@ -82,7 +82,7 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 
 .PHONY: cluster-soak
 cluster-soak: build build-faults ## three fila-server processes under load and faults: leader SIGKILLed 20 times (KILLS=20), follower restart, leader isolated, all restarted; each history checked
-	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults FILA_CLUSTER_KILLS=$${KILLS:-20} \
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults FILA_TEST_CLUSTER_KILLS=$${KILLS:-20} \
 		$(GO) test -count=1 -timeout 60m -run '^TestCluster' -v ./broker/e2e
 
 .PHONY: break-it

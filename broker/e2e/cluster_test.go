@@ -56,6 +56,9 @@ type workload struct {
 	seq   atomic.Int64
 	acked atomic.Int64
 	sent  atomic.Int64
+
+	mu   sync.Mutex
+	errs map[string]int // failed enqueues by error text
 }
 
 func (w *workload) produce(ctx context.Context, c *fila.Client, name string, stop <-chan struct{}, wg *sync.WaitGroup) {
@@ -76,6 +79,7 @@ func (w *workload) produce(ctx context.Context, c *fila.Client, name string, sto
 		if err != nil {
 			var se *fila.EnqueueError
 			w.rec.EnqueueFailed(name, token, errors.As(err, &se))
+			w.noteErr(err)
 			continue
 		}
 		w.rec.EnqueueOK(name, token, [16]byte(id))
@@ -135,6 +139,16 @@ func (w *workload) consume(ctx context.Context, c *fila.Client, name string, sto
 			w.acked.Add(1)
 		}
 	}
+}
+
+// noteErr counts a failed enqueue's error text, for the test's log.
+func (w *workload) noteErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.errs == nil {
+		w.errs = map[string]int{}
+	}
+	w.errs[err.Error()]++
 }
 
 // keepHistory writes the history of a failing run next to the test's
@@ -224,6 +238,11 @@ func runCluster(t *testing.T, opts []filatest.Option, faults func(ctx context.Co
 	h := w.rec.History()
 	rep := history.Check(h, 50)
 	t.Logf("%v", rep)
+	w.mu.Lock()
+	for e, n := range w.errs {
+		t.Logf("%d enqueues failed with: %s", n, e)
+	}
+	w.mu.Unlock()
 	if len(rep.Violations) > 0 {
 		keepHistory(t, h)
 		t.Fatalf("the history does not check:\n%v", rep)
@@ -241,11 +260,11 @@ func (w *workload) waitSent(ctx context.Context, n int64) {
 }
 
 // TestClusterLeaderKills kills the queue's leader with SIGKILL and
-// restarts it, 3 times (FILA_CLUSTER_KILLS; `make cluster-soak` runs 20).
+// restarts it, 3 times (FILA_TEST_CLUSTER_KILLS; `make cluster-soak` runs 20).
 // It logs how long after each kill enqueues were acknowledged again.
 func TestClusterLeaderKills(t *testing.T) {
 	kills := 3
-	if v := os.Getenv("FILA_CLUSTER_KILLS"); v != "" {
+	if v := os.Getenv("FILA_TEST_CLUSTER_KILLS"); v != "" {
 		kills, _ = strconv.Atoi(v)
 	}
 	runCluster(t, nil, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {

@@ -872,6 +872,13 @@ func (r *Router) goAway(n *node, hint string) {
 	r.order = order
 }
 
+// unreachable reports whether addr is a node whose last dial or
+// connection failed, with no connection since.
+func (r *Router) unreachable(addr string) bool {
+	n, ok := r.nodes[addr]
+	return ok && n.conn == nil && n.failures > 0
+}
+
 func (r *Router) dialBackoff(failures int) time.Duration {
 	ceil := r.cfg.DialMin << min(failures-1, 30)
 	if ceil <= 0 || ceil > r.cfg.DialMax {
@@ -1117,7 +1124,11 @@ func (r *Router) redirect(n *node, p *part, re *RequestError) {
 		r.splitRuns(p, re)
 		return
 	}
-	if hint := re.LeaderHint; hint != "" {
+	// A hint naming a node that cannot be reached now is stale (its
+	// followers name a dead leader until they elect another): wait and
+	// retry as without a hint, rather than spend the redirects going
+	// back and forth.
+	if hint := re.LeaderHint; hint != "" && !r.unreachable(hint) {
 		p.redirects++
 		p.hint, p.retryAt = hint, 0
 		if p.key != anyKey {

@@ -201,6 +201,7 @@ func TestRouteKeys(t *testing.T) {
 		{&wire.ListQueues{}, metaKey},
 		{&wire.Ping{}, anyKey},
 		{&wire.Topology{Queue: "orders"}, anyKey},
+		{&wire.ClusterStatus{}, anyKey},
 	}
 	for _, tt := range tests {
 		if got := frameKey(tt.f); got != tt.want {
@@ -298,6 +299,53 @@ func TestRouterRedirectBound(t *testing.T) {
 				t.Fatalf("completion error %v; want the last NOT_LEADER", cp.Err)
 			}
 		})
+	}
+}
+
+// TestRouterStaleHint: after a leader dies, its followers still name it
+// until they elect another. A hint naming a node that cannot be reached
+// is retried after a backoff, as with no hint, so the request outlives
+// the election instead of spending its redirects going back and forth.
+func TestRouterStaleHint(t *testing.T) {
+	h := newRouterHarness(t, RouterConfig{Seeds: []string{"a:1", "b:1"}})
+	h.takeDials()
+	h.connect("a:1")
+	id, _ := h.r.Send(&wire.QueueStats{Name: "q"}, h.now.Add(30*time.Second))
+	f := h.one("a:1", wire.OpQueueStats)
+	h.notLeader("a:1", f.id, "b:1")
+	if d := h.takeDials(); !slices.Equal(d, []string{"b:1"}) {
+		t.Fatalf("dials %v; want b:1", d)
+	}
+	h.r.DialFailed("b:1", errors.New("connection refused"))
+	h.drain()
+	// Twenty more rounds of the same stale hint: more than MaxRedirects.
+	for i := range 20 {
+		fs := h.sent("a:1")
+		for len(fs) == 0 {
+			h.tick(50 * time.Millisecond)
+			h.takeDials() // b:1 again, after its dial backoff: it stays down
+			h.r.DialFailed("b:1", errors.New("connection refused"))
+			fs = h.sent("a:1")
+		}
+		if len(fs) != 1 || fs[0].f.Opcode() != wire.OpQueueStats {
+			t.Fatalf("round %d: sent %v; want one QueueStats", i, ops(fs))
+		}
+		h.notLeader("a:1", fs[0].id, "b:1")
+		if len(h.completions) > 0 {
+			t.Fatalf("round %d: completed with %v while the hinted node was down", i, h.completions[0].Err)
+		}
+	}
+	// The election ends: a:1 itself leads now.
+	fs := h.sent("a:1")
+	for len(fs) == 0 {
+		h.tick(50 * time.Millisecond)
+		h.takeDials()
+		h.r.DialFailed("b:1", errors.New("connection refused"))
+		fs = h.sent("a:1")
+	}
+	h.reply("a:1", fs[0].id, &wire.QueueStatsResult{})
+	if cp := h.completion(id); cp.Err != nil {
+		t.Fatalf("completion %v; want success once a leader answers", cp.Err)
 	}
 }
 
