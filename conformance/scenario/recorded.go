@@ -499,6 +499,23 @@ differs from run to run); a missing queue gets QUEUE_NOT_FOUND.`,
 		},
 	},
 	{
+		Name: "admin/cluster_status",
+		Doc: `ClusterStatus asks the node for its view of the cluster: a broker that
+runs as a single node answers node_id 0, with no nodes and no groups.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			cs, err := c.Admin().ClusterStatus(ctx)
+			st.want("cluster status", err, nil)
+			st.check("cluster status", err != nil || (cs.NodeID == 0 && len(cs.Nodes) == 0 && len(cs.Groups) == 0), "got %+v", cs)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
 		Name: "admin/redrive",
 		Doc: `A message nacked on its last attempt is dead-lettered; Redrive of the
 DLQ moves it back (attempts reset) and it is delivered again. Redrive of a

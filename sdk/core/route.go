@@ -39,7 +39,9 @@ func frameKey(f wire.Frame) routeKey {
 		*wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
 		return metaKey
 	}
-	return anyKey // Ping, Topology
+	// Ping, Topology, ClusterStatus: any node answers them (ClusterStatus
+	// with its own view), so they go to the node the Router asks first.
+	return anyKey
 }
 
 // batchItems returns the number of items of a batch request, whose items
@@ -139,7 +141,7 @@ func resendable(op wire.Opcode, f wire.Frame) bool {
 		return f.(*wire.Enqueue).ProducerID != [16]byte{}
 	case wire.OpAck, wire.OpNack, wire.OpRetryAfter, wire.OpExtendLease, wire.OpRelease,
 		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpGetConfig, wire.OpListConfig,
-		wire.OpListApiKeys, wire.OpGetAcl, wire.OpTopology:
+		wire.OpListApiKeys, wire.OpGetAcl, wire.OpTopology, wire.OpClusterStatus:
 		return true
 	}
 	return false

@@ -9,8 +9,8 @@ import (
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
-// Administrator manages queues, runtime config and API keys. Get it from
-// Client.Admin.
+// Administrator manages queues, runtime config and API keys, and reads
+// the cluster's status. Get it from Client.Admin.
 type Administrator struct {
 	c *Client
 }
@@ -266,7 +266,7 @@ func Consume(pattern string) Permission {
 }
 
 // Admin allows every admin operation on matching queues; Admin("*") also
-// allows runtime config and API key management.
+// allows runtime config and API key management, and ClusterStatus.
 func Admin(pattern string) Permission {
 	return Permission{kind: wire.PermissionKindAdmin, pattern: pattern}
 }
@@ -413,4 +413,96 @@ func (a *Administrator) Topology(ctx context.Context, queue string) ([]Shard, er
 		out[i] = Shard{Number: s.Shard, LeaderNodeID: s.LeaderNodeID, LeaderAddr: s.LeaderAddr, Term: s.Term}
 	}
 	return out, nil
+}
+
+// ClusterStatus is one node's view of the cluster, as Administrator's
+// ClusterStatus returns it. A broker running as a single node has no
+// cluster: its NodeID is 0 and Nodes and Groups are empty.
+type ClusterStatus struct {
+	// NodeID is the Raft node ID (cluster.node_id) of the node that
+	// answered; 0 for a single node.
+	NodeID uint64
+	// Nodes are the cluster's members, by node ID, the answering node
+	// among them.
+	Nodes []ClusterNode
+	// Groups are the Raft groups the answering node holds a replica of:
+	// the meta group first, then the queues' groups by queue name.
+	Groups []ClusterGroup
+}
+
+// Clustered reports whether the answering broker runs in a cluster
+// (NodeID is not 0).
+func (s *ClusterStatus) Clustered() bool { return s.NodeID != 0 }
+
+// ClusterNode is one member of the cluster as the answering node sees it.
+type ClusterNode struct {
+	// ID is the member's Raft node ID.
+	ID uint64
+	// Addr is its client address, host:port (its cluster.advertise_addr);
+	// empty until the member has registered it with the meta group.
+	Addr string
+	// PeerAddr is its peer transport address, host:port.
+	PeerAddr string
+	// Connected is whether the answering node has a peer connection to
+	// it; always true for the answering node itself.
+	Connected bool
+}
+
+// ClusterGroup is one Raft group as the answering node sees it: the meta
+// group (ID 1, Queue "") or a queue's (with its dead-letter queue).
+// Commit, Applied and LastIndex are positions in the group's log, from 1,
+// on the answering node: the highest index it knows a majority holds, the
+// highest it has applied, and the last it holds.
+type ClusterGroup struct {
+	ID    uint64
+	Queue string
+	// Leader is the leader's node ID, 0 while none is known (during an
+	// election); Term the Raft term the answering node is in.
+	Leader, Term               uint64
+	Commit, Applied, LastIndex uint64
+	// Replicas are the group's members, by node ID.
+	Replicas []ClusterReplica
+}
+
+// ClusterReplica is one member of a group and how far its log has caught
+// up. Only a group's leader tracks that: when the answering node does
+// not lead the group, Known is false and Match and Lag are 0.
+type ClusterReplica struct {
+	NodeID uint64
+	Known  bool
+	// Match is the highest log index the leader knows the replica holds;
+	// Lag how many entries it is behind the leader's LastIndex.
+	Match, Lag uint64
+}
+
+// ClusterStatus returns one node's view of the cluster: its members, and
+// the Raft groups it holds with their leaders, terms and log indexes and,
+// for the groups it leads, each replica's lag. The node is the one the
+// client asks first, the first seed it is connected to (see Connect): it
+// answers for itself, whether or not it leads anything, and NodeID names
+// it. A broker running as a single node answers NodeID 0 and nothing
+// else. It needs admin on "*", and returns *StatusError: FORBIDDEN
+// without it, UNAVAILABLE once the node's Raft driver has stopped after
+// a storage failure.
+func (a *Administrator) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
+	resp, err := a.c.request(ctx, &wire.ClusterStatus{}, "")
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*wire.ClusterStatusResult)
+	st := &ClusterStatus{NodeID: r.NodeID}
+	for _, n := range r.Nodes {
+		st.Nodes = append(st.Nodes, ClusterNode{ID: n.NodeID, Addr: n.Addr, PeerAddr: n.PeerAddr, Connected: n.Connected})
+	}
+	for _, g := range r.Groups {
+		cg := ClusterGroup{
+			ID: g.GroupID, Queue: g.Queue, Leader: g.LeaderNodeID, Term: g.Term,
+			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex,
+		}
+		for _, rp := range g.Replicas {
+			cg.Replicas = append(cg.Replicas, ClusterReplica{NodeID: rp.NodeID, Known: rp.Known, Match: rp.Match, Lag: rp.Lag})
+		}
+		st.Groups = append(st.Groups, cg)
+	}
+	return st, nil
 }

@@ -441,7 +441,7 @@ func (c *Client) Producer() *Producer { return c.producer }
 func (c *Client) Consumer() *Consumer { return c.consumer }
 
 // Admin returns the handle that manages queues, runtime config and API
-// keys.
+// keys, and reads the cluster's status.
 func (c *Client) Admin() *Administrator { return c.admin }
 
 // NodeID returns the ID of the broker node of the current connection:

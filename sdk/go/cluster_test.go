@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -321,5 +322,68 @@ func TestSendsBatchPerLeader(t *testing.T) {
 	a.write(idA, ok([16]byte{2}))
 	if r := <-toA; r.err != nil || r.id != (ID{2}) {
 		t.Fatalf("Enqueue(q1) = %v, %v", r.id, r.err)
+	}
+}
+
+// TestClusterStatusAsksTheFirstNode: ClusterStatus is not a meta-group
+// operation. With the meta group's leader known to be b (a CreateQueue
+// redirected there), it still goes to a, the first seed, which answers
+// for itself; every field of the answer reaches the caller.
+func TestClusterStatusAsksTheFirstNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1,b:1")
+	a := fc.accept("a:1")
+
+	created := make(chan error, 1)
+	go func() { created <- c.Admin().CreateQueue(ctx, NewQueueSpec("orders")) }()
+	id, _ := readAs[wire.CreateQueue](t, a)
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeNotLeader, Message: "meta led by b", LeaderHint: "b:1"})
+	b := fc.accept("b:1")
+	id, _ = readAs[wire.CreateQueue](t, b)
+	b.write(id, &wire.CreateQueueOk{Name: "orders", DeadLetterQueue: "orders.dlq"})
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+
+	type outcome struct {
+		st  *ClusterStatus
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		st, err := c.Admin().ClusterStatus(ctx)
+		got <- outcome{st, err}
+	}()
+	id, _ = readAs[wire.ClusterStatus](t, a)
+	a.write(id, &wire.ClusterStatusResult{
+		NodeID: 1,
+		Nodes: []wire.ClusterNode{
+			{NodeID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true},
+			{NodeID: 2, Addr: "b:1", PeerAddr: "b:2"},
+		},
+		Groups: []wire.ClusterGroup{
+			{GroupID: 1, LeaderNodeID: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9,
+				Replicas: []wire.ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
+			{GroupID: 2, Queue: "orders", LeaderNodeID: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
+				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}},
+		},
+	})
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := &ClusterStatus{
+		NodeID: 1,
+		Nodes:  []ClusterNode{{ID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true}, {ID: 2, Addr: "b:1", PeerAddr: "b:2"}},
+		Groups: []ClusterGroup{
+			{ID: 1, Leader: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9, Replicas: []ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
+			{ID: 2, Queue: "orders", Leader: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
+				Replicas: []ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}},
+		},
+	}
+	if !reflect.DeepEqual(r.st, want) || !r.st.Clustered() {
+		t.Errorf("ClusterStatus() = %+v; want %+v", r.st, want)
 	}
 }

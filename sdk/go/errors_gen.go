@@ -1035,6 +1035,8 @@ func opVerb(op wire.Opcode) string {
 		return "get acl"
 	case wire.OpTopology:
 		return "topology"
+	case wire.OpClusterStatus:
+		return "cluster status"
 	}
 	return strings.ToLower(op.String())
 }

@@ -2137,6 +2137,78 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeResourceExhausted,
 		op:   wire.OpTopology,
 		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpClusterStatus,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpClusterStatus,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpClusterStatus,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpClusterStatus,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpClusterStatus,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpClusterStatus,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpClusterStatus,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpClusterStatus,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpClusterStatus,
+		sent: ErrResourceExhausted,
 	}} {
 		err := opError(tc.op, tc.code, "q", "detail", "")
 		if !tc.check(err) {

@@ -25,7 +25,7 @@ const (
 	Consume Kind = 2
 	// Admin allows the admin operations on matching queues: CreateQueue,
 	// DeleteQueue, QueueStats, Redrive. Admin on "*" also allows runtime
-	// config and API key operations.
+	// config and API key operations, and the cluster's status.
 	Admin Kind = 3
 )
 
@@ -173,6 +173,7 @@ const (
 	OpGetACL
 	OpTopology
 	OpRelease
+	OpClusterStatus
 	opEnd
 )
 
@@ -184,7 +185,7 @@ var opNames = [...]string{
 	OpGetConfig: "get config", OpListConfig: "list config", OpDeleteConfig: "delete config",
 	OpRedrive: "redrive", OpCreateAPIKey: "create api key", OpRevokeAPIKey: "revoke api key",
 	OpListAPIKeys: "list api keys", OpSetACL: "set acl", OpGetACL: "get acl", OpTopology: "topology",
-	OpRelease: "release",
+	OpRelease: "release", OpClusterStatus: "cluster status",
 }
 
 // String returns the operation's name in lower case, such as "enqueue".
@@ -203,8 +204,8 @@ type Need struct {
 }
 
 // Everything is the queue name that stands for the whole broker in a Need:
-// runtime config and API keys need Admin on it, which only the pattern "*"
-// grants, since no queue name contains "*".
+// runtime config, API keys and the cluster's status need Admin on it,
+// which only the pattern "*" grants, since no queue name contains "*".
 const Everything = "*"
 
 // DLQSuffix ends the name of every dead-letter queue: the DLQ of "orders"
@@ -222,7 +223,8 @@ const DLQSuffix = ".dlq"
 //	Topology                                  any permission on the queue
 //	SetConfig, GetConfig, ListConfig,
 //	DeleteConfig, CreateApiKey, RevokeApiKey,
-//	ListApiKeys, SetAcl, GetAcl               admin on "*" (Everything)
+//	ListApiKeys, SetAcl, GetAcl,
+//	ClusterStatus                             admin on "*" (Everything)
 //	Ping, Unsubscribe, ListQueues             nothing but a valid key
 //
 // Credit is checked against the queue of the subscription it names, so a
@@ -249,7 +251,7 @@ func Required(op Op, queue string) (needs [2]Need, n int) {
 		}
 	case OpTopology:
 		needs[0] = Need{AnyKind, queue}
-	default: // config, API keys, and any op this table does not know
+	default: // config, API keys, the cluster's status, and any op this table does not know
 		needs[0] = Need{Admin, Everything}
 	}
 	return needs, 1

@@ -191,6 +191,7 @@ func TestRequired(t *testing.T) {
 		{OpListAPIKeys, "", []Need{{Admin, "*"}}},
 		{OpSetACL, "", []Need{{Admin, "*"}}},
 		{OpGetACL, "", []Need{{Admin, "*"}}},
+		{OpClusterStatus, "", []Need{{Admin, "*"}}},
 		{Op(0), "orders", []Need{{Admin, "*"}}},
 		{Op(200), "orders", []Need{{Admin, "*"}}},
 	}

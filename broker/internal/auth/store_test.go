@@ -492,6 +492,8 @@ func TestDLQRules(t *testing.T) {
 		{"api keys need admin on *", []Permission{{Admin, "orders"}, {Produce, "*"}, {Consume, "*"}}, OpCreateAPIKey, "", false},
 		{"topology with any kind", []Permission{{Produce, "orders"}}, OpTopology, "orders", true},
 		{"topology needs some kind", []Permission{{Produce, "orders"}}, OpTopology, "billing", false},
+		{"cluster status needs admin on *", []Permission{{Admin, "orders.*"}, {Produce, "*"}, {Consume, "*"}}, OpClusterStatus, Everything, false},
+		{"cluster status with admin on *", []Permission{{Admin, "*"}}, OpClusterStatus, Everything, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

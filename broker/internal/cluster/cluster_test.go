@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,6 +371,77 @@ func TestStatus(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// failingStore is an in-memory store whose Apply fails once fail is set.
+type failingStore struct {
+	*store.Mem
+	fail atomic.Bool
+}
+
+var errDiskGone = errors.New("disk gone")
+
+func (s *failingStore) Apply(b *store.Batch) error {
+	if s.fail.Load() {
+		return errDiskGone
+	}
+	return s.Mem.Apply(b)
+}
+
+// TestStatusAfterStorageFailure: once a storage failure has stopped the
+// driver, Status fails at once with ErrStopped (naming the failure)
+// rather than waiting for a driver that will never run it.
+func TestStatusAfterStorageFailure(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	st := &failingStore{Mem: store.NewMem()}
+	defer st.Close()
+	n, err := Open(Config{
+		NodeID: 1, ClusterID: "test", PeerListenAddr: addr, AdvertiseAddr: "client-1:5555",
+		Peers: map[uint64]string{1: addr}, TickInterval: 10 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		Effects: noEffects(),
+	}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	eventually(t, "a meta leader", func() error {
+		s, err := n.Status()
+		if err != nil {
+			return err
+		}
+		if s.Groups[0].Leader != 1 {
+			return fmt.Errorf("meta group %+v", s.Groups[0])
+		}
+		return nil
+	})
+	st.fail.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	n.CreateQueue(ctx, sched.QueueSpec{Name: "jobs"}) // its entry's write fails
+	eventually(t, "the driver to stop", func() error {
+		if n.Err() == nil {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Status()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStopped) || !errors.Is(err, fault.ErrUnavailable) || !strings.Contains(err.Error(), errDiskGone.Error()) {
+			t.Errorf("Status after a storage failure = %v; want ErrStopped naming %v", err, errDiskGone)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Status after a storage failure: no answer in 10s")
+	}
 }
 
 // TestRebuiltReplicaNeverLeads opens a node as if its store had lost

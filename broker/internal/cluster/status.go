@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"slices"
 
 	"go.etcd.io/raft/v3"
@@ -57,21 +58,33 @@ type ReplicaStatus struct {
 }
 
 // Status returns this node's view of the cluster. It runs on the driver
-// goroutine and waits for it; the error is ErrStopped once the node has
-// stopped.
+// goroutine and waits for it; the error wraps ErrStopped once the node
+// has stopped, or its driver has (a storage failure, see Err).
 func (n *Node) Status() (Status, error) {
 	ch := make(chan Status, 1)
 	select {
 	case n.ctl <- func() { ch <- n.status() }:
 	case <-n.stop:
-		return Status{}, ErrStopped
+		return Status{}, n.stopped()
+	case <-n.done:
+		return Status{}, n.stopped()
 	}
 	select {
 	case s := <-ch:
 		return s, nil
 	case <-n.stop:
-		return Status{}, ErrStopped
+	case <-n.done:
 	}
+	return Status{}, n.stopped()
+}
+
+// stopped is the error of an operation that found the driver stopped:
+// ErrStopped, with the storage failure that stopped it if any.
+func (n *Node) stopped() error {
+	if err := n.Err(); err != nil {
+		return fmt.Errorf("%w after a storage failure: %v", ErrStopped, err)
+	}
+	return ErrStopped
 }
 
 // status builds the Status on the driver goroutine.

@@ -3,9 +3,12 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
 // TestClusterSingleNodeByDefault: with no [cluster] keys the broker is a
@@ -137,6 +140,32 @@ func withClusterDefaults(c ClusterConfig) ClusterConfig {
 	return c
 }
 
+// manyPeers returns a FILA_CLUSTER_PEERS value of n distinct members.
+func manyPeers(n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = fmt.Sprintf("%d@10.0.%d.%d:5556", i+1, i/250, i%250+1)
+	}
+	return strings.Join(ps, ",")
+}
+
+// TestClusterPeersBound: the most members a cluster may list is the most
+// nodes a ClusterStatusResult may carry.
+func TestClusterPeersBound(t *testing.T) {
+	for _, b := range []struct {
+		list string
+		max  int
+	}{{"ClusterStatusResult.nodes", wire.MaxClusterStatusResultNodes}, {"ClusterGroup.replicas", wire.MaxClusterGroupReplicas}} {
+		if maxPeers != b.max {
+			t.Errorf("maxPeers = %d; want the protocol's bound on %s, %d", maxPeers, b.list, b.max)
+		}
+	}
+	opts := setup(t, "", env{"FILA_CLUSTER_NODE_ID": "1", "FILA_CLUSTER_PEERS": manyPeers(maxPeers)})
+	if c, _, err := Load(opts); err != nil || len(c.Cluster.Peers) != maxPeers {
+		t.Fatalf("Load with %d peers = %d peers, %v; want them all", maxPeers, len(c.Cluster.Peers), err)
+	}
+}
+
 // TestClusterErrors covers each value of [cluster] that is refused: each
 // error names the key, the value and what is wanted.
 func TestClusterErrors(t *testing.T) {
@@ -173,6 +202,8 @@ func TestClusterErrors(t *testing.T) {
 			[]string{"18446744073709551615 is not"}},
 		{"duplicate peer ID", "[cluster]\nnode_id = 1\npeers = [\"1@a:1\", \"2@b:1\", \"1@c:1\"]\n", nil,
 			[]string{"cluster.peers = ", "with distinct IDs; ID 1 is listed twice"}},
+		{"too many peers", "", env{"FILA_CLUSTER_NODE_ID": "1", "FILA_CLUSTER_PEERS": manyPeers(maxPeers + 1)},
+			[]string{"want at most 1000 members; 1001 are listed"}},
 		{"duplicate peer address", "[cluster]\nnode_id = 1\npeers = [\"1@a:1\", \"2@a:1\"]\n", nil,
 			[]string{`distinct peer addresses; "a:1" is listed for IDs 1 and 2`}},
 		{"peer address without port", "[cluster]\nnode_id = 1\npeers = [\"1@a\"]\n", nil,

@@ -90,6 +90,7 @@ const (
 	maxNodeIDLen   = 255
 	maxRaftID      = 1<<63 - 1 // the largest TOML integer
 	maxReplicas    = 7
+	maxPeers       = 1000 // spec: ClusterStatusResult.nodes max
 )
 
 // peersForm and peersEnvForm describe cluster.peers in a file and in the
@@ -692,6 +693,9 @@ func checkPeers(c *Config) string {
 	}
 	if len(cl.Peers) == 0 {
 		return fmt.Sprintf("the initial members, this node (cluster.node_id = %d) included, as %s; required in cluster mode", cl.NodeID, peersForm)
+	}
+	if len(cl.Peers) > maxPeers {
+		return fmt.Sprintf("at most %d members; %d are listed", maxPeers, len(cl.Peers))
 	}
 	byAddr := make(map[string]uint64, len(cl.Peers))
 	for _, id := range sortedIDs(cl.Peers) {

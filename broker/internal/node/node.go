@@ -81,6 +81,8 @@ type (
 	Principal = auth.Principal
 	// HookStats counts a queue's hook calls and failures.
 	HookStats = hook.Stats
+	// ClusterStatus is a cluster node's view of the cluster.
+	ClusterStatus = cluster.Status
 )
 
 // Config configures a Node.
@@ -589,6 +591,27 @@ func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(
 		return nil
 	}
 	return n.sh.QueueStats(ctx, queue, func(r Result) { done(LeaderInfo{NodeID: n.cfg.NodeID}, r.Err) })
+}
+
+// ClusterStatus returns, for p (admin on "*"), this node's view of the
+// cluster: its members, and the Raft groups it holds a replica of, as
+// its driver sees them now (see cluster.Status). ok is false in
+// single-node mode, where there is no cluster to show. The error wraps
+// fault.ErrForbidden without the permission, or is the cluster node's
+// (wrapping cluster.ErrStopped, so fault.ErrUnavailable) once it has
+// stopped.
+func (n *Node) ClusterStatus(p Principal) (st ClusterStatus, ok bool, err error) {
+	if err := p.Authorize(auth.OpClusterStatus, auth.Everything); err != nil {
+		return ClusterStatus{}, false, err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return ClusterStatus{}, false, nil
+	}
+	if st, err = c.Status(); err != nil {
+		return ClusterStatus{}, false, err
+	}
+	return st, true, nil
 }
 
 // HookStats returns the counters of queue's hooks, and false when it has

@@ -105,6 +105,12 @@ func TestNodeChecksPermissions(t *testing.T) {
 	if _, err := n.ListKeys(worker); !errors.Is(err, fault.ErrForbidden) {
 		t.Errorf("ListKeys by the worker = %v; want FORBIDDEN", err)
 	}
+	if _, _, err := n.ClusterStatus(worker); !errors.Is(err, fault.ErrForbidden) {
+		t.Errorf("ClusterStatus by the worker = %v; want FORBIDDEN", err)
+	}
+	if st, ok, err := n.ClusterStatus(admin); err != nil || ok || st.NodeID != 0 || len(st.Nodes) != 0 || len(st.Groups) != 0 {
+		t.Errorf("ClusterStatus on a single node = %+v, %v, %v; want nothing, false, nil", st, ok, err)
+	}
 	if _, _, err := n.GetConfig(admin, "k"); !errors.Is(err, fault.ErrNotSupported) {
 		t.Errorf("GetConfig without a runtime config = %v; want NOT_SUPPORTED", err)
 	}

@@ -281,8 +281,39 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			}
 			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: l.NodeID, LeaderAddr: l.Addr, Term: l.Term}}})
 		})
+	case *wire.ClusterStatus:
+		st, ok, err := n.ClusterStatus(p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			c.respond(id, &wire.ClusterStatusResult{}) // single-node mode: node 0, nothing else
+			return nil
+		}
+		c.respond(id, clusterStatusFrame(st))
+		return nil
 	}
 	return fmt.Errorf("%v: %w", f.Opcode(), fault.ErrNotSupported)
+}
+
+// clusterStatusFrame is the answer to ClusterStatus for a cluster node's
+// status st.
+func clusterStatusFrame(st node.ClusterStatus) *wire.ClusterStatusResult {
+	r := &wire.ClusterStatusResult{NodeID: st.NodeID}
+	for _, ns := range st.Nodes {
+		r.Nodes = append(r.Nodes, wire.ClusterNode{NodeID: ns.ID, Addr: ns.Addr, PeerAddr: ns.PeerAddr, Connected: ns.Connected})
+	}
+	for _, g := range st.Groups {
+		wg := wire.ClusterGroup{
+			GroupID: g.ID, Queue: g.Queue, LeaderNodeID: g.Leader, Term: g.Term,
+			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex,
+		}
+		for _, rs := range g.Replicas {
+			wg.Replicas = append(wg.Replicas, wire.ClusterReplica{NodeID: rs.NodeID, Known: rs.Known, Match: rs.Match, Lag: rs.Lag})
+		}
+		r.Groups = append(r.Groups, wg)
+	}
+	return r
 }
 
 // settled returns the completion of an Ack, Nack, RetryAfter or Release:

@@ -238,6 +238,20 @@ func TestHandshake(t *testing.T) {
 	})
 }
 
+// TestClusterStatusSingleNode: a broker that runs alone answers
+// ClusterStatus with node ID 0, no nodes and no groups, and keeps the
+// connection open.
+func TestClusterStatusSingleNode(t *testing.T) {
+	c := pipeServer(t, Config{})()
+	c.handshake()
+	c.send(2, &wire.ClusterStatus{})
+	if r := expect[*wire.ClusterStatusResult](c, 2); r.NodeID != 0 || len(r.Nodes) != 0 || len(r.Groups) != 0 {
+		t.Errorf("ClusterStatusResult = %+v; want node 0, no nodes, no groups", r)
+	}
+	c.send(3, &wire.Ping{Nonce: 7})
+	expect[*wire.Pong](c, 3)
+}
+
 // TestErrorReplies: domain and status failures answer their request with
 // an Error frame (or a per-item code) and leave the connection open.
 func TestErrorReplies(t *testing.T) {

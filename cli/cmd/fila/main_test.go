@@ -388,6 +388,9 @@ func TestAuthCommands(t *testing.T) {
 	}
 	// The flag overrides the environment.
 	anon.ok("--api-key", key.Secret, "enqueue", "orders.eu", "y")
+	// The cluster's status needs admin on *.
+	ci.fails(1, "fila: cluster status: forbidden", "cluster", "status")
+	c.ok("cluster", "status")
 
 	var acl struct {
 		ID          string   `json:"key_id"`
@@ -551,6 +554,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"queue", "stats", "orders"}, `unknown command "stats" for "fila queue"`},
 		{[]string{"auth", "nope"}, `unknown command "nope" for "fila auth"`},
+		{[]string{"cluster", "nope"}, `unknown command "nope" for "fila cluster"`},
 		{[]string{"auth", "acl", "nope"}, `unknown command "nope" for "fila auth acl"`},
 		{[]string{"bench", "nope"}, `unknown command "nope" for "fila bench"`},
 		{[]string{"completion", "nope"}, `unknown command "nope" for "fila completion"`},

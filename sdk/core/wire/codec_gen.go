@@ -543,6 +543,110 @@ func (m *ShardInfo) decodeFields(r *reader, prev *ShardInfo) {
 	m.Term = r.u64("term")
 }
 
+func (m *ClusterNode) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendU64(dst, m.NodeID)
+	dst = appendString(dst, m.Addr)
+	dst = appendString(dst, m.PeerAddr)
+	dst = appendBool(dst, m.Connected)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ClusterNode) decodeFields(r *reader, prev *ClusterNode) {
+	if prev == nil {
+		prev = &ClusterNode{}
+	}
+	m.NodeID = r.u64("node_id")
+	m.Addr = r.strLike("addr", prev.Addr)
+	m.PeerAddr = r.strLike("peer_addr", prev.PeerAddr)
+	m.Connected = r.bool("connected")
+}
+
+func (m *ClusterReplica) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendU64(dst, m.NodeID)
+	dst = appendBool(dst, m.Known)
+	dst = appendU64(dst, m.Match)
+	dst = appendU64(dst, m.Lag)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ClusterReplica) decodeFields(r *reader, prev *ClusterReplica) {
+	_ = prev
+	m.NodeID = r.u64("node_id")
+	m.Known = r.bool("known")
+	m.Match = r.u64("match")
+	m.Lag = r.u64("lag")
+}
+
+func (m *ClusterGroup) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendU64(dst, m.GroupID)
+	dst = appendString(dst, m.Queue)
+	dst = appendU64(dst, m.LeaderNodeID)
+	dst = appendU64(dst, m.Term)
+	dst = appendU64(dst, m.Commit)
+	dst = appendU64(dst, m.Applied)
+	dst = appendU64(dst, m.LastIndex)
+	dst = appendU32(dst, uint32(len(m.Replicas)))
+	for i := range m.Replicas {
+		dst = m.Replicas[i].appendTo(dst)
+	}
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ClusterGroup) decodeFields(r *reader, prev *ClusterGroup) {
+	if prev == nil {
+		prev = &ClusterGroup{}
+	}
+	m.GroupID = r.u64("group_id")
+	m.Queue = r.strLike("queue", prev.Queue)
+	m.LeaderNodeID = r.u64("leader_node_id")
+	m.Term = r.u64("term")
+	m.Commit = r.u64("commit")
+	m.Applied = r.u64("applied")
+	m.LastIndex = r.u64("last_index")
+	if n := r.count("replicas", 29, MaxClusterGroupReplicas); n > 0 {
+		var out []ClusterReplica
+		for i := 0; i < n; i++ {
+			s, base := r.sub("replicas")
+			var x ClusterReplica
+			var p *ClusterReplica
+			if i < len(prev.Replicas) {
+				p = &prev.Replicas[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "replicas", i)
+				break
+			}
+			if out == nil && len(prev.Replicas) == n && x == prev.Replicas[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]ClusterReplica, n)
+				copy(out, prev.Replicas[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Replicas = prev.Replicas
+		} else {
+			m.Replicas = out
+		}
+	} else {
+		m.Replicas = nil
+	}
+}
+
 // AppendTo appends m's encoded body to dst.
 func (m *Handshake) AppendTo(dst []byte) []byte {
 	dst = appendU16(dst, m.MaxVersion)
@@ -2714,6 +2818,108 @@ func (m *TopologyResult) decodeFields(r *reader, prev *TopologyResult) {
 func (m *TopologyResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "TopologyResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *ClusterStatus) AppendTo(dst []byte) []byte {
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ClusterStatus) decodeFields(r *reader, prev *ClusterStatus) {
+	_ = prev
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *ClusterStatus) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "ClusterStatus")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *ClusterStatusResult) AppendTo(dst []byte) []byte {
+	dst = appendU64(dst, m.NodeID)
+	dst = appendU32(dst, uint32(len(m.Nodes)))
+	for i := range m.Nodes {
+		dst = m.Nodes[i].appendTo(dst)
+	}
+	dst = appendU32(dst, uint32(len(m.Groups)))
+	for i := range m.Groups {
+		dst = m.Groups[i].appendTo(dst)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ClusterStatusResult) decodeFields(r *reader, prev *ClusterStatusResult) {
+	if prev == nil {
+		prev = &ClusterStatusResult{}
+	}
+	m.NodeID = r.u64("node_id")
+	if n := r.count("nodes", 17, MaxClusterStatusResultNodes); n > 0 {
+		var out []ClusterNode
+		for i := 0; i < n; i++ {
+			s, base := r.sub("nodes")
+			var x ClusterNode
+			var p *ClusterNode
+			if i < len(prev.Nodes) {
+				p = &prev.Nodes[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "nodes", i)
+				break
+			}
+			if out == nil && len(prev.Nodes) == n && x == prev.Nodes[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]ClusterNode, n)
+				copy(out, prev.Nodes[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Nodes = prev.Nodes
+		} else {
+			m.Nodes = out
+		}
+	} else {
+		m.Nodes = nil
+	}
+	if n := r.count("groups", 58, 0); n > 0 {
+		m.Groups = make([]ClusterGroup, n)
+		for i := range m.Groups {
+			s, base := r.sub("groups")
+			var p *ClusterGroup
+			if i > 0 {
+				p = &m.Groups[i-1]
+			}
+			m.Groups[i].decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "groups", i)
+				break
+			}
+		}
+	} else {
+		m.Groups = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *ClusterStatusResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "ClusterStatusResult")
 	r.strs = &strs
 	m.decodeFields(&r, nil)
 	return r.result()

@@ -201,6 +201,39 @@ func drawShardInfo(t *rapid.T) *ShardInfo {
 	}
 }
 
+func drawClusterNode(t *rapid.T) *ClusterNode {
+	return &ClusterNode{
+		Addr:      rapid.StringN(0, 12, -1).Draw(t, "addr"),
+		Connected: rapid.Bool().Draw(t, "connected"),
+		NodeID:    rapid.Uint64().Draw(t, "node_id"),
+		PeerAddr:  rapid.StringN(0, 12, -1).Draw(t, "peer_addr"),
+	}
+}
+
+func drawClusterReplica(t *rapid.T) *ClusterReplica {
+	return &ClusterReplica{
+		Known:  rapid.Bool().Draw(t, "known"),
+		Lag:    rapid.Uint64().Draw(t, "lag"),
+		Match:  rapid.Uint64().Draw(t, "match"),
+		NodeID: rapid.Uint64().Draw(t, "node_id"),
+	}
+}
+
+func drawClusterGroup(t *rapid.T) *ClusterGroup {
+	return &ClusterGroup{
+		Applied:      rapid.Uint64().Draw(t, "applied"),
+		Commit:       rapid.Uint64().Draw(t, "commit"),
+		GroupID:      rapid.Uint64().Draw(t, "group_id"),
+		LastIndex:    rapid.Uint64().Draw(t, "last_index"),
+		LeaderNodeID: rapid.Uint64().Draw(t, "leader_node_id"),
+		Queue:        rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		Replicas: drawList(t, "replicas", 3, func(t *rapid.T, label string) ClusterReplica {
+			return *drawClusterReplica(t)
+		}),
+		Term: rapid.Uint64().Draw(t, "term"),
+	}
+}
+
 func drawHandshake(t *rapid.T) *Handshake {
 	return &Handshake{
 		APIKey: rapid.StringN(0, 12, -1).Draw(t, "api_key"),
@@ -551,6 +584,22 @@ func drawTopologyResult(t *rapid.T) *TopologyResult {
 	}
 }
 
+func drawClusterStatus(t *rapid.T) *ClusterStatus {
+	return &ClusterStatus{}
+}
+
+func drawClusterStatusResult(t *rapid.T) *ClusterStatusResult {
+	return &ClusterStatusResult{
+		Groups: drawList(t, "groups", 3, func(t *rapid.T, label string) ClusterGroup {
+			return *drawClusterGroup(t)
+		}),
+		NodeID: rapid.Uint64().Draw(t, "node_id"),
+		Nodes: drawList(t, "nodes", 3, func(t *rapid.T, label string) ClusterNode {
+			return *drawClusterNode(t)
+		}),
+	}
+}
+
 // roundTripCases lists every frame of the spec with a generator of random values.
 var roundTripCases = []struct {
 	name string
@@ -830,4 +879,14 @@ var roundTripCases = []struct {
 		return drawTopologyResult(t)
 	},
 	name: "TopologyResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawClusterStatus(t)
+	},
+	name: "ClusterStatus",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawClusterStatusResult(t)
+	},
+	name: "ClusterStatusResult",
 }}

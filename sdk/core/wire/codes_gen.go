@@ -292,6 +292,8 @@ var (
 	GetAclCodes = CodeSet{CodeAPIKeyNotFound}
 	// TopologyCodes are the domain codes Topology can return.
 	TopologyCodes = CodeSet{CodeQueueNotFound}
+	// ClusterStatusCodes are the domain codes ClusterStatus can return.
+	ClusterStatusCodes = CodeSet{}
 )
 
 // Codes returns the domain codes the operation of a request opcode can return.
@@ -349,6 +351,8 @@ func (o Opcode) Codes() CodeSet {
 		return GetAclCodes
 	case OpTopology:
 		return TopologyCodes
+	case OpClusterStatus:
+		return ClusterStatusCodes
 	}
 	return nil
 }

@@ -37,6 +37,8 @@ const (
 	MaxDeliveredMessageThrottleKeys = 64
 	// MaxApiKeyInfoPermissions is the most items ApiKeyInfo.Permissions may hold; decoders refuse more.
 	MaxApiKeyInfoPermissions = 1000
+	// MaxClusterGroupReplicas is the most items ClusterGroup.Replicas may hold; decoders refuse more.
+	MaxClusterGroupReplicas = 1000
 	// MaxHandshakeCapabilities is the most items Handshake.Capabilities may hold; decoders refuse more.
 	MaxHandshakeCapabilities = 64
 	// MaxHandshakeOkCapabilities is the most items HandshakeOk.Capabilities may hold; decoders refuse more.
@@ -73,6 +75,8 @@ const (
 	MaxSetAclPermissions = 1000
 	// MaxGetAclResultPermissions is the most items GetAclResult.Permissions may hold; decoders refuse more.
 	MaxGetAclResultPermissions = 1000
+	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
+	MaxClusterStatusResultNodes = 1000
 )
 const (
 	// FlagContinued says that more frames follow that continue this frame's body.
@@ -196,6 +200,10 @@ const (
 	OpTopology Opcode = 0x0301
 	// OpTopologyResult is the opcode of TopologyResult (response).
 	OpTopologyResult Opcode = 0x0302
+	// OpClusterStatus is the opcode of ClusterStatus (request).
+	OpClusterStatus Opcode = 0x0303
+	// OpClusterStatusResult is the opcode of ClusterStatusResult (response).
+	OpClusterStatusResult Opcode = 0x0304
 )
 
 // String returns the frame name, such as "Enqueue", or "Opcode(0x1234)".
@@ -311,6 +319,10 @@ func (o Opcode) String() string {
 		return "Topology"
 	case OpTopologyResult:
 		return "TopologyResult"
+	case OpClusterStatus:
+		return "ClusterStatus"
+	case OpClusterStatusResult:
+		return "ClusterStatusResult"
 	}
 	return fmt.Sprintf("Opcode(0x%04x)", uint16(o))
 }
@@ -444,6 +456,10 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpTopologyResult:
 		return KindResponse
+	case OpClusterStatus:
+		return KindRequest
+	case OpClusterStatusResult:
+		return KindResponse
 	}
 	return KindUnknown
 }
@@ -501,6 +517,8 @@ func (o Opcode) Response() Opcode {
 		return OpGetAclResult
 	case OpTopology:
 		return OpTopologyResult
+	case OpClusterStatus:
+		return OpClusterStatusResult
 	}
 	return 0
 }
@@ -618,6 +636,10 @@ func New(op Opcode) Frame {
 		return new(Topology)
 	case OpTopologyResult:
 		return new(TopologyResult)
+	case OpClusterStatus:
+		return new(ClusterStatus)
+	case OpClusterStatusResult:
+		return new(ClusterStatusResult)
 	}
 	return nil
 }
@@ -633,7 +655,7 @@ const (
 	// nacking, retrying or extending their deliveries.
 	PermissionKindConsume PermissionKind = 2
 	// PermissionKindAdmin allows every admin operation on matching queues; on "*"
-	// also runtime config and API keys.
+	// also runtime config, API keys and the cluster's status.
 	PermissionKindAdmin PermissionKind = 3
 )
 
@@ -928,6 +950,65 @@ type ShardInfo struct {
 	LeaderAddr string
 	// Term (u64) Raft term in which the leader was elected (0 on a single node).
 	Term uint64
+}
+
+// ClusterNode is one member of the cluster, as the answering node sees it.
+type ClusterNode struct {
+	// NodeID (u64) The member's Raft node ID (its cluster.node_id).
+	NodeID uint64
+	// Addr (string) Its client address, host:port (its cluster.advertise_addr);
+	// empty until the member has registered it with the meta group.
+	Addr string
+	// PeerAddr (string) Its peer transport address, host:port, from the answering
+	// node's cluster.peers.
+	PeerAddr string
+	// Connected (bool) True if the answering node has a peer connection to the
+	// member; always true for the answering node itself.
+	Connected bool
+}
+
+// ClusterReplica is one member of a Raft group and how far its log has caught
+// up, as the group's leader tracks it.
+type ClusterReplica struct {
+	// NodeID (u64) The replica's node ID.
+	NodeID uint64
+	// Known (bool) True if the answering node leads the group, which is the only
+	// node that tracks its replicas: then match and lag are set; otherwise both
+	// are zero.
+	Known bool
+	// Match (u64) The highest log index the leader knows the replica holds.
+	Match uint64
+	// Lag (u64) Log entries the replica is behind: the leader's last_index minus
+	// match, or 0 when it holds them all.
+	Lag uint64
+}
+
+// ClusterGroup is one Raft group the answering node holds a replica of, as
+// that node sees it. The indexes are positions in the group's log, from 1.
+type ClusterGroup struct {
+	// GroupID (u64) The group's ID: 1 for the meta group, a higher one for each
+	// queue's.
+	GroupID uint64
+	// Queue (string) The queue the group replicates, with its dead-letter queue;
+	// empty for the meta group.
+	Queue string
+	// LeaderNodeID (u64) Node ID of the group's leader as the answering node knows
+	// it; 0 while none is known (an election is under way).
+	LeaderNodeID uint64
+	// Term (u64) The Raft term the answering node is in for this group.
+	Term uint64
+	// Commit (u64) The answering node's commit index: the highest log index it
+	// knows a majority of the replicas hold.
+	Commit uint64
+	// Applied (u64) The highest log index the answering node has applied to the
+	// group's state.
+	Applied uint64
+	// LastIndex (u64) The last index of the answering node's log of the group.
+	LastIndex uint64
+	// Replicas ([]ClusterReplica) The group's members, by node ID: every node for
+	// the meta group, the queue's replicas (cluster.replication_factor of them)
+	// for a queue's.
+	Replicas []ClusterReplica
 }
 
 // Handshake is the body of a Handshake frame (opcode 0x0001, request). The
@@ -1754,4 +1835,38 @@ type TopologyResult struct {
 // Opcode returns OpTopologyResult.
 func (*TopologyResult) Opcode() Opcode {
 	return OpTopologyResult
+}
+
+// ClusterStatus is the body of a ClusterStatus frame (opcode 0x0303, request).
+// Ask the node this connection reaches for its view of the cluster: the
+// members, and the Raft groups it holds a replica of. The node answers for
+// itself, from its own state: nothing is forwarded to another node, and no
+// node answers NOT_LEADER. Needs admin on `*`.
+type ClusterStatus struct{}
+
+// Opcode returns OpClusterStatus.
+func (*ClusterStatus) Opcode() Opcode {
+	return OpClusterStatus
+}
+
+// ClusterStatusResult is the body of a ClusterStatusResult frame (opcode
+// 0x0304, response). The answering node's view of the cluster. A broker in
+// single-node mode (no [cluster] section) answers node_id 0 with no nodes and
+// no groups.
+type ClusterStatusResult struct {
+	// NodeID (u64) The answering node's Raft node ID (its cluster.node_id); 0 in
+	// single-node mode.
+	NodeID uint64
+	// Nodes ([]ClusterNode) The cluster's members, by node ID, the answering node
+	// among them; empty in single-node mode.
+	Nodes []ClusterNode
+	// Groups ([]ClusterGroup) The Raft groups the answering node holds a replica
+	// of: the meta group first, then the queues' groups by queue name; empty in
+	// single-node mode.
+	Groups []ClusterGroup
+}
+
+// Opcode returns OpClusterStatusResult.
+func (*ClusterStatusResult) Opcode() Opcode {
+	return OpClusterStatusResult
 }
