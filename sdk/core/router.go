@@ -1124,11 +1124,8 @@ func (r *Router) redirect(n *node, p *part, re *RequestError) {
 		r.splitRuns(p, re)
 		return
 	}
-	// A hint naming a node that cannot be reached now is stale (its
-	// followers name a dead leader until they elect another): wait and
-	// retry as without a hint, rather than spend the redirects going
-	// back and forth.
-	if hint := re.LeaderHint; hint != "" && !r.unreachable(hint) {
+	hint := re.LeaderHint
+	if hint != "" && !r.unreachable(hint) {
 		p.redirects++
 		p.hint, p.retryAt = hint, 0
 		if p.key != anyKey {
@@ -1137,7 +1134,13 @@ func (r *Router) redirect(n *node, p *part, re *RequestError) {
 		r.wait(p)
 		return
 	}
-	p.hint = ""
+	// No hint (an election), or one naming a node whose last dial or
+	// connection failed: after a leader dies its followers name it until
+	// they elect another. Retry after a backoff rather than spend the
+	// redirects going back and forth; a stale hint is kept, so that the
+	// node is dialled again once its dial backoff ends (it may be back,
+	// and lead again).
+	p.hint = hint
 	at := r.now.Add(min(r.cfg.RetryMax, r.cfg.RetryMin<<min(p.retries, 30)))
 	p.retries++
 	limit := p.deadline()

@@ -335,17 +335,25 @@ func TestRouterStaleHint(t *testing.T) {
 			t.Fatalf("round %d: completed with %v while the hinted node was down", i, h.completions[0].Err)
 		}
 	}
-	// The election ends: a:1 itself leads now.
-	fs := h.sent("a:1")
-	for len(fs) == 0 {
+	// b:1 comes back, and leads again: once its dial backoff ends the
+	// router dials it (the hint was kept) and the request goes there.
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("b:1 not dialled again in 10s after its last failure")
+		}
 		h.tick(50 * time.Millisecond)
-		h.takeDials()
-		h.r.DialFailed("b:1", errors.New("connection refused"))
-		fs = h.sent("a:1")
+		if d := h.takeDials(); slices.Contains(d, "b:1") {
+			break
+		}
+		for _, f := range h.sent("a:1") {
+			h.notLeader("a:1", f.id, "b:1")
+		}
 	}
-	h.reply("a:1", fs[0].id, &wire.QueueStatsResult{})
+	h.connect("b:1")
+	f = h.one("b:1", wire.OpQueueStats)
+	h.reply("b:1", f.id, &wire.QueueStatsResult{})
 	if cp := h.completion(id); cp.Err != nil {
-		t.Fatalf("completion %v; want success once a leader answers", cp.Err)
+		t.Fatalf("completion %v; want success once the leader is back", cp.Err)
 	}
 }
 
