@@ -329,19 +329,25 @@ func (c *Conn) Stats() Stats { return c.stats }
 func (c *Conn) InFlight() int { return len(c.pending) }
 
 func (c *Conn) allocID() uint32 {
+	return nextID(&c.nextID, func(id uint32) bool {
+		_, p := c.pending[id]
+		_, s := c.subs[id]
+		return p || s
+	})
+}
+
+// nextID returns the request ID *next names, or the first after it that
+// busy does not claim, skipping 0, and moves *next past it.
+func nextID(next *uint32, busy func(uint32) bool) uint32 {
 	for {
-		id := c.nextID
-		c.nextID++
-		if c.nextID == 0 {
-			c.nextID = 1
+		id := *next
+		*next++
+		if *next == 0 {
+			*next = 1
 		}
-		if _, busy := c.pending[id]; busy {
-			continue
+		if !busy(id) {
+			return id
 		}
-		if _, busy := c.subs[id]; busy {
-			continue
-		}
-		return id
 	}
 }
 

@@ -297,20 +297,11 @@ func (r *Router) node(addr string) *node {
 }
 
 func (r *Router) allocID() uint32 {
-	for {
-		id := r.nextID
-		r.nextID++
-		if r.nextID == 0 {
-			r.nextID = 1
-		}
-		if _, busy := r.reqs[id]; busy {
-			continue
-		}
-		if _, busy := r.subs[id]; busy {
-			continue
-		}
-		return id
-	}
+	return nextID(&r.nextID, func(id uint32) bool {
+		_, q := r.reqs[id]
+		_, s := r.subs[id]
+		return q || s
+	})
 }
 
 // --- Inputs from the shell ---
