@@ -380,7 +380,15 @@ func TestClusterCorruptFollower(t *testing.T) {
 		c.Nodes[f].Restart(t)
 		w.waitSent(ctx, w.sent.Load()+300)
 		if !strings.Contains(c.Nodes[f].Log(), "rebuilding this node's replicas") {
-			t.Errorf("node %d did not rebuild after its log was damaged", f+1)
+			t.Fatalf("node %d did not rebuild after its log was damaged", f+1)
+		}
+		// Until its replica of the queue has caught up it does not vote:
+		// losing another node then would stop the queue (safely).
+		for !strings.Contains(c.Nodes[f].Log(), `rebuilt from its peers; it votes again" component=cluster group=2 queue=jobs`) {
+			if ctx.Err() != nil {
+				t.Fatalf("node %d did not finish rebuilding the queue's replica", f+1)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		// Once rebuilt it can lead: the others lose their leader.
 		lead = leaderOf(t, ctx, c, admin, "jobs")

@@ -170,7 +170,7 @@ type group struct {
 	// Config.Rebuild); it neither votes nor campaigns until its commit
 	// index reaches target, the leader's commit index when it first
 	// heard from it (driver goroutine).
-	rebuilding bool
+	rebuilding atomic.Bool
 	target     uint64
 }
 
@@ -438,7 +438,7 @@ func (n *Node) openGroup(g *group) error {
 		g.campaign = gid != MetaGroup && g.replicas[int(gid)%len(g.replicas)] == n.cfg.NodeID
 	}
 	g.rn, g.log = rn, l
-	g.rebuilding = n.cfg.Rebuild
+	g.rebuilding.Store(n.cfg.Rebuild)
 	g.applied.Store(applied)
 	n.mu.Lock()
 	n.groups[gid] = g
@@ -522,7 +522,7 @@ func (n *Node) run() {
 			return
 		case <-ticker.C:
 			for _, g := range n.groups {
-				if !g.rebuilding {
+				if !g.rebuilding.Load() {
 					g.rn.Tick()
 				}
 			}
@@ -577,7 +577,7 @@ func (n *Node) step(msgs []peer.Message) {
 		if g == nil {
 			continue // not created here yet: the sender retries
 		}
-		if g.rebuilding {
+		if g.rebuilding.Load() {
 			switch m.Msg.GetType() {
 			case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
 				continue // abstain: this log may lack what it acknowledged
@@ -691,8 +691,8 @@ func (n *Node) handleReadies() error {
 		if hs := rd.HardState; hs != nil {
 			g.commit.Store(hs.GetCommit())
 		}
-		if g.rebuilding && g.target > 0 && g.commit.Load() >= g.target {
-			g.rebuilding = false
+		if g.rebuilding.Load() && g.target > 0 && g.commit.Load() >= g.target {
+			g.rebuilding.Store(false)
 			n.log.Info("group rebuilt from its peers; it votes again", "group", g.id, "queue", g.queue, "commit", g.commit.Load())
 		}
 		if err := n.apply(g, rd.CommittedEntries); err != nil {

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -142,7 +144,7 @@ const (
 	metaDeleteQueue = 3 // body: the queue's name
 	metaAuth        = 4 // body: an encoded auth.Change
 	metaConfig      = 5 // body: an encoded rtconf.Change
-	metaRebuilt     = 6 // body: node ID uvarint: the node rebuilt its replicas
+	metaRebuilt     = 6 // body: node ID uvarint, count uvarint, count × (group uvarint, last index uvarint)
 )
 
 // metaResult is a meta entry's outcome on the node that proposed it.
@@ -290,11 +292,11 @@ func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaRes
 	case metaConfig:
 		return metaResult{err: n.cfg.Effects.Config(body)}, nil
 	case metaRebuilt:
-		id, k := binary.Uvarint(body)
-		if k <= 0 {
-			return metaResult{}, errors.New("rebuilt: bad body")
+		id, groups, err := decodeRebuilt(body)
+		if err != nil {
+			return metaResult{}, err
 		}
-		n.handOver(id)
+		n.handOver(id, groups)
 		return metaResult{}, nil
 	}
 	return metaResult{}, fmt.Errorf("unknown meta command %d", kind)
@@ -480,26 +482,38 @@ func (n *Node) ProposeConfig(ctx context.Context, change []byte) error {
 	return r.err
 }
 
-// handOver makes this node give up the leadership of every group it
-// leads in which node id rebuilt its replica. Raft's leader keeps, for
-// each follower, the last index it knows the follower holds (its match),
-// and never sends it entries at or below it again: a follower that lost
-// its log could never catch up under the same leader. A new leader starts
-// from no such knowledge, so the rebuilt replica catches up from it. The
-// leadership goes to another replica this node is connected to; with no
-// such replica, the group waits until one is back (the rebuilt replica
-// does not vote before it has caught up). Driver goroutine.
-func (n *Node) handOver(id uint64) {
+// handOver makes this node give up the leadership of the groups it
+// leads in which node id is rebuilding its replica, when it believes
+// that replica holds more than it does (groups: each rebuilding group's
+// last index on node id). Raft's leader keeps, for each follower, the
+// last index it knows the follower holds (its match), and never sends it
+// entries at or below it again: a follower that lost its log could never
+// catch up under the same leader. A new leader starts from no such
+// knowledge. The leadership goes to another replica this node is
+// connected to; with none, the group waits until one is back (the
+// rebuilding replica does not vote before it has caught up). Driver
+// goroutine.
+func (n *Node) handOver(id uint64, groups map[uint64]uint64) {
 	if id == n.cfg.NodeID {
 		return
 	}
-	for _, g := range n.groups {
-		if g.leader.Load() != n.cfg.NodeID || !slices.Contains(g.replicas, id) {
+	for gid, last := range groups {
+		g := n.groups[gid]
+		if g == nil || g.leader.Load() != n.cfg.NodeID || !slices.Contains(g.replicas, id) {
 			continue
+		}
+		var match uint64
+		g.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
+			if pid == id {
+				match = pr.Match
+			}
+		})
+		if match <= last {
+			continue // the leader's view holds: it catches the replica up
 		}
 		for _, to := range g.replicas {
 			if to != n.cfg.NodeID && to != id && n.tr.Connected(to) {
-				n.log.Info("handing over leadership so that a rebuilt replica can catch up", "group", g.id, "queue", g.queue, "rebuilt", id, "to", to)
+				n.log.Info("handing over leadership so that a rebuilt replica can catch up", "group", g.id, "queue", g.queue, "rebuilt", id, "match", match, "last", last, "to", to)
 				g.rn.TransferLeader(to)
 				break
 			}
@@ -507,21 +521,78 @@ func (n *Node) handOver(id uint64) {
 	}
 }
 
-// announceRebuild tells the cluster, through the meta group, that this
-// node rebuilt its replicas (Config.Rebuild), until the entry is applied.
+func appendRebuilt(b []byte, id uint64, groups map[uint64]uint64) []byte {
+	b = binary.AppendUvarint(b, id)
+	b = binary.AppendUvarint(b, uint64(len(groups)))
+	for _, gid := range slices.Sorted(mapKeys(groups)) {
+		b = binary.AppendUvarint(b, gid)
+		b = binary.AppendUvarint(b, groups[gid])
+	}
+	return b
+}
+
+func decodeRebuilt(b []byte) (uint64, map[uint64]uint64, error) {
+	next := func() (uint64, error) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, errors.New("rebuilt: bad body")
+		}
+		b = b[k:]
+		return v, nil
+	}
+	id, err := next()
+	if err != nil {
+		return 0, nil, err
+	}
+	cnt, err := next()
+	if err != nil || cnt > uint64(len(b)) {
+		return 0, nil, errors.New("rebuilt: bad count")
+	}
+	groups := make(map[uint64]uint64, cnt)
+	for range cnt {
+		gid, err := next()
+		if err != nil {
+			return 0, nil, err
+		}
+		last, err := next()
+		if err != nil {
+			return 0, nil, err
+		}
+		groups[gid] = last
+	}
+	return id, groups, nil
+}
+
+// announceRebuild tells the cluster, through the meta group, which of
+// this node's groups are still rebuilding and how far each has got, every
+// two election timeouts, until none is (Config.Rebuild). The first
+// announcement names the meta group only: the queues' groups open as the
+// meta group's entries replay.
 func (n *Node) announceRebuild() {
-	body := binary.AppendUvarint(nil, n.cfg.NodeID)
+	every := 2 * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	for {
+		groups := map[uint64]uint64{}
+		n.mu.RLock()
+		for _, g := range n.groups {
+			if g.rebuilding.Load() {
+				last, _ := g.log.LastIndex()
+				groups[g.id] = last
+			}
+		}
+		n.mu.RUnlock()
+		if len(groups) == 0 {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := n.proposeMeta(ctx, metaRebuilt, body)
+		_, err := n.proposeMeta(ctx, metaRebuilt, appendRebuilt(nil, n.cfg.NodeID, groups))
 		cancel()
-		if err == nil || errors.Is(err, ErrStopped) {
+		if errors.Is(err, ErrStopped) {
 			return
 		}
 		select {
 		case <-n.stop:
 			return
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }
