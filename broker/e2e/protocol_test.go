@@ -106,6 +106,7 @@ func TestEveryRequestOpcodeAnswered(t *testing.T) {
 		&wire.SetAcl{KeyID: "nope"},
 		&wire.GetAcl{KeyID: "nope"},
 		&wire.Topology{Queue: "q"},
+		&wire.ClusterStatus{},
 		&wire.DeleteQueue{Name: "q"},
 		&wire.Subscribe{Queue: "gone", Prefetch: 1},
 	}
