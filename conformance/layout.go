@@ -83,7 +83,11 @@ func (w *walker) take(n, end int, path, what string, depth int) bool {
 }
 
 func (w *walker) fields(t reflect.Type, end int, path string, depth int) {
-	for _, f := range fieldsOf(t) {
+	opt, hasOpt := wire.OptionalFrom[t.Name()]
+	for i, f := range fieldsOf(t) {
+		if hasOpt && i >= opt && w.off == end {
+			return // the optional fields from here on were not sent
+		}
 		w.value(f.kind, f.typ, end, join(path, f.name), depth)
 		if w.err != nil {
 			return

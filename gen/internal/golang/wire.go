@@ -119,6 +119,9 @@ func (g *wireGen) minSize(t string) int {
 	if st := g.s.Struct(t); st != nil {
 		n := 4
 		for _, f := range st.Fields {
+			if f.Optional {
+				break // an older peer's struct ends before it
+			}
 			n += g.minSize(f.Type)
 		}
 		return n
@@ -222,6 +225,26 @@ func (g *wireGen) frames() *File {
 		f.Comment("Declared list maximums, in items.")
 		f.Const().Defs(maxDefs...)
 	}
+
+	// The first optional field of every type that has any.
+	optFrom := Dict{}
+	addOpt := func(owner string, fields []spec.Field) {
+		for i, fd := range fields {
+			if fd.Optional {
+				optFrom[Lit(typeName(owner))] = Lit(i)
+				return
+			}
+		}
+	}
+	for _, st := range g.s.Structs {
+		addOpt(st.Name, st.Fields)
+	}
+	for _, fr := range g.s.Frames {
+		addOpt(fr.Name, fr.Fields)
+	}
+	f.Comment("OptionalFrom maps each frame and struct type that has optional fields to the")
+	f.Comment("index of its first one, in field order: an older peer's body may end before it.")
+	f.Var().Id("OptionalFrom").Op("=").Map(String()).Int().Values(optFrom)
 
 	var flagDefs []Code
 	for _, fl := range g.s.Flags {
