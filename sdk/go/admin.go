@@ -462,6 +462,11 @@ type ClusterGroup struct {
 	Commit, Applied, LastIndex uint64
 	// Replicas are the group's members, by node ID.
 	Replicas []ClusterReplica
+	// Quiesced is whether the group is idle on the answering node: not
+	// ticked and sending no heartbeats until a proposal, a message of
+	// the group or the loss of a node it needs wakes it. The meta group
+	// never quiesces; a broker that predates quiescence reports false.
+	Quiesced bool
 }
 
 // ClusterReplica is one member of a group and how far its log has caught
@@ -497,7 +502,7 @@ func (a *Administrator) ClusterStatus(ctx context.Context) (*ClusterStatus, erro
 	for _, g := range r.Groups {
 		cg := ClusterGroup{
 			ID: g.GroupID, Queue: g.Queue, Leader: g.LeaderNodeID, Term: g.Term,
-			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex,
+			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced,
 		}
 		for _, rp := range g.Replicas {
 			cg.Replicas = append(cg.Replicas, ClusterReplica{NodeID: rp.NodeID, Known: rp.Known, Match: rp.Match, Lag: rp.Lag})

@@ -367,7 +367,7 @@ func TestClusterStatusAsksTheFirstNode(t *testing.T) {
 			{GroupID: 1, LeaderNodeID: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9,
 				Replicas: []wire.ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
 			{GroupID: 2, Queue: "orders", LeaderNodeID: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
-				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}},
+				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}, Quiesced: true},
 		},
 	})
 	r := <-got
@@ -380,7 +380,7 @@ func TestClusterStatusAsksTheFirstNode(t *testing.T) {
 		Groups: []ClusterGroup{
 			{ID: 1, Leader: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9, Replicas: []ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
 			{ID: 2, Queue: "orders", Leader: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
-				Replicas: []ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}},
+				Replicas: []ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}, Quiesced: true},
 		},
 	}
 	if !reflect.DeepEqual(r.st, want) || !r.st.Clustered() {

@@ -145,6 +145,12 @@ type Node struct {
 	waiters map[uint64]chan metaResult
 
 	failed atomic.Pointer[error]
+
+	// ticks counts the driver's ticks; heard is the tick at which a
+	// message from each peer last arrived (driver goroutine; see
+	// quiesce.go).
+	ticks uint64
+	heard map[uint64]uint64
 }
 
 // group is one Raft group on this node.
@@ -172,6 +178,11 @@ type group struct {
 	// heard from it (driver goroutine).
 	rebuilding atomic.Bool
 	target     uint64
+	// quiesced: the group is idle and not ticked (quiesce.go); idle
+	// counts the leader's ticks in a row that found it idle (driver
+	// goroutine).
+	quiesced atomic.Bool
+	idle     int
 }
 
 type proposal struct {
@@ -220,6 +231,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		waiters: map[uint64]chan metaResult{},
+		heard:   map[uint64]uint64{},
 	}
 	if cfg.Rebuild {
 		if err := n.wipe(); err != nil {
@@ -521,8 +533,19 @@ func (n *Node) run() {
 		case <-n.stop:
 			return
 		case <-ticker.C:
+			n.ticks++
+			n.keepalive()
 			for _, g := range n.groups {
-				if !g.rebuilding.Load() {
+				if g.rebuilding.Load() {
+					continue
+				}
+				if g.quiesced.Load() {
+					if !n.wakeNeeded(g) {
+						continue
+					}
+					n.wake(g)
+				}
+				if !n.maybeQuiesce(g) {
 					g.rn.Tick()
 				}
 			}
@@ -573,10 +596,15 @@ func (n *Node) Err() error {
 
 func (n *Node) step(msgs []peer.Message) {
 	for _, m := range msgs {
+		n.heard[m.Msg.GetFrom()] = n.ticks
 		g := n.groups[m.Group]
 		if g == nil {
-			continue // not created here yet: the sender retries
+			continue // not created here yet, or a liveness message
 		}
+		if n.stepQuiesce(g, m.Msg) {
+			continue
+		}
+		n.wake(g)
 		if g.rebuilding.Load() {
 			switch m.Msg.GetType() {
 			case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
@@ -609,6 +637,7 @@ func (n *Node) propose(p proposal) {
 		}
 		return
 	}
+	n.wake(g)
 	// A queue group's proposals are its leader's: a follower does not
 	// forward them (their callbacks would wait for an entry that may
 	// never come).

@@ -43,6 +43,10 @@ type GroupStatus struct {
 	// Commit and Applied are this node's commit and applied indexes;
 	// LastIndex the last index of its log.
 	Commit, Applied, LastIndex uint64
+	// Quiesced is whether the group is idle on this node: not ticked,
+	// sending no heartbeats, until a proposal, a message or the loss of
+	// a node it needs wakes it.
+	Quiesced bool
 	// Replicas are the group's members. Their Match (the last index the
 	// leader knows each holds) and Lag (entries behind the leader's last
 	// index) are known only when this node leads the group; otherwise
@@ -122,6 +126,7 @@ func (n *Node) status() Status {
 		st := GroupStatus{
 			ID: g.id, Queue: g.queue, Leader: bs.Lead, Term: bs.GetTerm(),
 			Commit: bs.GetCommit(), Applied: g.applied.Load(), LastIndex: last,
+			Quiesced: g.quiesced.Load(),
 		}
 		for _, id := range g.replicas {
 			st.Replicas = append(st.Replicas, ReplicaStatus{NodeID: id})

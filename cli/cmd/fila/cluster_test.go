@@ -13,15 +13,10 @@ import (
 
 // clusterStatus is the -o json output of `fila cluster status`.
 type clusterStatus struct {
-	Clustered bool   `json:"clustered"`
-	NodeID    uint64 `json:"node_id"`
-	Nodes     []struct {
-		NodeID    uint64 `json:"node_id"`
-		Addr      string `json:"addr"`
-		PeerAddr  string `json:"peer_addr"`
-		Connected bool   `json:"connected"`
-	} `json:"nodes"`
-	Groups []struct {
+	Clustered bool          `json:"clustered"`
+	NodeID    uint64        `json:"node_id"`
+	Nodes     []clusterNode `json:"nodes"`
+	Groups    []struct {
 		GroupID   uint64 `json:"group_id"`
 		Queue     string `json:"queue"`
 		Leader    uint64 `json:"leader_node_id"`
@@ -34,7 +29,15 @@ type clusterStatus struct {
 			Known  bool   `json:"known"`
 			Lag    uint64 `json:"lag"`
 		} `json:"replicas"`
+		Quiesced bool `json:"quiesced"`
 	} `json:"groups"`
+}
+
+type clusterNode struct {
+	NodeID    uint64 `json:"node_id"`
+	Addr      string `json:"addr"`
+	PeerAddr  string `json:"peer_addr"`
+	Connected bool   `json:"connected"`
 }
 
 // TestClusterStatus runs `fila cluster status` against each node of a
@@ -63,10 +66,12 @@ func TestClusterStatus(t *testing.T) {
 		self := uint64(i + 1)
 		var st clusterStatus
 		// Until the queue's group, created with the queue, has a leader
-		// this node knows of.
+		// this node knows of, and every node has registered its client
+		// address (each does so with a meta proposal once it runs).
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 			c.json(&st, "cluster", "status")
-			if len(st.Groups) == 2 && st.Groups[0].Leader != 0 && st.Groups[1].Leader != 0 {
+			registered := len(st.Nodes) == 3 && !slices.ContainsFunc(st.Nodes, func(n clusterNode) bool { return n.Addr == "" })
+			if len(st.Groups) == 2 && st.Groups[0].Leader != 0 && st.Groups[1].Leader != 0 && registered {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -111,7 +116,7 @@ func TestClusterStatus(t *testing.T) {
 			if gr.Leader == self {
 				want = `1:\d+ 2:\d+ 3:\d+`
 			}
-			if !regexp.MustCompile(`(?m)^` + fmt.Sprint(gr.GroupID) + ` .*  ` + want + `$`).MatchString(out) {
+			if !regexp.MustCompile(`(?m)^` + fmt.Sprint(gr.GroupID) + ` .*  ` + want + `  +(yes|no)$`).MatchString(out) {
 				t.Errorf("node %d: cluster status =\n%s\nwant %s in group %d's row", self, out, want, gr.GroupID)
 			}
 		}

@@ -75,6 +75,7 @@ type clusterGroupJSON struct {
 	Applied   uint64               `json:"applied"`
 	LastIndex uint64               `json:"last_index"`
 	Replicas  []clusterReplicaJSON `json:"replicas"`
+	Quiesced  bool                 `json:"quiesced"`
 }
 
 // clusterStatusJSON is the -o json form of a cluster status: the
@@ -97,7 +98,7 @@ func clusterJSON(st *fila.ClusterStatus) clusterStatusJSON {
 		for j, r := range gr.Replicas {
 			rs[j] = clusterReplicaJSON{r.NodeID, r.Known, r.Match, r.Lag}
 		}
-		out.Groups[i] = clusterGroupJSON{gr.ID, gr.Queue, gr.Leader, gr.Term, gr.Commit, gr.Applied, gr.LastIndex, rs}
+		out.Groups[i] = clusterGroupJSON{gr.ID, gr.Queue, gr.Leader, gr.Term, gr.Commit, gr.Applied, gr.LastIndex, rs, gr.Quiesced}
 	}
 	return out
 }
@@ -132,9 +133,9 @@ func (g *globals) printCluster(st *fila.ClusterStatus) error {
 		if gr.Leader != 0 {
 			leader = u(gr.Leader)
 		}
-		rows[i] = []string{u(gr.ID), queue, leader, u(gr.Term), u(gr.Commit), u(gr.Applied), replicaLag(st.NodeID, gr)}
+		rows[i] = []string{u(gr.ID), queue, leader, u(gr.Term), u(gr.Commit), u(gr.Applied), replicaLag(st.NodeID, gr), yesNo(gr.Quiesced)}
 	}
-	return g.table([]string{"GROUP", "QUEUE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAG"}, rows)
+	return g.table([]string{"GROUP", "QUEUE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAG", "QUIESCED"}, rows)
 }
 
 // replicaLag is the LAG cell of group gr as node self sees it:

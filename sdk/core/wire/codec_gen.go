@@ -596,6 +596,10 @@ func (m *ClusterGroup) appendTo(dst []byte) []byte {
 	for i := range m.Replicas {
 		dst = m.Replicas[i].appendTo(dst)
 	}
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Quiesced {
+		dst = appendBool(dst, m.Quiesced)
+	}
 	return endStruct(dst, at)
 }
 
@@ -644,6 +648,9 @@ func (m *ClusterGroup) decodeFields(r *reader, prev *ClusterGroup) {
 		}
 	} else {
 		m.Replicas = nil
+	}
+	if r.more() {
+		m.Quiesced = r.bool("quiesced")
 	}
 }
 

@@ -227,6 +227,7 @@ func drawClusterGroup(t *rapid.T) *ClusterGroup {
 		LastIndex:    rapid.Uint64().Draw(t, "last_index"),
 		LeaderNodeID: rapid.Uint64().Draw(t, "leader_node_id"),
 		Queue:        rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		Quiesced:     rapid.Bool().Draw(t, "quiesced"),
 		Replicas: drawList(t, "replicas", 3, func(t *rapid.T, label string) ClusterReplica {
 			return *drawClusterReplica(t)
 		}),

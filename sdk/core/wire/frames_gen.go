@@ -78,6 +78,15 @@ const (
 	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
 	MaxClusterStatusResultNodes = 1000
 )
+
+// OptionalFrom maps each frame and struct type that has optional fields to the
+// index of its first one, in field order: an older peer's body may end before it.
+var OptionalFrom = map[string]int{
+	"ClusterGroup": 8,
+	"Enqueue":      1,
+	"HandshakeOk":  5,
+}
+
 const (
 	// FlagContinued says that more frames follow that continue this frame's body.
 	// The receiver concatenates the bodies of consecutive frames with the same
@@ -1009,6 +1018,12 @@ type ClusterGroup struct {
 	// the meta group, the queue's replicas (cluster.replication_factor of them)
 	// for a queue's.
 	Replicas []ClusterReplica
+	// Quiesced (bool) True if the group is idle on the answering node: it is not
+	// ticked and sends no heartbeats until a proposal, a message of the group or
+	// the loss of a node it needs wakes it. A queue's group quiesces when its
+	// leader finds every entry committed and applied and every replica holding the
+	// whole log; the meta group never does.
+	Quiesced bool
 }
 
 // Handshake is the body of a Handshake frame (opcode 0x0001, request). The
