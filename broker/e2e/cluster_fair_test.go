@@ -49,16 +49,7 @@ func TestClusterFairnessAcrossFailover(t *testing.T) {
 	c := filatest.StartCluster(t, 3, filatest.WithEnv(clusterEnv...))
 	ctx := ctxT(t, 5*time.Minute)
 	admin := connect(t, c.Addrs()).Admin()
-	for {
-		err := admin.CreateQueue(ctx, fila.NewQueueSpec("fair"))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	createQueue(t, ctx, admin, "fair")
 
 	stop := make(chan struct{})
 	var stopOnce sync.Once

@@ -184,16 +184,7 @@ func runCluster(t *testing.T, opts []filatest.Option, faults func(ctx context.Co
 	c := filatest.StartCluster(t, 3, append([]filatest.Option{filatest.WithEnv(clusterEnv...)}, opts...)...)
 	ctx := ctxT(t, 15*time.Minute)
 	admin := connect(t, c.Addrs()).Admin()
-	for {
-		err := admin.CreateQueue(ctx, fila.NewQueueSpec("jobs"))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	createQueue(t, ctx, admin, "jobs")
 
 	w := &workload{t: t, queue: "jobs", rec: &history.Recorder{}}
 	stop := make(chan struct{})
@@ -249,6 +240,22 @@ func runCluster(t *testing.T, opts []filatest.Option, faults func(ctx context.Co
 	}
 	if rep.Acknowledged == 0 {
 		t.Fatal("nothing was acknowledged")
+	}
+}
+
+// createQueue creates queue name, retrying while the cluster elects the
+// meta group's leader.
+func createQueue(t *testing.T, ctx context.Context, admin *fila.Administrator, name string) {
+	t.Helper()
+	for {
+		err := admin.CreateQueue(ctx, fila.NewQueueSpec(name))
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
