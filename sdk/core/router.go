@@ -33,7 +33,9 @@ type RouterConfig struct {
 	// RetryMin and RetryMax bound the wait before a request answered
 	// NOT_LEADER without a leader hint (an election is under way) is sent
 	// again: RetryMin, doubled after each such answer, at most RetryMax.
-	// 0 means 50ms and 1s. The waits end at the request's deadline.
+	// 0 means 50ms and 250ms: an election takes one to two election
+	// timeouts, and the first retry after it ends comes at most RetryMax
+	// later. The waits end at the request's deadline.
 	RetryMin, RetryMax time.Duration
 	// LeaderWait bounds how long a request without a deadline keeps
 	// waiting for a leader to be known, from its first NOT_LEADER without
@@ -256,7 +258,7 @@ func NewRouter(cfg RouterConfig) *Router {
 		cfg.RetryMin = 50 * time.Millisecond
 	}
 	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = time.Second
+		cfg.RetryMax = 250 * time.Millisecond
 	}
 	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryMin)
 	if cfg.LeaderWait <= 0 {

@@ -358,24 +358,19 @@ func TestRouterStaleHint(t *testing.T) {
 }
 
 // TestRouterBackoffWithoutHint: NOT_LEADER with no hint (an election) is
-// retried after 50ms, doubling to 1s, and the request fails once the next
-// wait would pass its deadline.
+// retried after 50ms, doubling to a 250ms cap, so that the first retry
+// after a new leader is elected comes at most 250ms later; the request
+// fails once the next wait would pass its deadline.
 func TestRouterBackoffWithoutHint(t *testing.T) {
 	h := newRouterHarness(t, RouterConfig{Seeds: []string{"a:1"}})
 	h.takeDials()
 	h.connect("a:1")
 	start := h.now
 	id, _ := h.r.Send(&wire.Ack{Items: []wire.LeaseRef{{Queue: "q", Lease: 1}}}, start.Add(3*time.Second))
-	waits := []time.Duration{50, 100, 200, 400, 800, 1000}
-	for i, w := range waits {
+	retry := func(i int, w time.Duration) {
+		t.Helper()
 		f := h.one("a:1", wire.OpAck)
 		h.notLeader("a:1", f.id, "")
-		w *= time.Millisecond
-		if i == len(waits)-1 {
-			// Elapsed 50+100+200+400+800 = 1.55s; 1s more passes 2.55s <
-			// 3s: still waits. The next (1s) would pass the deadline.
-			break
-		}
 		if h.deadline != h.now.Add(w) {
 			t.Fatalf("retry %d: Deadline %v after now; want %v", i+1, time.Duration(h.deadline-h.now), w)
 		}
@@ -385,10 +380,16 @@ func TestRouterBackoffWithoutHint(t *testing.T) {
 		}
 		h.tick(time.Millisecond)
 	}
-	if h.deadline != h.now.Add(time.Second) {
-		t.Fatalf("last wait %v; want the 1s cap", time.Duration(h.deadline-h.now))
+	i := 0
+	for _, w := range []time.Duration{50, 100, 200, 250, 250} {
+		retry(i, w*time.Millisecond)
+		i++
 	}
-	h.tick(time.Second)
+	// At the 250ms cap until the next wait would pass the deadline.
+	for h.now-start+Time(250*time.Millisecond) < Time(3*time.Second) {
+		retry(i, 250*time.Millisecond)
+		i++
+	}
 	f := h.one("a:1", wire.OpAck)
 	h.notLeader("a:1", f.id, "")
 	cp := h.completion(id)

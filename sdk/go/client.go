@@ -58,7 +58,7 @@
 //     request there, following at most 8 such redirects before the call
 //     fails with *StatusError NOT_LEADER (errors.Is ErrNotLeader).
 //   - During an election no node can name a leader: the client sends the
-//     request again after 50ms, then 100ms, doubling up to 1s, until it is
+//     request again after 50ms, then 100ms, doubling up to 250ms, until it is
 //     answered or its context's deadline would pass (without a deadline,
 //     for 30s); then the call fails with NOT_LEADER.
 //   - Concurrent Sends are coalesced per leader (see Producer.Send), and a
