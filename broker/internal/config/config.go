@@ -110,10 +110,11 @@ type ServerConfig struct {
 	// BulkEnqueueInFlight separates sparse producers from bulk ones: a
 	// connection whose enqueues in flight, with the rest of its request,
 	// fit in it is sparse; while a sparse producer enqueues, every bulk
-	// producer is held to this many bytes of bodies in flight, in chunks
-	// of this size, so that the commits the sparse one waits for stay
-	// small (bulk_enqueue_in_flight, default 32KB, from 4KB to 1GB; at
-	// most max_enqueue_in_flight, which a larger value acts as).
+	// producer is held to as many bytes of bodies in flight as the sparse
+	// producers ask for (at least a quarter of this, at most this), in
+	// chunks of that size, so that the commits the sparse one waits for
+	// stay small (bulk_enqueue_in_flight, default 32KB, from 4KB to 1GB;
+	// at most max_enqueue_in_flight, which a larger value acts as).
 	BulkEnqueueInFlight int64
 	// WriteTimeout closes a connection whose socket takes no bytes for
 	// this long: a client, or a consumer, that stopped reading

@@ -23,10 +23,17 @@ const sharedWindow = 100 * time.Millisecond
 // pipeline up to Config.MaxEnqueueInFlight, for throughput. While a sparse
 // producer (one whose requests and bodies in flight fit in
 // Config.BulkEnqueueInFlight) has enqueued within sharedWindow, each
-// bulk producer is held to Config.BulkEnqueueInFlight and its large
-// batches reach the shard in chunks of that size: the commits stay
-// small, the sparse producer keeps its latency, and the bulk producers
-// keep the rest of the disk's throughput.
+// bulk producer is held to the sparse producers' own demand (the most
+// bytes one of them asked to have in flight in the window), between
+// Config.BulkEnqueueInFlight/4 and Config.BulkEnqueueInFlight, and its
+// large batches reach the shard in chunks of that size. Every commit then
+// carries about as many bytes of a bulk producer as of a sparse one, as
+// deficit round robin with equal quanta would share it (Shreedhar &
+// Varghese, SIGCOMM 1995): the commits stay small, the sparse producer
+// keeps its latency, and the bulk producers keep the rest of the disk's
+// throughput. The floor keeps a producer of tiny requests from cutting
+// bulk producers down to one message per commit, which would cost them
+// far more throughput than it saves the sparse producer in latency.
 type producers struct {
 	shared int64 // Config.BulkEnqueueInFlight
 	// sparseUntil is when the hold on bulk producers ends (nanoseconds
@@ -34,6 +41,11 @@ type producers struct {
 	// sparse producer that set it, which is never held by its own mark.
 	sparseUntil atomic.Int64
 	sparseBy    atomic.Pointer[flow]
+	// sparseDemand is the most bytes a sparse producer asked to have in
+	// flight since the hold began: the bound of held bulk producers,
+	// before the floor. Writes race harmlessly: a lost maximum costs
+	// one window at a smaller bound.
+	sparseDemand atomic.Int64
 	// now returns the monotonic time in nanoseconds; nil means
 	// monotonic. Tests inject a fake.
 	now func() int64
@@ -60,6 +72,12 @@ var epoch = time.Now()
 
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
+// heldBound returns the bytes a held bulk producer may have in flight:
+// the sparse producers' demand, within [shared/4, shared].
+func (p *producers) heldBound() int64 {
+	return min(max(p.sparseDemand.Load(), p.shared/4), p.shared)
+}
+
 // held reports whether a sparse producer other than f enqueued within
 // sharedWindow, so that f, if it is a bulk producer, is held to the
 // shared bound.
@@ -68,20 +86,20 @@ func (f *flow) held() bool {
 }
 
 // bound returns how many bytes of bodies the connection may have in
-// flight now: max, or the shared bound while it is held.
-func (f *flow) bound(max int64) int64 {
+// flight now: limit, or the held bound while it is held.
+func (f *flow) bound(limit int64) int64 {
 	if f.held() {
-		return min(f.p.shared, max)
+		return min(f.p.heldBound(), limit)
 	}
-	return max
+	return limit
 }
 
 // chunkBytes returns the most body bytes one chunk of a large batch
-// carries now: enqueueChunkBytes, or the shared bound while the
+// carries now: enqueueChunkBytes, or the held bound while the
 // connection is held.
 func (f *flow) chunkBytes() int64 {
 	if f.held() {
-		return min(f.p.shared, enqueueChunkBytes)
+		return min(f.p.heldBound(), enqueueChunkBytes)
 	}
 	return enqueueChunkBytes
 }
@@ -90,7 +108,8 @@ func (f *flow) chunkBytes() int64 {
 // flight before it plus what is left of the request, this chunk
 // included. A demand over the shared bound marks the connection a bulk
 // producer for sharedWindow; a connection that is not one marks itself
-// the sparse producer that holds the others.
+// the sparse producer that holds the others, and its demand raises their
+// held bound.
 func (f *flow) admitted(demand int64) {
 	if f.p == nil {
 		return
@@ -101,6 +120,9 @@ func (f *flow) admitted(demand int64) {
 		return
 	}
 	if now >= f.bulkUntil {
+		if now >= f.p.sparseUntil.Load() || demand > f.p.sparseDemand.Load() {
+			f.p.sparseDemand.Store(demand) // a new hold, or a larger demand
+		}
 		f.p.sparseUntil.Store(now + int64(sharedWindow))
 		if f.p.sparseBy.Load() != f {
 			f.p.sparseBy.Store(f)

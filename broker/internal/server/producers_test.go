@@ -24,9 +24,9 @@ func testProducers() (*producers, *int64) {
 
 // TestSparseProducerHoldsBulk: a bulk producer may fill the pipeline
 // until a producer of small requests enqueues; then, for sharedWindow
-// after that producer's last enqueue, it is held to the shared bound and
-// its batches are cut into chunks of that size. The sparse producer is
-// not held by its own mark.
+// after that producer's last enqueue, it is held to the sparse producer's
+// demand and its batches are cut into chunks of that size. The sparse
+// producer is not held by its own mark.
 func TestSparseProducerHoldsBulk(t *testing.T) {
 	p, now := testProducers()
 	bulk, sparse := &flow{p: p}, &flow{p: p}
@@ -40,7 +40,7 @@ func TestSparseProducerHoldsBulk(t *testing.T) {
 		t.Fatalf("bulk producer alone: chunks of %d, want %d", got, enqueueChunkBytes)
 	}
 
-	sparse.admitted(16 << 10)
+	sparse.admitted(testShared)
 	if got := bulk.bound(max); got != testShared {
 		t.Fatalf("beside a sparse producer: bound %d, want %d", got, testShared)
 	}
@@ -63,6 +63,52 @@ func TestSparseProducerHoldsBulk(t *testing.T) {
 	*now += int64(sharedWindow)
 	if got := bulk.bound(max); got != max {
 		t.Fatalf("%v after the sparse producer's last enqueue: bound %d, want %d", sharedWindow*3/2, got, max)
+	}
+}
+
+// TestHeldBoundIsSparseDemand: a held bulk producer may have in flight
+// as much as the sparse producers asked for in the window (the most of
+// them), so that each commit carries about as many of its bytes as of
+// theirs, but never less than a quarter of the shared bound. A new hold,
+// after the window ended, starts from the new demand.
+func TestHeldBoundIsSparseDemand(t *testing.T) {
+	p, now := testProducers()
+	bulk, a, b := &flow{p: p}, &flow{p: p}, &flow{p: p}
+	const max = 2 << 20
+	bulk.admitted(8 << 20)
+
+	steps := []struct {
+		who    *flow
+		demand int64
+		want   int64
+		why    string
+	}{
+		{a, 48 << 10, 48 << 10, "one sparse producer: its demand"},
+		{b, 64 << 10, 64 << 10, "a second, larger: the larger"},
+		{a, 40 << 10, 64 << 10, "a smaller demand within the window: still the larger"},
+		{a, 1 << 10, 64 << 10, "a tiny one within the window: still the larger"},
+	}
+	for _, st := range steps {
+		st.who.admitted(st.demand)
+		if got := bulk.bound(max); got != st.want {
+			t.Fatalf("%s: bound %d, want %d", st.why, got, st.want)
+		}
+		if got := bulk.chunkBytes(); got != st.want {
+			t.Fatalf("%s: chunks of %d, want %d", st.why, got, st.want)
+		}
+	}
+
+	*now += 2 * int64(sharedWindow)
+	a.admitted(1 << 10)
+	if got, want := bulk.bound(max), int64(testShared/4); got != want {
+		t.Fatalf("a new hold by a producer of 1 KiB requests: bound %d, want the floor %d", got, want)
+	}
+	a.admitted(100 << 10)
+	if got := bulk.bound(max); got != 100<<10 {
+		t.Fatalf("then a demand of 100 KiB: bound %d, want %d", got, 100<<10)
+	}
+	if got := bulk.bound(64 << 10); got != 64<<10 {
+		t.Fatalf("a connection limit under the held bound: bound %d, want the limit", got)
 	}
 }
 
@@ -126,13 +172,15 @@ func (q *chunkRecorder) Barrier(_ context.Context, fn func()) error {
 // a sparse producer reaches the shard in chunks of the shared bound, each
 // encoded only when its turn comes, so the commits the sparse producer
 // waits for carry at most that much of it. Before sparse producers held
-// bulk ones, the chunks were 1 MiB and the bound 2 MiB.
+// bulk ones, the chunks were 1 MiB and the bound 2 MiB; before the bound
+// followed the sparse producer's demand, it was the whole shared bound.
 func TestHeldBulkBatchInSharedChunks(t *testing.T) {
 	p, _ := testProducers()
 	s := &Server{cfg: Config{MaxEnqueueInFlight: 2 << 20}}
 	c := &conn{s: s, flow: flow{p: p}}
 	c.room.L = &c.mu
-	(&flow{p: p}).admitted(16 << 10) // a sparse producer enqueues
+	(&flow{p: p}).admitted(48 << 10) // a sparse producer enqueues
+	const held = 48 << 10
 
 	payload := make([]byte, 2048)
 	msgs := make([]wire.EnqueueMessage, 4096)
@@ -164,8 +212,8 @@ func TestHeldBulkBatchInSharedChunks(t *testing.T) {
 	}
 	total := 0
 	for i, n := range q.sizes {
-		if n > testShared {
-			t.Fatalf("chunk %d carried %d bytes of bodies; want at most the shared bound, %d", i, n, testShared)
+		if n > held {
+			t.Fatalf("chunk %d carried %d bytes of bodies; want at most the sparse producer's demand, %d", i, n, held)
 		}
 		total += n
 	}

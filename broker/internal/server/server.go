@@ -96,10 +96,12 @@ type Config struct {
 	// bound is BulkEnqueueInFlight instead (see producers). A single
 	// larger request still goes, alone. 0 means 2 MiB.
 	MaxEnqueueInFlight int64
-	// BulkEnqueueInFlight is the bound of MaxEnqueueInFlight for a
-	// bulk producer while a sparse one enqueues (see producers): each
-	// commit then carries at most this much of the bulk producer's
-	// bodies, which bounds what it adds to the sparse producer's wait.
+	// BulkEnqueueInFlight tells sparse producers (bodies in flight,
+	// with the rest of the request, within it) from bulk ones, and caps
+	// a bulk producer's bound while a sparse one enqueues (see
+	// producers): each commit then carries about as much of the bulk
+	// producer's bodies as of the sparse producer's, and never more than
+	// this, which bounds what it adds to the sparse producer's wait.
 	// 0 means 32 KiB; it is at most MaxEnqueueInFlight.
 	BulkEnqueueInFlight int64
 	// WriteTimeout is how long a write to a client may make no progress
