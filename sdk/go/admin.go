@@ -1,6 +1,7 @@
 package fila
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -62,6 +63,22 @@ func (q *QueueSpec) Backoff(base, max time.Duration) *QueueSpec {
 // a millisecond, at most 7 days (default: the broker's [queue]
 // dedup_window, 5m by default).
 func (q *QueueSpec) DedupWindow(d time.Duration) *QueueSpec { q.f.DedupWindowMS = ms(d); return q }
+
+// The fair scheduling policies a queue may name (QueueSpec.Policy).
+const (
+	// PolicyDRR is deficit round robin: weighted shares hold over whole
+	// rounds, in payload bytes.
+	PolicyDRR = "drr"
+	// PolicySTFQ is start-time fair queueing: weighted shares hold at
+	// every time scale, in messages.
+	PolicySTFQ = "stfq"
+)
+
+// Policy sets the queue's fair scheduling policy across its fairness
+// keys, PolicyDRR or PolicySTFQ; unset, the queue follows the broker's
+// [scheduler] policy. Another name fails CreateQueue with *StatusError
+// (INVALID_ARGUMENT).
+func (q *QueueSpec) Policy(name string) *QueueSpec { q.f.Policy = name; return q }
 
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
@@ -134,6 +151,7 @@ type QueueStats struct {
 	Subscriptions                uint32
 	VisibilityTimeout            time.Duration
 	MaxAttempts                  uint32
+	Policy                       string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
 	FairnessKeys                 []FairnessKeyStats
 	ThrottleKeys                 []ThrottleKeyStats
 	OnEnqueueCalls, OnEnqueueErr uint64
@@ -172,6 +190,7 @@ func (a *Administrator) QueueStats(ctx context.Context, name string) (*QueueStat
 		Name: r.Name, Ready: r.Ready, Delayed: r.Delayed, Leased: r.Leased, DeadLettered: r.DeadLettered,
 		Subscriptions: r.Subscriptions, VisibilityTimeout: time.Duration(r.VisibilityTimeoutMS) * time.Millisecond,
 		MaxAttempts:    r.MaxAttempts,
+		Policy:         cmp.Or(r.Policy, PolicyDRR),
 		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,

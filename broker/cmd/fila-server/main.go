@@ -138,6 +138,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	shardCfg := shard.Config{
 		Sched: sched.Config{
+			Policy:            cfg.Scheduler.Policy,
 			Quantum:           cfg.Scheduler.Quantum,
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout,
 			MaxAttempts:       cfg.Queue.MaxAttempts,

@@ -27,11 +27,12 @@ type stateMachine struct {
 
 var stateMachines = []stateMachine{
 	{
-		dirs: []string{"broker/internal/sched", "broker/internal/sched/drr", "broker/internal/sched/bucket", "broker/internal/sched/idem"},
+		dirs: []string{"broker/internal/sched", "broker/internal/sched/drr", "broker/internal/sched/stfq", "broker/internal/sched/bucket", "broker/internal/sched/idem"},
 		allowed: map[string]bool{
 			"github.com/fila-mq/fila/broker/internal/fault":        true,
 			"github.com/fila-mq/fila/broker/internal/sched/bucket": true,
 			"github.com/fila-mq/fila/broker/internal/sched/drr":    true,
+			"github.com/fila-mq/fila/broker/internal/sched/stfq":   true,
 			"github.com/fila-mq/fila/broker/internal/sched/idem":   true,
 		},
 		why: "only the standard library, fault and sched's leaves",

@@ -21,15 +21,19 @@ import (
 // with an in-memory store that outlives a node's restart.
 type testCluster struct {
 	t       *testing.T
-	rebuild map[int]bool // open these nodes with Config.Rebuild
+	rebuild map[int]bool   // open these nodes with Config.Rebuild
+	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
 }
 
-func newTestCluster(t *testing.T, n int) *testCluster {
+func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, peers: map[uint64]string{}, rebuild: map[int]bool{}}
+	c := &testCluster{t: t, peers: map[uint64]string{}, rebuild: map[int]bool{}, policy: map[int]string{}}
+	for _, o := range opts {
+		o(c)
+	}
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -76,7 +80,7 @@ func (c *testCluster) start(i int) {
 		ElectionTicks:  10,
 		HeartbeatTicks: 1,
 		Rebuild:        c.rebuild[i],
-		Shard:          shard.Config{Sched: sched.Config{VisibilityTimeout: time.Hour}},
+		Shard:          shard.Config{Sched: sched.Config{VisibilityTimeout: time.Hour, Policy: c.policy[i]}},
 		Effects:        noEffects(),
 	}, c.stores[i])
 	if err != nil {
@@ -488,4 +492,37 @@ func TestRebuiltReplicaNeverLeads(t *testing.T) {
 	// Rebuilt, node 3 votes again: with node 1 gone, 2 and 3 elect.
 	c.stop(0)
 	c.leader("jobs")
+}
+
+// TestQueuePolicyFixedAtCreation: replicas decide deliveries themselves,
+// so they must share a queue's policy whatever their own [scheduler]
+// policy: a queue created without one takes the proposing node's default,
+// and every node records that; a queue that names one keeps it.
+func TestQueuePolicyFixedAtCreation(t *testing.T) {
+	c := newTestCluster(t, 3, func(c *testCluster) { c.policy[0] = sched.PolicySTFQ })
+	ctx := context.Background()
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "plain"})
+		return err
+	})
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "named", Policy: sched.PolicyDRR})
+		return err
+	})
+	if _, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "odd", Policy: "fifo"}); !errors.Is(err, fault.ErrInvalidArgument) {
+		t.Fatalf("policy fifo: %v; want INVALID_ARGUMENT", err)
+	}
+	for i, n := range c.nodes {
+		eventually(t, "every node records the policies", func() error {
+			n.mu.RLock()
+			defer n.mu.RUnlock()
+			for name, want := range map[string]string{"plain": sched.PolicySTFQ, "named": sched.PolicyDRR} {
+				q := n.meta.queueOf(name)
+				if q == nil || q.spec.Policy != want {
+					return fmt.Errorf("node %d: queue %s: %+v; want policy %s", i+1, name, q, want)
+				}
+			}
+			return nil
+		})
+	}
 }

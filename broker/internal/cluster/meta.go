@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -422,6 +423,11 @@ func (n *Node) register() {
 // no hint until then). The error wraps fault.ErrQueueExists,
 // fault.ErrInvalidArgument or fault.ErrUnavailable.
 func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.QueueCreated, error) {
+	// Every replica must schedule alike, whatever its own default: the
+	// queue takes this node's default policy now, if it names none.
+	if spec.Policy == "" {
+		spec.Policy = cmp.Or(n.cfg.Shard.Sched.Policy, sched.DefaultPolicy)
+	}
 	if err := sched.New(n.cfg.Shard.Sched).CheckSpec(spec); err != nil {
 		return sched.QueueCreated{}, err
 	}

@@ -226,8 +226,17 @@ type ClusterConfig struct {
 // Enabled reports whether cluster mode is on: whether NodeID is set.
 func (c ClusterConfig) Enabled() bool { return c.NodeID != 0 }
 
-// SchedulerConfig is the [scheduler] section: Deficit Round Robin.
+// SchedulerConfig is the [scheduler] section: how queues share their
+// consumers among fairness keys.
 type SchedulerConfig struct {
+	// Policy is the fair scheduling policy of queues created without one
+	// (policy, default "drr"): "drr", deficit round robin, whose shares
+	// hold over whole rounds, in payload bytes; or "stfq", start-time fair
+	// queueing (Goyal, Vin & Cheng, SIGCOMM 1996), whose shares hold at
+	// every time scale, in messages. A queue keeps the policy it was
+	// created with, or follows this setting when it was created without
+	// one.
+	Policy string
 	// Quantum is the deficit a fairness key earns per unit of weight per DRR
 	// round, in cost units (payload bytes); M. Shreedhar and G. Varghese,
 	// "Efficient Fair Queuing using Deficit Round Robin", SIGCOMM 1995
@@ -371,7 +380,7 @@ func Default() Config {
 			ElectionTicks:     10,
 			HeartbeatTicks:    1,
 		},
-		Scheduler: SchedulerConfig{Quantum: 1000},
+		Scheduler: SchedulerConfig{Policy: "drr", Quantum: 1000},
 		Queue: QueueConfig{
 			VisibilityTimeout: 30 * time.Second,
 			MaxAttempts:       3,

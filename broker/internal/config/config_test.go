@@ -110,6 +110,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"cluster.tick_interval":              `"100ms"`,
 		"cluster.election_ticks":             `10`,
 		"cluster.heartbeat_ticks":            `1`,
+		"scheduler.policy":                   `"drr"`,
 		"scheduler.quantum":                  `1000`,
 		"queue.visibility_timeout":           `"30s"`,
 		"queue.max_attempts":                 `3`,
@@ -191,6 +192,7 @@ election_ticks = 20
 heartbeat_ticks = 2
 
 [scheduler]
+policy = "stfq"
 quantum = 4096
 
 [queue]
@@ -241,7 +243,7 @@ func fullConfig() Config {
 			Peers:             map[uint64]string{1: "10.0.0.1:6001", 2: "127.0.0.1:6001", 3: "[fd00::3]:6001"},
 			ReplicationFactor: 5, TickInterval: 50 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
 		},
-		Scheduler: SchedulerConfig{Quantum: 4096},
+		Scheduler: SchedulerConfig{Policy: "stfq", Quantum: 4096},
 		Queue: QueueConfig{
 			VisibilityTimeout: 45 * time.Second, MaxAttempts: 5, BackoffBase: 250 * time.Millisecond,
 			BackoffMax: 2 * time.Minute, DedupWindow: time.Hour, MaxLeaseExtension: 2 * time.Hour,
@@ -414,6 +416,8 @@ func TestErrors(t *testing.T) {
 			[]string{`log.level = "verbose"`, `want one of "debug", "info", "warn", "error"`}},
 		{"bad format", "[log]\nformat = \"xml\"\n", nil,
 			[]string{`log.format = "xml"`, `want "text" or "json"`}},
+		{"unknown policy", "[scheduler]\npolicy = \"fifo\"\n", nil,
+			[]string{`scheduler.policy = "fifo"`, `want "drr" or "stfq"`}},
 		{"quantum zero", "[scheduler]\nquantum = 0\n", nil,
 			[]string{"scheduler.quantum = 0", "want an integer from 1 to 1073741824"}},
 		{"max attempts zero", "[queue]\nmax_attempts = 0\n", nil,

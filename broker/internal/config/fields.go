@@ -198,6 +198,8 @@ var fields = []field{
 		func(c *Config) any { return &c.Cluster.HeartbeatTicks },
 		intIn(1, 100, func(c *Config) int64 { return int64(c.Cluster.HeartbeatTicks) })},
 
+	{"scheduler", "policy", kindString,
+		func(c *Config) any { return &c.Scheduler.Policy }, checkPolicy},
 	{"scheduler", "quantum", kindInt,
 		func(c *Config) any { return &c.Scheduler.Quantum },
 		intIn(1, maxQuantum, func(c *Config) int64 { return c.Scheduler.Quantum })},
@@ -624,6 +626,13 @@ func requiredWith(get func(*Config) (self, other, otherKey string)) func(*Config
 func checkClientCA(c *Config) string {
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
 		return "empty unless tls.cert_file and tls.key_file are set (mTLS needs TLS)"
+	}
+	return ""
+}
+
+func checkPolicy(c *Config) string {
+	if e := sched.CheckPolicy(c.Scheduler.Policy); e != nil || c.Scheduler.Policy == "" {
+		return `"drr" or "stfq"`
 	}
 	return ""
 }

@@ -36,16 +36,25 @@ func drainAll(b *testing.B, s *Sched, want int) {
 // BenchmarkSchedule measures one scheduling decision of the state
 // machine: the DRR choice of a fairness key, its lane, the lease (timer,
 // lease ring, credit) and the Delivered handed to the shell, with every
-// key backlogged. keys=1 is the FIFO baseline: the same machine with one
-// fairness key, so DRR never rotates.
+// key backlogged, under each policy. keys=1 is the FIFO baseline: the
+// same machine with one fairness key, so the policy never rotates.
 func BenchmarkSchedule(b *testing.B) {
-	for _, nkeys := range []int{1, 10, 10_000, 1_000_000} {
-		b.Run(fmt.Sprintf("keys=%d", nkeys), func(b *testing.B) {
+	for _, run := range []struct {
+		policy string
+		keys   int
+	}{{PolicyDRR, 1}, {PolicyDRR, 10}, {PolicyDRR, 10_000}, {PolicyDRR, 1_000_000},
+		{PolicySTFQ, 10}, {PolicySTFQ, 10_000}, {PolicySTFQ, 1_000_000}} {
+		nkeys := run.keys
+		name := fmt.Sprintf("keys=%d", nkeys)
+		if run.policy != PolicyDRR {
+			name = fmt.Sprintf("%s/keys=%d", run.policy, nkeys)
+		}
+		b.Run(name, func(b *testing.B) {
 			keys := benchKeys(nkeys)
 			// Nothing is acked: lift the cap on unsettled deliveries.
 			s := New(Config{MaxDeliveryBatch: 4096, MaxUnsettled: math.MaxUint32})
 			s.Tick(t0)
-			s.CreateQueue(1, QueueSpec{Name: "q"})
+			s.CreateQueue(1, QueueSpec{Name: "q", Policy: run.policy})
 			// Every key backlogged for the whole run: b.N messages, at
 			// least one per key.
 			n := max(b.N, nkeys)

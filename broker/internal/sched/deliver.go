@@ -31,7 +31,7 @@ func (s *Sched) pump(q *queue) {
 // out of its lane and returns it, or nil if nothing can go now.
 func (s *Sched) pick(q *queue) *msg {
 	for {
-		k, ok := q.drr.Next()
+		k, ok := q.fair.next()
 		if !ok {
 			return nil
 		}
@@ -52,7 +52,7 @@ func (s *Sched) pick(q *queue) *msg {
 			q.ready--
 			k.delivered++
 			k.run = l.next
-			q.drr.Charge(k, int64(m.cost))
+			q.fair.charge(k, int64(m.cost))
 			s.laneSync(l)
 			return m
 		}
@@ -160,24 +160,24 @@ func (s *Sched) keySync(k *fkey) {
 	q := k.q
 	if k.pending == 0 {
 		if k.backlogged {
-			q.drr.Forget(k)
+			q.fair.forget(k)
 			k.backlogged = false
 		}
 		return
 	}
 	if k.nrun > 0 {
-		if !k.flow.Active() {
+		if !q.fair.active(k) {
 			if k.backlogged {
-				q.drr.Resume(k)
+				q.fair.resume(k)
 			} else {
 				k.backlogged = true
 				k.delivered = 0
-				q.drr.Activate(k)
+				q.fair.activate(k)
 			}
 			s.markDirty(q)
 		}
-	} else if k.flow.Active() {
-		q.drr.Remove(k)
+	} else if q.fair.active(k) {
+		q.fair.remove(k)
 	}
 }
 

@@ -97,8 +97,14 @@ func (d *digester) queue(s *Sched, q *queue) {
 	d.uint(q.delayed)
 	d.uint(q.leased)
 	d.bool(q.deleted)
-	d.uint(q.drr.Round())
-	d.uint(uint64(q.drr.Len()))
+	d.str(q.fair.name())
+	if q.fair.stfq {
+		d.uint(q.fair.fq.V())
+		d.uint(uint64(q.fair.fq.Len()))
+	} else {
+		d.uint(q.fair.drr.Round())
+		d.uint(uint64(q.fair.drr.Len()))
+	}
 
 	type idk struct {
 		key     string
@@ -138,9 +144,14 @@ func (d *digester) queue(s *Sched, q *queue) {
 	for _, name := range fks {
 		k := q.keys[name]
 		d.str(k.name)
-		d.int(k.flow.Deficit())
+		if q.fair.stfq {
+			d.uint(k.sflow.Tag())
+			d.uint(k.sflow.Seq())
+		} else {
+			d.int(k.flow.Deficit())
+		}
 		d.uint(uint64(k.flow.Weight()))
-		d.bool(k.flow.Active())
+		d.bool(q.fair.active(k))
 		d.int(int64(k.pending))
 		d.uint(k.delivered)
 		d.bool(k.backlogged)

@@ -77,7 +77,7 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 	fk := cmp.Or(m.FairnessKey, DefaultFairnessKey)
 	weight := max(m.Weight, 1)
 	l := s.laneFor(q, fk, ts, m.OrderingKey)
-	q.drr.SetWeight(l.key, weight)
+	q.fair.setWeight(l.key, weight)
 
 	meta := MessageMeta{
 		EnqueuedAt:   s.now,
@@ -262,7 +262,7 @@ func (s *Sched) detach(m *msg) {
 		}
 	}
 	if k.refs == 0 {
-		k.q.drr.Forget(k)
+		k.q.fair.forget(k)
 		delete(k.q.keys, k.name)
 	}
 }

@@ -195,24 +195,36 @@ func checkInvariants(s *Sched, pumped bool) error {
 			} else if k.run != nil {
 				return fmt.Errorf("queue %s key %s: empty ring with a head", name, fk)
 			}
-			if k.flow.Active() != (k.nrun > 0) {
-				return fmt.Errorf("queue %s key %s: active %v with %d runnable lanes", name, fk, k.flow.Active(), k.nrun)
+			if q.fair.active(k) != (k.nrun > 0) {
+				return fmt.Errorf("queue %s key %s: active %v with %d runnable lanes", name, fk, q.fair.active(k), k.nrun)
 			}
-			if k.flow.Active() {
+			if q.fair.active(k) {
 				active++
+			}
+			if q.fair.stfq {
+				if q.fair.active(k) && int64(k.sflow.Tag()-q.fair.fq.V()) < 0 {
+					return fmt.Errorf("queue %s key %s: backlogged with tag %d behind the virtual time %d", name, fk, k.sflow.Tag(), q.fair.fq.V())
+				}
+				if k.flow.Active() || k.flow.Deficit() != 0 {
+					return fmt.Errorf("queue %s key %s: DRR state in an stfq queue", name, fk)
+				}
+				continue
+			}
+			if k.sflow.Active() {
+				return fmt.Errorf("queue %s key %s: stfq state in a drr queue", name, fk)
 			}
 			if k.pending == 0 && (k.backlogged || k.flow.Deficit() != 0) {
 				return fmt.Errorf("queue %s key %s: idle with deficit %d", name, fk, k.flow.Deficit())
 			}
-			if max := int64(k.flow.Weight()) * q.drr.Quantum(); k.flow.Deficit() > max {
+			if max := int64(k.flow.Weight()) * q.fair.drr.Quantum(); k.flow.Deficit() > max {
 				return fmt.Errorf("queue %s key %s: deficit %d above weight × quantum %d", name, fk, k.flow.Deficit(), max)
 			}
 			if k.flow.Deficit() < -int64(^uint32(0)) {
 				return fmt.Errorf("queue %s key %s: deficit %d below one message", name, fk, k.flow.Deficit())
 			}
 		}
-		if active != q.drr.Len() {
-			return fmt.Errorf("queue %s: %d active keys, DRR holds %d", name, active, q.drr.Len())
+		if held := q.fair.fq.Len() + q.fair.drr.Len(); active != held {
+			return fmt.Errorf("queue %s: %d active keys, the %s scheduler holds %d", name, active, q.fair.name(), held)
 		}
 		// Subscriptions.
 		for id, sb := range q.subs {
@@ -254,8 +266,8 @@ func checkInvariants(s *Sched, pumped bool) error {
 					break
 				}
 			}
-			if pumped && !q.dirty && q.drr.Len() > 0 {
-				return fmt.Errorf("queue %s: pumped, with an eligible subscription and %d runnable keys", name, q.drr.Len())
+			if n := q.fair.drr.Len() + q.fair.fq.Len(); pumped && !q.dirty && n > 0 {
+				return fmt.Errorf("queue %s: pumped, with an eligible subscription and %d runnable keys", name, n)
 			}
 		}
 		// A queue with idempotency keys or producers is in the expiry

@@ -262,7 +262,7 @@ func (s *Sched) moveTo(m *msg, l *lane) {
 	l.key.refs--
 	s.attach(l.key.q, m, l)
 	if m.weight > 0 {
-		l.key.q.drr.SetWeight(l.key, m.weight)
+		l.key.q.fair.setWeight(l.key, m.weight)
 	}
 }
 

@@ -113,8 +113,8 @@ func TestPropertyFairShare(t *testing.T) {
 		for i := 0; i < steps; i++ {
 			// Snapshot at the start of each round, before its first
 			// delivery.
-			if _, ok := q.drr.Next(); ok && q.drr.Round() != last {
-				last = q.drr.Round()
+			if _, ok := q.fair.drr.Next(); ok && q.fair.drr.Round() != last {
+				last = q.fair.drr.Round()
 				cp := make(map[string]int64, len(served))
 				for k, v := range served {
 					cp[k] = v
@@ -187,7 +187,7 @@ func TestPropertyQuietKey(t *testing.T) {
 			p.s.AddCredit(1, 1)
 			p.ack(p.drain(t)...)
 		}
-		active := q.drr.Len()
+		active := q.fair.drr.Len()
 		p.enqueue(t, "q", Message{FairnessKey: "quiet", Weight: rapid.Uint32Range(1, 100).Draw(t, "quietWeight"), PayloadSize: uint32(rapid.Int64Range(1, 3*quantum).Draw(t, "quietSize"))})
 		for n := 0; ; n++ {
 			p.s.AddCredit(1, 1)

@@ -369,6 +369,8 @@ func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
 //	| backoff_max 8B | dedup_window 8B | on_enqueue: len 4B, bytes |
 //	| on_failure: len 4B, bytes                                    |
 //	+-------------------------------------------------------------+
+//	| policy: len 4B, bytes (absent when the spec has none)        |
+//	+-------------------------------------------------------------+
 func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, recordVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
@@ -379,7 +381,12 @@ func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnEnqueue)))
 	b = append(b, spec.OnEnqueue...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
-	return append(b, spec.OnFailure...)
+	b = append(b, spec.OnFailure...)
+	if spec.Policy == "" {
+		return b // as records were before policies: the default
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.Policy)))
+	return append(b, spec.Policy...)
 }
 
 func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
@@ -393,6 +400,12 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 	spec.DedupWindow = d.duration()
 	spec.OnEnqueue = d.str32()
 	spec.OnFailure = d.str32()
+	if d.err == nil && d.off < len(d.b) {
+		spec.Policy = d.str32()
+		if e := CheckPolicy(spec.Policy); e != nil && d.err == nil {
+			d.fail("%v", e)
+		}
+	}
 	d.end()
 	return spec, d.err
 }

@@ -151,7 +151,7 @@ func (s *Sched) restoreMsg(key, value []byte) error {
 	ts := s.internTset(meta.ThrottleKeys)
 	l := s.laneFor(q, meta.FairnessKey, ts, meta.OrderingKey)
 	weight := max(meta.Weight, 1)
-	q.drr.SetWeight(l.key, weight)
+	q.fair.setWeight(l.key, weight)
 	m := s.newMsg()
 	m.id = id
 	m.enq = meta.EnqueuedAt

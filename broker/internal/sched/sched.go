@@ -25,6 +25,10 @@ const (
 // Config holds the broker-wide scheduler settings. Zero (or negative)
 // fields take the defaults above.
 type Config struct {
+	// Policy is the fair scheduling policy of queues created without one
+	// ([scheduler] policy): PolicyDRR or PolicySTFQ; "" means
+	// DefaultPolicy.
+	Policy string
 	// Quantum is the deficit, in payload bytes, that a fairness key of
 	// weight 1 earns per DRR round ([scheduler] quantum, default 1000,
 	// at most drr.MaxQuantum).
@@ -61,6 +65,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Policy == "" {
+		c.Policy = DefaultPolicy
+	}
 	if c.Quantum <= 0 {
 		c.Quantum = DefaultQuantum
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/fila-mq/fila/broker/internal/sched/bucket"
 	"github.com/fila-mq/fila/broker/internal/sched/drr"
 	"github.com/fila-mq/fila/broker/internal/sched/idem"
+	"github.com/fila-mq/fila/broker/internal/sched/stfq"
 )
 
 // A message is in exactly one state at a time.
@@ -178,9 +179,10 @@ func (l *lane) throttleKeys() []string {
 
 // An fkey is one fairness key of a queue: its DRR flow and its lanes.
 type fkey struct {
-	flow drr.Flow[*fkey]
-	q    *queue
-	name string
+	flow  drr.Flow[*fkey]
+	sflow stfq.Flow[*fkey]
+	q     *queue
+	name  string
 	// run is the runnable ring's next lane to serve; nrun its length.
 	run *lane
 	// refs counts the key's messages in any state; the key is dropped at 0.
@@ -306,7 +308,7 @@ type queue struct {
 	dlq    *queue // set for a queue
 	msgs   msgIndex
 	keys   map[string]*fkey
-	drr    drr.Scheduler[*fkey]
+	fair   fair // across its fairness keys
 	subs   map[SubID]*sub
 	// elig is the eligible ring's next subscription to serve.
 	elig  *sub

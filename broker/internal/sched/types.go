@@ -52,6 +52,10 @@ type QueueSpec struct {
 	// DedupWindow is how long an idempotency key is remembered; 0 means
 	// Config.DedupWindow (5 minutes).
 	DedupWindow time.Duration
+	// Policy is the fair scheduling policy across the queue's fairness
+	// keys: PolicyDRR or PolicySTFQ; "" means Config.Policy. A DLQ
+	// follows its queue's.
+	Policy string
 }
 
 // A Message is one message to enqueue. The shell resolves hooks first, so
@@ -366,6 +370,7 @@ type QueueStats struct {
 	Subscriptions     uint32
 	VisibilityTimeout time.Duration // the effective lease length
 	MaxAttempts       uint32        // the effective default-policy attempts
+	Policy            string        // the effective fair scheduling policy: PolicyDRR or PolicySTFQ
 	// FairnessKeys lists keys with pending messages, most pending first
 	// (then by key), at most 1000.
 	FairnessKeys []FairnessKeyStats

@@ -52,6 +52,9 @@ func AppendCommand(b []byte, c Command) []byte {
 		b = binary.AppendVarint(b, int64(sp.BackoffBase))
 		b = binary.AppendVarint(b, int64(sp.BackoffMax))
 		b = binary.AppendVarint(b, int64(sp.DedupWindow))
+		if sp.Policy != "" { // absent as before policies: the default
+			b = appendString(b, sp.Policy)
+		}
 	case *DeleteQueue:
 		b = appendString(b, c.Name)
 	case *Enqueue:
@@ -163,6 +166,12 @@ func DecodeCommand(b []byte) (Command, error) {
 		sp.BackoffBase = d.duration()
 		sp.BackoffMax = d.duration()
 		sp.DedupWindow = d.duration()
+		if len(d.b) > 0 {
+			// Present only when named, and then a policy.
+			if sp.Policy = d.string(); sp.Policy == "" || sched.CheckPolicy(sp.Policy) != nil {
+				d.fail("policy %q", sp.Policy)
+			}
+		}
 		c = &CreateQueue{Spec: sp}
 	case KindDeleteQueue:
 		c = &DeleteQueue{Name: d.string()}

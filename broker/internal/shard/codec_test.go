@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,4 +139,25 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("%v: encoding is not stable across a round trip", c.Kind())
 		}
 	})
+}
+
+// TestCreateQueuePolicy: a queue's policy, when it names one, survives
+// the round trip; a command written before policies decodes with none;
+// an empty or unknown policy is refused.
+func TestCreateQueuePolicy(t *testing.T) {
+	with := &CreateQueue{Spec: sched.QueueSpec{Name: "jobs", Policy: sched.PolicySTFQ}}
+	b := AppendCommand(nil, with)
+	got, err := DecodeCommand(b)
+	if err != nil || !reflect.DeepEqual(got, with) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, with)
+	}
+	without := AppendCommand(nil, &CreateQueue{Spec: sched.QueueSpec{Name: "jobs"}})
+	if got, err := DecodeCommand(without); err != nil || got.(*CreateQueue).Spec.Policy != "" {
+		t.Fatalf("without a policy: %+v, %v", got, err)
+	}
+	for _, p := range []string{"\x00", "\x03fifo"} {
+		if _, err := DecodeCommand(append(slices.Clone(without), p...)); !errors.Is(err, ErrBadCommand) {
+			t.Errorf("policy bytes %q: %v; want ErrBadCommand", p, err)
+		}
+	}
 }

@@ -185,9 +185,23 @@ func TestQueueCommands(t *testing.T) {
 	if st.Ready != 1 || st.VisibilityTimeout != 45000 || st.MaxAttempts != 5 || len(st.FairnessKeys) != 1 || st.FairnessKeys[0].Key != "acme" || st.Hooks.OnEnqueueCalls != 1 {
 		t.Errorf("queue inspect orders -o json = %+v; want ready 1, 45s, 5 attempts, key acme, 1 hook call", st)
 	}
-	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") {
-		t.Errorf("queue inspect orders = %q; want the fairness key table", out)
+	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") || !strings.Contains(out, "policy drr") {
+		t.Errorf("queue inspect orders = %q; want policy drr and the fairness key table", out)
 	}
+	// A queue with the stfq policy shows it, and no DRR deficit.
+	c.ok("queue", "create", "fair", "--policy", "stfq")
+	c.ok("enqueue", "fair", "x", "--fairness-key", "acme")
+	var fair struct {
+		Policy string `json:"policy"`
+	}
+	if c.json(&fair, "queue", "inspect", "fair"); fair.Policy != "stfq" {
+		t.Errorf("queue inspect fair -o json: policy %q; want stfq", fair.Policy)
+	}
+	if out := c.ok("queue", "inspect", "fair"); !strings.Contains(out, "policy stfq") || strings.Contains(out, "DEFICIT") {
+		t.Errorf("queue inspect fair = %q; want policy stfq and no DEFICIT column", out)
+	}
+	c.fails(1, `policy "fifo": want "drr" or "stfq"`, "queue", "create", "odd", "--policy", "fifo")
+	c.ok("queue", "delete", "fair")
 	// Errors name the command run, not the protocol operation.
 	c.fails(3, "fila: queue inspect nope: queue not found", "queue", "inspect", "nope")
 	c.fails(1, "fila: queue create orders: queue already exists", "queue", "create", "orders")

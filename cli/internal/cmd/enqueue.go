@@ -92,7 +92,7 @@ was rejected.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&headers, "header", nil, "application header key=value (repeatable)")
-	f.StringVar(&fairnessKey, "fairness-key", "", `DRR fairness key (default "default")`)
+	f.StringVar(&fairnessKey, "fairness-key", "", `fairness key (default "default")`)
 	f.Uint32Var(&weight, "weight", 0, "DRR weight of the fairness key (default 1)")
 	f.StringArrayVar(&throttleKeys, "throttle-key", nil, "token bucket to take a token from before delivery (repeatable)")
 	f.DurationVar(&delay, "delay", 0, "deliver no earlier than this after enqueue, such as 30s")

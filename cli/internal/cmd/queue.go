@@ -22,7 +22,7 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 	var (
 		vt, backoffBase, backoffMax, dedup time.Duration
 		maxAttempts                        uint32
-		onEnqueue, onFailure               string
+		onEnqueue, onFailure, policy       string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -33,7 +33,8 @@ are rounded up to a whole millisecond, and the broker refuses values out
 of the ranges of those keys. --on-enqueue and --on-failure name
 files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		Example: `  fila queue create orders
-  fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua`,
+  fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua
+  fila queue create jobs --policy stfq`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
@@ -48,7 +49,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 				return usagef("--backoff-base %v: want at most --backoff-max %v", backoffBase, backoffMax)
 			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
-				Backoff(backoffBase, backoffMax).DedupWindow(dedup)
+				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy)
 			for _, h := range []struct {
 				file string
 				set  func(string) *fila.QueueSpec
@@ -80,6 +81,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.DurationVar(&backoffBase, "backoff-base", 0, "retry delay after the first failure, doubling after each further one (0: the broker's default, 1s)")
 	f.DurationVar(&backoffMax, "backoff-max", 0, "cap on the retry delay, at least --backoff-base (0: the broker's default, 60s)")
 	f.DurationVar(&dedup, "dedup-window", 0, "how long idempotency keys are remembered (0: the broker's default, 5m)")
+	f.StringVar(&policy, "policy", "", `fair scheduling across fairness keys: "drr" (deficit round robin, shares over whole rounds, in bytes) or "stfq" (start-time fair queueing, shares at every time scale, in messages); unset: the broker's [scheduler] policy`)
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
@@ -210,6 +212,7 @@ func statsJSON(st *fila.QueueStats) any {
 		"subscriptions":         st.Subscriptions,
 		"visibility_timeout_ms": st.VisibilityTimeout.Milliseconds(),
 		"max_attempts":          st.MaxAttempts,
+		"policy":                st.Policy,
 		"fairness_keys":         fk,
 		"throttle_keys":         tk,
 		"hooks": map[string]any{
@@ -227,16 +230,26 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 	w := g.stdout
 	fmt.Fprintf(w, "queue %s\n", st.Name)
 	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
-	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts)
+	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d, policy %s\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts, st.Policy)
 	fmt.Fprintf(w, "  hooks: on_enqueue %d calls (%d failed), on_failure %d calls (%d failed), circuit %s (%d trips)\n",
 		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)
 	if len(st.FairnessKeys) > 0 {
 		fmt.Fprintln(w)
+		// A deficit is DRR's; an stfq queue has none to show.
+		drr := st.Policy == fila.PolicyDRR
 		rows := make([][]string, len(st.FairnessKeys))
 		for i, k := range st.FairnessKeys {
-			rows[i] = []string{k.Key, u(k.Pending), strconv.FormatUint(uint64(k.Weight), 10), strconv.FormatInt(k.Deficit, 10), u(k.Delivered)}
+			rows[i] = []string{k.Key, u(k.Pending), strconv.FormatUint(uint64(k.Weight), 10)}
+			if drr {
+				rows[i] = append(rows[i], strconv.FormatInt(k.Deficit, 10))
+			}
+			rows[i] = append(rows[i], u(k.Delivered))
 		}
-		if err := g.table([]string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DEFICIT", "DELIVERED"}, rows); err != nil {
+		head := []string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DELIVERED"}
+		if drr {
+			head = []string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DEFICIT", "DELIVERED"}
+		}
+		if err := g.table(head, rows); err != nil {
 			return err
 		}
 	}

@@ -1797,6 +1797,10 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffBaseMS)
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Policy != "" {
+		dst = appendString(dst, m.Policy)
+	}
 	return dst
 }
 
@@ -1814,6 +1818,9 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	m.BackoffBaseMS = r.u64("backoff_base_ms")
 	m.BackoffMaxMS = r.u64("backoff_max_ms")
 	m.DedupWindowMS = r.u64("dedup_window_ms")
+	if r.more() {
+		m.Policy = r.strLike("policy", prev.Policy)
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
@@ -2017,6 +2024,10 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 		dst = m.ThrottleKeys[i].appendTo(dst)
 	}
 	dst = m.Hooks.appendTo(dst)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Policy != "" {
+		dst = appendString(dst, m.Policy)
+	}
 	return dst
 }
 
@@ -2104,6 +2115,9 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 		s, base := r.sub("hooks")
 		m.Hooks.decodeFields(&s, nil)
 		r.joinField(&s, base, "hooks")
+	}
+	if r.more() {
+		m.Policy = r.strLike("policy", prev.Policy)
 	}
 }
 

@@ -411,6 +411,7 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 		Name:                rapid.StringN(0, 12, -1).Draw(t, "name"),
 		OnEnqueue:           rapid.StringN(0, 12, -1).Draw(t, "on_enqueue"),
 		OnFailure:           rapid.StringN(0, 12, -1).Draw(t, "on_failure"),
+		Policy:              rapid.StringN(0, 12, -1).Draw(t, "policy"),
 		VisibilityTimeoutMS: rapid.Uint64().Draw(t, "visibility_timeout_ms"),
 	}
 }
@@ -455,6 +456,7 @@ func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 		Leased:        rapid.Uint64().Draw(t, "leased"),
 		MaxAttempts:   rapid.Uint32().Draw(t, "max_attempts"),
 		Name:          rapid.StringN(0, 12, -1).Draw(t, "name"),
+		Policy:        rapid.StringN(0, 12, -1).Draw(t, "policy"),
 		Ready:         rapid.Uint64().Draw(t, "ready"),
 		Subscriptions: rapid.Uint32().Draw(t, "subscriptions"),
 		ThrottleKeys: drawList(t, "throttle_keys", 3, func(t *rapid.T, label string) ThrottleKeyStats {

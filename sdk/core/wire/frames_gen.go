@@ -82,9 +82,11 @@ const (
 // OptionalFrom maps each frame and struct type that has optional fields to the
 // index of its first one, in field order: an older peer's body may end before it.
 var OptionalFrom = map[string]int{
-	"ClusterGroup": 8,
-	"Enqueue":      1,
-	"HandshakeOk":  5,
+	"ClusterGroup":     8,
+	"CreateQueue":      8,
+	"Enqueue":          1,
+	"HandshakeOk":      5,
+	"QueueStatsResult": 11,
 }
 
 const (
@@ -1464,6 +1466,13 @@ type CreateQueue struct {
 	// DedupWindowMS (u64) How long an idempotency key is remembered, at most 7
 	// days; 0 means the broker's [queue] dedup_window (default 5 minutes).
 	DedupWindowMS uint64
+	// Policy (string) Fair scheduling policy across the queue's fairness keys:
+	// `drr` (deficit round robin: weighted shares over whole rounds, in payload
+	// bytes) or `stfq` (start-time fair queueing: weighted shares at every time
+	// scale, in messages). Empty means the broker's [scheduler] policy (default
+	// `drr`), which a single node reads when the queue is used and a cluster fixes
+	// when the queue is created. Any other value fails with INVALID_ARGUMENT.
+	Policy string
 }
 
 // Opcode returns OpCreateQueue.
@@ -1569,6 +1578,9 @@ type QueueStatsResult struct {
 	ThrottleKeys []ThrottleKeyStats
 	// Hooks (HookStats) Lua hook counters.
 	Hooks HookStats
+	// Policy (string) Fair scheduling policy in effect: `drr` or `stfq`. Empty
+	// from a server that predates policies, which uses `drr`.
+	Policy string
 }
 
 // Opcode returns OpQueueStatsResult.
