@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,9 +16,11 @@ import (
 // TestSTFQQueueEndToEnd creates a queue with the stfq policy on a real
 // server, fills it at weights 1:2:3:4:5 with payloads of mixed sizes,
 // kills the server with SIGKILL and restarts it, then consumes one message
-// at a time: the queue still reports its policy, and every window of 100
-// consecutive deliveries gives each key 100 × w / 15 messages within ±2.
-// A policy the broker does not know is refused with INVALID_ARGUMENT.
+// at a time: the queue still reports its policy, and once every key has
+// spent its latency lane budget and the heavier keys have caught up (200
+// deliveries), every window of 100 consecutive deliveries gives each key
+// 100 × w / 15 messages within ±2. A policy the broker does not know is
+// refused with INVALID_ARGUMENT.
 func TestSTFQQueueEndToEnd(t *testing.T) {
 	srv := filatest.Start(t)
 	ctx := ctxT(t, 3*time.Minute)
@@ -75,12 +79,12 @@ func TestSTFQQueueEndToEnd(t *testing.T) {
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if len(order) == 2000 {
+		if len(order) == 2200 {
 			break
 		}
 	}
 	worst := 0.0
-	for start := 0; start+100 <= len(order); start++ {
+	for start := 200; start+100 <= len(order); start++ {
 		var count [6]int
 		for _, w := range order[start : start+100] {
 			count[w]++
@@ -96,3 +100,129 @@ func TestSTFQQueueEndToEnd(t *testing.T) {
 	}
 	t.Logf("largest error over every window of 100 deliveries: %.2f messages", worst)
 }
+
+// TestLatencyLaneEndToEnd: with a noisy tenant's 100,000 messages
+// backlogged in an stfq queue, ten quiet tenants each send 10. Every quiet
+// message is delivered within latency_budget × 10 + prefetch + 2
+// deliveries of being enqueued: the latency lane serves them ahead of the
+// backlog, where plain fair queueing would serve each quiet tenant one
+// message in 11.
+func TestLatencyLaneEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a queue with 100,000 messages")
+	}
+	srv := filatest.Start(t)
+	ctx := ctxT(t, 5*time.Minute)
+	admin := connect(t, srv.Addr).Admin()
+	const budget, prefetch = 10, 8
+	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("jobs").Policy(fila.PolicySTFQ).LatencyLane(budget, 0)); err != nil {
+		t.Fatal(err)
+	}
+	prod := connect(t, srv.Addr).Producer()
+	send := func(key string, n int) []fila.ID {
+		batch := make([]*fila.Message, n)
+		for i := range batch {
+			batch[i] = fila.NewMessage("jobs", make([]byte, 64)).FairnessKey(key)
+		}
+		var ids []fila.ID
+		for len(batch) > 0 {
+			part := batch[:min(len(batch), 2000)]
+			batch = batch[len(part):]
+			res, err := prod.SendBatch(ctx, part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				ids = append(ids, r.ID)
+			}
+		}
+		return ids
+	}
+	send("noisy", 100_000)
+
+	sub, err := connect(t, srv.Addr).Consumer().Subscribe(ctx, "jobs", fila.Prefetch(prefetch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := sub.Messages(ctx)
+	var delivered atomicCount
+	stop := make(chan struct{})
+	quiet := make(map[fila.ID]int64) // ID → deliveries counted when its enqueue was acknowledged
+	var mu sync.Mutex
+	done := make(chan error, 1)
+	go func() {
+		for d, err := range next {
+			if err != nil {
+				done <- err
+				return
+			}
+			n := delivered.add()
+			mu.Lock()
+			at, ok := quiet[d.ID()]
+			mu.Unlock()
+			if ok {
+				if wait := n - at; wait > budget*10+prefetch+2 {
+					done <- fmt.Errorf("quiet message %s of %s delivered %d deliveries after its enqueue; bound %d", d.ID(), d.FairnessKey(), wait, budget*10+prefetch+2)
+					return
+				}
+				mu.Lock()
+				delete(quiet, d.ID())
+				left := len(quiet)
+				mu.Unlock()
+				if left == 0 {
+					select {
+					case <-stop:
+						done <- nil
+						return
+					default:
+					}
+				}
+			}
+			if err := d.Ack(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- ctx.Err()
+	}()
+	for delivered.load() < 1000 { // the backlog is being served
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The quiet tenants send at once; each message counts from the moment
+	// its enqueue was acknowledged.
+	mu.Lock()
+	for i := range 10 {
+		batch := make([]*fila.Message, 10)
+		for j := range batch {
+			batch[j] = fila.NewMessage("jobs", make([]byte, 64)).FairnessKey(fmt.Sprint("quiet-", i))
+		}
+		res, err := prod.SendBatch(ctx, batch)
+		if err != nil {
+			mu.Unlock()
+			t.Fatal(err)
+		}
+		at := delivered.load()
+		for _, r := range res {
+			if r.Err != nil {
+				mu.Unlock()
+				t.Fatal(r.Err)
+			}
+			quiet[r.ID] = at
+		}
+	}
+	mu.Unlock()
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("100 quiet messages delivered beside a backlog of %d, each within %d deliveries", 100_000-delivered.load(), budget*10+prefetch+2)
+}
+
+// atomicCount is a counter shared by the consumer and the test.
+type atomicCount struct{ n atomic.Int64 }
+
+func (c *atomicCount) add() int64  { return c.n.Add(1) }
+func (c *atomicCount) load() int64 { return c.n.Load() }

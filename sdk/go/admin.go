@@ -80,6 +80,18 @@ const (
 // (INVALID_ARGUMENT).
 func (q *QueueSpec) Policy(name string) *QueueSpec { q.f.Policy = name; return q }
 
+// LatencyLane sets the latency lane of a PolicySTFQ queue: a fairness key
+// that becomes backlogged after having nothing pending for at least idle
+// (rounded up to a whole millisecond) is served its first budget messages
+// ahead of the backlogged keys. 0 for either takes the broker's
+// [scheduler] latency_budget (10) or latency_idle (100ms). The broker
+// refuses a budget above 1,000,000 or an idle time above an hour with
+// *StatusError (INVALID_ARGUMENT).
+func (q *QueueSpec) LatencyLane(budget uint32, idle time.Duration) *QueueSpec {
+	q.f.LatencyBudget, q.f.LatencyIdleMS = budget, ms(idle)
+	return q
+}
+
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
 
@@ -145,13 +157,17 @@ func (a *Administrator) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 // QueueStats is a queue's state: depths, DRR state per fairness key,
 // token buckets per throttle key, Lua hook counters.
 type QueueStats struct {
-	Name                         string
-	Ready, Delayed, Leased       uint64
-	DeadLettered                 uint64
-	Subscriptions                uint32
-	VisibilityTimeout            time.Duration
-	MaxAttempts                  uint32
-	Policy                       string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
+	Name                   string
+	Ready, Delayed, Leased uint64
+	DeadLettered           uint64
+	Subscriptions          uint32
+	VisibilityTimeout      time.Duration
+	MaxAttempts            uint32
+	Policy                 string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
+	// LatencyBudget (deliveries per key) and LatencyIdle are a PolicySTFQ
+	// queue's latency lane; zeros when it has none.
+	LatencyBudget                uint32
+	LatencyIdle                  time.Duration
 	FairnessKeys                 []FairnessKeyStats
 	ThrottleKeys                 []ThrottleKeyStats
 	OnEnqueueCalls, OnEnqueueErr uint64
@@ -189,8 +205,9 @@ func (a *Administrator) QueueStats(ctx context.Context, name string) (*QueueStat
 	st := &QueueStats{
 		Name: r.Name, Ready: r.Ready, Delayed: r.Delayed, Leased: r.Leased, DeadLettered: r.DeadLettered,
 		Subscriptions: r.Subscriptions, VisibilityTimeout: time.Duration(r.VisibilityTimeoutMS) * time.Millisecond,
-		MaxAttempts:    r.MaxAttempts,
-		Policy:         cmp.Or(r.Policy, PolicyDRR),
+		MaxAttempts:   r.MaxAttempts,
+		Policy:        cmp.Or(r.Policy, PolicyDRR),
+		LatencyBudget: r.LatencyBudget, LatencyIdle: time.Duration(r.LatencyIdleMS) * time.Millisecond,
 		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,

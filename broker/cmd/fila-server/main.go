@@ -21,6 +21,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -139,6 +140,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	shardCfg := shard.Config{
 		Sched: sched.Config{
 			Policy:            cfg.Scheduler.Policy,
+			LatencyBudget:     cmp.Or(cfg.Scheduler.LatencyBudget, -1), // 0: no latency lane
+			LatencyIdle:       cfg.Scheduler.LatencyIdle,
 			Quantum:           cfg.Scheduler.Quantum,
 			VisibilityTimeout: cfg.Queue.VisibilityTimeout,
 			MaxAttempts:       cfg.Queue.MaxAttempts,

@@ -23,6 +23,7 @@ type testCluster struct {
 	t       *testing.T
 	rebuild map[int]bool   // open these nodes with Config.Rebuild
 	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
+	lane    [2]int64       // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
@@ -80,13 +81,22 @@ func (c *testCluster) start(i int) {
 		ElectionTicks:  10,
 		HeartbeatTicks: 1,
 		Rebuild:        c.rebuild[i],
-		Shard:          shard.Config{Sched: sched.Config{VisibilityTimeout: time.Hour, Policy: c.policy[i]}},
+		Shard:          shard.Config{Sched: c.sched(i)},
 		Effects:        noEffects(),
 	}, c.stores[i])
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
 	c.nodes[i] = n
+}
+
+// sched returns node i's scheduler configuration.
+func (c *testCluster) sched(i int) sched.Config {
+	cfg := sched.Config{VisibilityTimeout: time.Hour, Policy: c.policy[i]}
+	if i == 0 {
+		cfg.LatencyBudget, cfg.LatencyIdle = int(c.lane[0]), time.Duration(c.lane[1])
+	}
+	return cfg
 }
 
 func (c *testCluster) stop(i int) {
@@ -499,7 +509,7 @@ func TestRebuiltReplicaNeverLeads(t *testing.T) {
 // policy: a queue created without one takes the proposing node's default,
 // and every node records that; a queue that names one keeps it.
 func TestQueuePolicyFixedAtCreation(t *testing.T) {
-	c := newTestCluster(t, 3, func(c *testCluster) { c.policy[0] = sched.PolicySTFQ })
+	c := newTestCluster(t, 3, func(c *testCluster) { c.policy[0] = sched.PolicySTFQ; c.lane = [2]int64{7, int64(time.Second)} })
 	ctx := context.Background()
 	eventually(t, "create queue", func() error {
 		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "plain"})
@@ -521,6 +531,9 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 				if q == nil || q.spec.Policy != want {
 					return fmt.Errorf("node %d: queue %s: %+v; want policy %s", i+1, name, q, want)
 				}
+			}
+			if q := n.meta.queueOf("plain"); q.spec.LatencyBudget != 7 || q.spec.LatencyIdle != time.Second {
+				return fmt.Errorf("node %d: queue plain: latency lane %d, %v; want the proposer's 7, 1s", i+1, q.spec.LatencyBudget, q.spec.LatencyIdle)
 			}
 			return nil
 		})

@@ -428,6 +428,14 @@ func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.Que
 	if spec.Policy == "" {
 		spec.Policy = cmp.Or(n.cfg.Shard.Sched.Policy, sched.DefaultPolicy)
 	}
+	if c := n.cfg.Shard.Sched; spec.Policy == sched.PolicySTFQ {
+		if spec.LatencyBudget == 0 && c.LatencyBudget > 0 {
+			spec.LatencyBudget = uint32(min(c.LatencyBudget, sched.MaxLatencyBudget))
+		}
+		if spec.LatencyIdle == 0 && c.LatencyIdle > 0 {
+			spec.LatencyIdle = min(c.LatencyIdle, sched.MaxLatencyIdle)
+		}
+	}
 	if err := sched.New(n.cfg.Shard.Sched).CheckSpec(spec); err != nil {
 		return sched.QueueCreated{}, err
 	}

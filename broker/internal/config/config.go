@@ -237,6 +237,16 @@ type SchedulerConfig struct {
 	// created with, or follows this setting when it was created without
 	// one.
 	Policy string
+	// LatencyBudget is the latency lane's budget of stfq queues created
+	// without one: the deliveries a fairness key gets ahead of the
+	// backlogged keys when it becomes backlogged after latency_idle with
+	// nothing pending (latency_budget, default 10, from 0, no latency
+	// lane, to 1000000).
+	LatencyBudget int
+	// LatencyIdle is how long a key must have had nothing pending to
+	// enter the latency lane, for stfq queues created without their own
+	// (latency_idle, default 100ms, from 1ms to 1h).
+	LatencyIdle time.Duration
 	// Quantum is the deficit a fairness key earns per unit of weight per DRR
 	// round, in cost units (payload bytes); M. Shreedhar and G. Varghese,
 	// "Efficient Fair Queuing using Deficit Round Robin", SIGCOMM 1995
@@ -380,7 +390,7 @@ func Default() Config {
 			ElectionTicks:     10,
 			HeartbeatTicks:    1,
 		},
-		Scheduler: SchedulerConfig{Policy: "drr", Quantum: 1000},
+		Scheduler: SchedulerConfig{Policy: "drr", LatencyBudget: 10, LatencyIdle: 100 * time.Millisecond, Quantum: 1000},
 		Queue: QueueConfig{
 			VisibilityTimeout: 30 * time.Second,
 			MaxAttempts:       3,

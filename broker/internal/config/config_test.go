@@ -111,6 +111,8 @@ func TestDefaultsNoFile(t *testing.T) {
 		"cluster.election_ticks":             `10`,
 		"cluster.heartbeat_ticks":            `1`,
 		"scheduler.policy":                   `"drr"`,
+		"scheduler.latency_budget":           `10`,
+		"scheduler.latency_idle":             `"100ms"`,
 		"scheduler.quantum":                  `1000`,
 		"queue.visibility_timeout":           `"30s"`,
 		"queue.max_attempts":                 `3`,
@@ -193,6 +195,8 @@ heartbeat_ticks = 2
 
 [scheduler]
 policy = "stfq"
+latency_budget = 20
+latency_idle = "1s"
 quantum = 4096
 
 [queue]
@@ -243,7 +247,7 @@ func fullConfig() Config {
 			Peers:             map[uint64]string{1: "10.0.0.1:6001", 2: "127.0.0.1:6001", 3: "[fd00::3]:6001"},
 			ReplicationFactor: 5, TickInterval: 50 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
 		},
-		Scheduler: SchedulerConfig{Policy: "stfq", Quantum: 4096},
+		Scheduler: SchedulerConfig{Policy: "stfq", LatencyBudget: 20, LatencyIdle: time.Second, Quantum: 4096},
 		Queue: QueueConfig{
 			VisibilityTimeout: 45 * time.Second, MaxAttempts: 5, BackoffBase: 250 * time.Millisecond,
 			BackoffMax: 2 * time.Minute, DedupWindow: time.Hour, MaxLeaseExtension: 2 * time.Hour,
@@ -607,7 +611,7 @@ func TestPrintSources(t *testing.T) {
 	for _, want := range []string{
 		"\n[server]\nlisten_addr = \"0.0.0.0:5555\"",
 		`node_id = "host-1"`, "# default (hostname)\n",
-		"quantum = 2000  # file " + path + "\n",
+		"quantum = 2000          # file " + path + "\n",
 		`level = "debug"  # env FILA_LOG_LEVEL` + "\n",
 		`format = "text"  # default` + "\n",
 		"# Read from " + path,

@@ -200,6 +200,11 @@ var fields = []field{
 
 	{"scheduler", "policy", kindString,
 		func(c *Config) any { return &c.Scheduler.Policy }, checkPolicy},
+	{"scheduler", "latency_budget", kindInt,
+		func(c *Config) any { return &c.Scheduler.LatencyBudget },
+		intIn(0, sched.MaxLatencyBudget, func(c *Config) int64 { return int64(c.Scheduler.LatencyBudget) })},
+	{"scheduler", "latency_idle", kindDuration,
+		func(c *Config) any { return &c.Scheduler.LatencyIdle }, checkLatencyIdle},
 	{"scheduler", "quantum", kindInt,
 		func(c *Config) any { return &c.Scheduler.Quantum },
 		intIn(1, maxQuantum, func(c *Config) int64 { return c.Scheduler.Quantum })},
@@ -626,6 +631,13 @@ func requiredWith(get func(*Config) (self, other, otherKey string)) func(*Config
 func checkClientCA(c *Config) string {
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
 		return "empty unless tls.cert_file and tls.key_file are set (mTLS needs TLS)"
+	}
+	return ""
+}
+
+func checkLatencyIdle(c *Config) string {
+	if d := c.Scheduler.LatencyIdle; d < time.Millisecond || d > sched.MaxLatencyIdle {
+		return "a duration from 1ms to " + FormatDuration(sched.MaxLatencyIdle)
 	}
 	return ""
 }

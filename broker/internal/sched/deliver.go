@@ -160,7 +160,7 @@ func (s *Sched) keySync(k *fkey) {
 	q := k.q
 	if k.pending == 0 {
 		if k.backlogged {
-			q.fair.forget(k)
+			q.fair.forget(k, s.now)
 			k.backlogged = false
 		}
 		return
@@ -172,7 +172,7 @@ func (s *Sched) keySync(k *fkey) {
 			} else {
 				k.backlogged = true
 				k.delivered = 0
-				q.fair.activate(k)
+				q.fair.activate(k, s.now)
 			}
 			s.markDirty(q)
 		}

@@ -98,9 +98,16 @@ func (d *digester) queue(s *Sched, q *queue) {
 	d.uint(q.leased)
 	d.bool(q.deleted)
 	d.str(q.fair.name())
-	if q.fair.stfq {
-		d.uint(q.fair.fq.V())
-		d.uint(uint64(q.fair.fq.Len()))
+	if f := &q.fair; f.stfq {
+		d.uint(f.fq.V())
+		d.uint(uint64(f.fq.Len()))
+		d.uint(uint64(f.budget))
+		d.int(int64(f.idle))
+		d.int(f.credit)
+		d.uint(uint64(f.nlat))
+		for k := f.lhead; k != nil; k = k.lnext {
+			d.str(k.name)
+		}
 	} else {
 		d.uint(q.fair.drr.Round())
 		d.uint(uint64(q.fair.drr.Len()))
@@ -147,6 +154,9 @@ func (d *digester) queue(s *Sched, q *queue) {
 		if q.fair.stfq {
 			d.uint(k.sflow.Tag())
 			d.uint(k.sflow.Seq())
+			d.int(int64(k.idleSince))
+			d.uint(uint64(k.left))
+			d.bool(k.inLat)
 		} else {
 			d.int(k.flow.Deficit())
 		}

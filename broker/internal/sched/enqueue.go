@@ -211,7 +211,7 @@ func (s *Sched) dropBucketIfUnused(b *tbucket) {
 func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
 	k := q.keys[fk]
 	if k == nil {
-		k = &fkey{q: q, name: fk}
+		k = &fkey{q: q, name: fk, idleSince: q.fair.recalled(fk, s.now)}
 		k.dflt.key = k
 		q.keys[fk] = k
 	}
@@ -262,7 +262,7 @@ func (s *Sched) detach(m *msg) {
 		}
 	}
 	if k.refs == 0 {
-		k.q.fair.forget(k)
+		k.q.fair.drop(k, s.now)
 		delete(k.q.keys, k.name)
 	}
 }

@@ -202,7 +202,13 @@ func checkInvariants(s *Sched, pumped bool) error {
 				active++
 			}
 			if q.fair.stfq {
-				if q.fair.active(k) && int64(k.sflow.Tag()-q.fair.fq.V()) < 0 {
+				if k.inLat == k.sflow.Active() && k.inLat {
+					return fmt.Errorf("queue %s key %s: in both lanes", name, fk)
+				}
+				if k.inLat != (k.left > 0) {
+					return fmt.Errorf("queue %s key %s: in the latency lane %v with %d of its budget left", name, fk, k.inLat, k.left)
+				}
+				if k.sflow.Active() && int64(k.sflow.Tag()-q.fair.fq.V()) < 0 {
 					return fmt.Errorf("queue %s key %s: backlogged with tag %d behind the virtual time %d", name, fk, k.sflow.Tag(), q.fair.fq.V())
 				}
 				if k.flow.Active() || k.flow.Deficit() != 0 {
@@ -223,7 +229,17 @@ func checkInvariants(s *Sched, pumped bool) error {
 				return fmt.Errorf("queue %s key %s: deficit %d below one message", name, fk, k.flow.Deficit())
 			}
 		}
-		if held := q.fair.fq.Len() + q.fair.drr.Len(); active != held {
+		nlat := 0
+		for k := q.fair.lhead; k != nil; k = k.lnext {
+			if !k.inLat || q.keys[k.name] != k || nlat > len(q.keys) {
+				return fmt.Errorf("queue %s: key %s misfiled in the latency lane", name, k.name)
+			}
+			nlat++
+		}
+		if nlat != q.fair.nlat {
+			return fmt.Errorf("queue %s: latency lane of %d keys, counted %d", name, nlat, q.fair.nlat)
+		}
+		if held := q.fair.len(); active != held {
 			return fmt.Errorf("queue %s: %d active keys, the %s scheduler holds %d", name, active, q.fair.name(), held)
 		}
 		// Subscriptions.
@@ -266,7 +282,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 					break
 				}
 			}
-			if n := q.fair.drr.Len() + q.fair.fq.Len(); pumped && !q.dirty && n > 0 {
+			if n := q.fair.len(); pumped && !q.dirty && n > 0 {
 				return fmt.Errorf("queue %s: pumped, with an eligible subscription and %d runnable keys", name, n)
 			}
 		}

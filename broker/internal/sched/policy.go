@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched/drr"
 	"github.com/fila-mq/fila/broker/internal/sched/stfq"
@@ -27,6 +29,20 @@ const (
 // Policies lists the accepted policy names.
 var Policies = []string{PolicyDRR, PolicySTFQ}
 
+// checkLatency returns a *SettingError for a latency lane setting of spec
+// out of range, or nil.
+func checkLatency(spec *QueueSpec) *SettingError {
+	if spec.LatencyBudget > MaxLatencyBudget {
+		return &SettingError{Setting: "latency_budget", Value: fmt.Sprint(spec.LatencyBudget),
+			Want: fmt.Sprintf("an integer from 0 (the broker's default) to %d", MaxLatencyBudget)}
+	}
+	if d := spec.LatencyIdle; d < 0 || (d > 0 && d < MinQueueDuration) || d > MaxLatencyIdle {
+		return &SettingError{Setting: "latency_idle", Value: FormatDuration(d),
+			Want: "0 (the broker's default) or a duration from " + FormatDuration(MinQueueDuration) + " to " + FormatDuration(MaxLatencyIdle)}
+	}
+	return nil
+}
+
 // CheckPolicy returns nil if name is a policy, or "" (the default); else
 // a *SettingError for the setting "policy".
 func CheckPolicy(name string) *SettingError {
@@ -37,48 +53,218 @@ func CheckPolicy(name string) *SettingError {
 	return &SettingError{Setting: "policy", Value: fmt.Sprintf("%q", name), Want: `"drr" or "stfq"`}
 }
 
+// Latency lane defaults and bounds (QueueSpec.LatencyBudget and
+// LatencyIdle, Config.LatencyBudget and LatencyIdle).
+const (
+	// DefaultLatencyBudget is the deliveries a key that was idle takes in
+	// the latency lane.
+	DefaultLatencyBudget = 10
+	// MaxLatencyBudget bounds a latency budget.
+	MaxLatencyBudget = 1_000_000
+	// DefaultLatencyIdle is how long a key must have had nothing pending
+	// to enter the latency lane when it becomes backlogged again.
+	DefaultLatencyIdle = 100 * time.Millisecond
+	// MaxLatencyIdle bounds LatencyIdle.
+	MaxLatencyIdle = time.Hour
+	// latencyBurst is how many latency budgets the lane may deliver in a
+	// row when it has been little used: its credit's ceiling.
+	latencyBurst = 10
+)
+
 // fair is a queue's fair scheduler across its fairness keys: one of the
 // two policies, behind one set of operations. The keys embed the state of
 // both (a few dozen bytes each); a queue uses one.
+//
+// An stfq queue also has a latency lane, after the sparse flows of
+// FQ-CoDel (RFC 8290): a key that becomes backlogged after having nothing
+// pending for at least idle (or for the first time) is served its first
+// budget messages ahead of the throughput lane, the keys in the latency
+// lane taking turns one message each. What it is served there advances
+// its tag as any delivery does, so the lane changes when a key is served,
+// not how much: the key then waits in the throughput lane until the
+// others catch up. The lane's share is capped: credit grows by one unit
+// per delivery, a delivery from the lane costs two, and the lane is
+// served only while credit holds two, so over any long window it takes at
+// most half of the deliveries, while a lane little used may deliver
+// latencyBurst budgets in a row. When the throughput lane is empty the
+// latency lane is served whatever its credit (no delivery is withheld).
+// A key whose messages all wait for throttle tokens leaves the lane and
+// forfeits the rest of its budget; it returns to the throughput lane.
 type fair struct {
 	stfq bool
 	drr  drr.Scheduler[*fkey]
 	fq   stfq.Scheduler[*fkey]
+
+	// The latency lane: budget per key (0: none), idle time to qualify,
+	// the FIFO of keys in it, and its credit (ceiling creditMax).
+	budget    uint32
+	idle      time.Duration
+	lhead     *fkey
+	ltail     *fkey
+	nlat      int
+	credit    int64
+	creditMax int64
+	// recent remembers, for idle, when the keys dropped in the last idle
+	// (nothing left of them) went idle, so that a key that comes back
+	// sooner is not new; recentQ lists them oldest first, from rhead,
+	// for their expiry. It holds at most the keys dropped in one idle.
+	recent  map[string]Time
+	recentQ []recentKey
+	rhead   int
+}
+
+type recentKey struct {
+	name string
+	at   Time
+}
+
+// latency resolves a queue's latency lane settings against the Config:
+// the budget in deliveries (0: no latency lane) and the idle time.
+func (c Config) latency(spec *QueueSpec) (budget uint32, idle time.Duration) {
+	budget = spec.LatencyBudget
+	if budget == 0 && c.LatencyBudget > 0 {
+		budget = uint32(c.LatencyBudget)
+	}
+	return budget, cmp.Or(spec.LatencyIdle, c.LatencyIdle)
 }
 
 // STFQ returns the key's start-time fair queueing flow (stfq.Node).
 func (k *fkey) STFQ() *stfq.Flow[*fkey] { return &k.sflow }
 
-func (f *fair) init(policy string, quantum int64) {
+func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Duration) {
 	f.stfq = policy == PolicySTFQ
 	f.drr.Init(quantum)
+	if f.stfq {
+		f.budget, f.idle = budget, idle
+		f.creditMax = 2 * latencyBurst * int64(budget)
+		f.credit = f.creditMax
+	}
 }
 
 // next returns the key to serve next.
 func (f *fair) next() (*fkey, bool) {
-	if f.stfq {
-		return f.fq.Next()
+	if !f.stfq {
+		return f.drr.Next()
 	}
-	return f.drr.Next()
+	if f.lhead != nil && (f.credit >= 2 || f.fq.Len() == 0) {
+		return f.lhead, true
+	}
+	return f.fq.Next()
 }
 
 // charge accounts one message of payload cost bytes served from k, the key
 // next returned: DRR charges the bytes, STFQ one message.
 func (f *fair) charge(k *fkey, cost int64) {
-	if f.stfq {
-		f.fq.Charge(k, 1)
+	if !f.stfq {
+		f.drr.Charge(k, cost)
 		return
 	}
-	f.drr.Charge(k, cost)
+	f.fq.Charge(k, 1)
+	if f.budget == 0 {
+		return
+	}
+	f.credit = min(f.credit+1, f.creditMax)
+	if !k.inLat {
+		return
+	}
+	f.credit = max(f.credit-2, -f.creditMax)
+	f.latRemove(k)
+	if k.left--; k.left > 0 {
+		f.latPush(k) // the lane's keys take turns
+		return
+	}
+	f.fq.Activate(k) // budget spent: the throughput lane
 }
 
-// activate adds a key that has just become backlogged.
-func (f *fair) activate(k *fkey) {
-	if f.stfq {
-		f.fq.Activate(k)
+// activate adds a key that has just become backlogged: to the latency
+// lane if it had nothing pending for at least the idle time (or ever),
+// else to the throughput lane.
+func (f *fair) activate(k *fkey, now Time) {
+	if !f.stfq {
+		f.drr.Activate(k)
 		return
 	}
-	f.drr.Activate(k)
+	if f.budget > 0 && (k.idleSince == 0 || now-k.idleSince >= Time(f.idle)) {
+		f.fq.Sync(k)
+		k.left = f.budget
+		f.latPush(k)
+		return
+	}
+	f.fq.Activate(k)
+}
+
+// drop takes out a key that is being deleted (nothing of it is left) and,
+// if it went idle less than idle ago, remembers when.
+func (f *fair) drop(k *fkey, now Time) {
+	if !f.stfq {
+		f.drr.Forget(k)
+		return
+	}
+	f.remove(k)
+	f.expire(now)
+	if f.budget == 0 || k.idleSince == 0 || now-k.idleSince >= Time(f.idle) {
+		return
+	}
+	if f.recent == nil {
+		f.recent = make(map[string]Time)
+	}
+	f.recent[k.name] = k.idleSince
+	f.recentQ = append(f.recentQ, recentKey{k.name, k.idleSince})
+}
+
+// recalled returns when a key being created went idle, if it was dropped
+// less than idle ago; else 0 (new).
+func (f *fair) recalled(name string, now Time) Time {
+	if len(f.recent) == 0 {
+		return 0
+	}
+	f.expire(now)
+	return f.recent[name]
+}
+
+// expire forgets the dropped keys idle for at least idle.
+func (f *fair) expire(now Time) {
+	for f.rhead < len(f.recentQ) && now-f.recentQ[f.rhead].at >= Time(f.idle) {
+		e := f.recentQ[f.rhead]
+		if f.recent[e.name] == e.at {
+			delete(f.recent, e.name)
+		}
+		f.recentQ[f.rhead] = recentKey{}
+		f.rhead++
+	}
+	if f.rhead == len(f.recentQ) {
+		f.recentQ, f.rhead = f.recentQ[:0], 0
+	} else if f.rhead > 1024 && f.rhead > len(f.recentQ)/2 {
+		f.recentQ = append(f.recentQ[:0], f.recentQ[f.rhead:]...)
+		f.rhead = 0
+	}
+}
+
+func (f *fair) latPush(k *fkey) {
+	k.inLat = true
+	k.lnext, k.lprev = nil, f.ltail
+	if f.ltail != nil {
+		f.ltail.lnext = k
+	} else {
+		f.lhead = k
+	}
+	f.ltail = k
+	f.nlat++
+}
+
+func (f *fair) latRemove(k *fkey) {
+	if k.lprev != nil {
+		k.lprev.lnext = k.lnext
+	} else {
+		f.lhead = k.lnext
+	}
+	if k.lnext != nil {
+		k.lnext.lprev = k.lprev
+	} else {
+		f.ltail = k.lprev
+	}
+	k.lnext, k.lprev, k.inLat = nil, nil, false
+	f.nlat--
 }
 
 // resume returns a backlogged key that was taken out (no lane could run):
@@ -92,24 +278,31 @@ func (f *fair) resume(k *fkey) {
 	f.drr.Resume(k)
 }
 
-// remove takes a backlogged key out, keeping its state for resume.
+// remove takes a backlogged key out, keeping its state for resume; a key
+// in the latency lane forfeits the rest of its budget.
 func (f *fair) remove(k *fkey) {
-	if f.stfq {
-		f.fq.Remove(k)
+	if !f.stfq {
+		f.drr.Remove(k)
 		return
 	}
-	f.drr.Remove(k)
+	if k.inLat {
+		f.latRemove(k)
+		k.left = 0
+		return
+	}
+	f.fq.Remove(k)
 }
 
-// forget takes out a key with nothing pending. DRR clears its deficit;
-// STFQ keeps its tag while the key exists, so that a key that empties and
-// refills at once gains nothing.
-func (f *fair) forget(k *fkey) {
-	if f.stfq {
-		f.fq.Remove(k)
+// forget takes out a key with nothing pending, as of now. DRR clears its
+// deficit; STFQ keeps its tag while the key exists, so that a key that
+// empties and refills at once gains nothing, and notes when it went idle.
+func (f *fair) forget(k *fkey, now Time) {
+	if !f.stfq {
+		f.drr.Forget(k)
 		return
 	}
-	f.drr.Forget(k)
+	f.remove(k)
+	k.idleSince = now
 }
 
 // setWeight sets k's weight.
@@ -121,9 +314,17 @@ func (f *fair) setWeight(k *fkey, w uint32) {
 // active reports whether k is in the scheduler.
 func (f *fair) active(k *fkey) bool {
 	if f.stfq {
-		return k.sflow.Active()
+		return k.sflow.Active() || k.inLat
 	}
 	return k.flow.Active()
+}
+
+// len returns the number of keys in the scheduler.
+func (f *fair) len() int {
+	if f.stfq {
+		return f.fq.Len() + f.nlat
+	}
+	return f.drr.Len()
 }
 
 // weight returns k's weight.

@@ -77,6 +77,9 @@ func (s *Sched) checkSpec(spec *QueueSpec) error {
 	if e := CheckPolicy(spec.Policy); e != nil {
 		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
 	}
+	if e := checkLatency(spec); e != nil {
+		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
+	}
 	set := QueueSettings{
 		VisibilityTimeout: cmp.Or(spec.VisibilityTimeout, s.cfg.VisibilityTimeout),
 		MaxAttempts:       int64(spec.MaxAttempts),
@@ -130,14 +133,14 @@ func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
 	q := s.addQueue(spec)
 	b := s.cur
 	key := appendQueueKey(b.alloc(len(prefixQueue) + len(spec.Name))[:0], spec.Name)
-	s.put(key, appendQueueRecord(b.alloc(49 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy))[:0], &spec))
+	s.put(key, appendQueueRecord(b.alloc(61 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy))[:0], &spec))
 	s.reply(ref, QueueCreated{Name: q.name, DLQ: q.dlq.name})
 }
 
 // addQueue builds a queue and its DLQ in memory.
 func (s *Sched) addQueue(spec QueueSpec) *queue {
 	q := s.newQueue(spec.Name, spec)
-	d := s.newQueue(spec.Name+DLQSuffix, QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy})
+	d := s.newQueue(spec.Name+DLQSuffix, QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle})
 	q.dlq = d
 	d.parent = q
 	return q
@@ -160,7 +163,8 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 		},
 	}
 	q.policy.BackoffMax = max(q.policy.BackoffMax, q.policy.BackoffBase)
-	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum)
+	budget, idle := s.cfg.latency(&spec)
+	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum, budget, idle)
 	s.queues[name] = q
 	return q
 }
@@ -270,6 +274,9 @@ func (s *Sched) QueueStats(ref Ref, name string) {
 		VisibilityTimeout: q.vis,
 		MaxAttempts:       q.policy.MaxAttempts,
 		Policy:            q.fair.name(),
+	}
+	if q.fair.stfq && q.fair.budget > 0 {
+		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
 	}
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())

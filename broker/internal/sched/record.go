@@ -369,8 +369,9 @@ func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
 //	| backoff_max 8B | dedup_window 8B | on_enqueue: len 4B, bytes |
 //	| on_failure: len 4B, bytes                                    |
 //	+-------------------------------------------------------------+
-//	| policy: len 4B, bytes (absent when the spec has none)        |
+//	| policy: len 4B, bytes | latency_budget 4B | latency_idle 8B ns |
 //	+-------------------------------------------------------------+
+//	(the last row absent when all three are zero: the defaults)
 func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, recordVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
@@ -382,11 +383,13 @@ func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, spec.OnEnqueue...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
 	b = append(b, spec.OnFailure...)
-	if spec.Policy == "" {
-		return b // as records were before policies: the default
+	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 {
+		return b // as records were before policies: the defaults
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.Policy)))
-	return append(b, spec.Policy...)
+	b = append(b, spec.Policy...)
+	b = binary.BigEndian.AppendUint32(b, spec.LatencyBudget)
+	return binary.BigEndian.AppendUint64(b, uint64(spec.LatencyIdle))
 }
 
 func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
@@ -402,7 +405,12 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 	spec.OnFailure = d.str32()
 	if d.err == nil && d.off < len(d.b) {
 		spec.Policy = d.str32()
+		spec.LatencyBudget = d.u32()
+		spec.LatencyIdle = d.duration()
 		if e := CheckPolicy(spec.Policy); e != nil && d.err == nil {
+			d.fail("%v", e)
+		}
+		if e := checkLatency(&spec); e != nil && d.err == nil {
 			d.fail("%v", e)
 		}
 	}

@@ -29,6 +29,14 @@ type Config struct {
 	// ([scheduler] policy): PolicyDRR or PolicySTFQ; "" means
 	// DefaultPolicy.
 	Policy string
+	// LatencyBudget is the latency lane's budget of stfq queues created
+	// without one, in deliveries per key ([scheduler] latency_budget,
+	// default 10); negative means no latency lane.
+	LatencyBudget int
+	// LatencyIdle is how long a key must have had nothing pending to
+	// enter the latency lane, for stfq queues created without their own
+	// ([scheduler] latency_idle, default 100ms).
+	LatencyIdle time.Duration
 	// Quantum is the deficit, in payload bytes, that a fairness key of
 	// weight 1 earns per DRR round ([scheduler] quantum, default 1000,
 	// at most drr.MaxQuantum).
@@ -68,6 +76,14 @@ func (c Config) withDefaults() Config {
 	if c.Policy == "" {
 		c.Policy = DefaultPolicy
 	}
+	if c.LatencyBudget == 0 {
+		c.LatencyBudget = DefaultLatencyBudget
+	}
+	c.LatencyBudget = min(c.LatencyBudget, MaxLatencyBudget)
+	if c.LatencyIdle <= 0 {
+		c.LatencyIdle = DefaultLatencyIdle
+	}
+	c.LatencyIdle = min(c.LatencyIdle, MaxLatencyIdle)
 	if c.Quantum <= 0 {
 		c.Quantum = DefaultQuantum
 	}

@@ -194,8 +194,16 @@ type fkey struct {
 	// activation until pending drops to 0.
 	backlogged bool
 	delivered  uint64
-	dflt       lane // the lane without throttle keys or ordering key
-	lanes      map[laneID]*lane
+	// The latency lane (stfq queues, policy.go): idleSince is when the
+	// key last had nothing pending (0: not since it was created); left
+	// is what remains of its budget while inLat; lnext and lprev link
+	// the lane's FIFO.
+	idleSince    Time
+	left         uint32
+	inLat        bool
+	lnext, lprev *fkey
+	dflt         lane // the lane without throttle keys or ordering key
+	lanes        map[laneID]*lane
 }
 
 // DRR returns the key's DRR flow (drr.Node).

@@ -4,16 +4,18 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
 
 // TestSTFQShortWindowShares: an stfq queue at weights 1:2:3:4:5, every key
-// backlogged, delivers to one consumer one message at a time; every window
-// of 100 consecutive deliveries gives each key 100 × w / 15 messages
-// within ±2, whatever the payload sizes (shares are in messages).
+// backlogged in the throughput lane (no latency lane), delivers to one
+// consumer one message at a time; every window of 100 consecutive
+// deliveries gives each key 100 × w / 15 messages within ±2, whatever the
+// payload sizes (shares are in messages).
 func TestSTFQShortWindowShares(t *testing.T) {
-	p := newPropSched(Config{})
+	p := newPropSched(Config{LatencyBudget: -1})
 	p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q", Policy: PolicySTFQ})
 	// 400 × w messages per key: more than 2,000 deliveries take from it.
 	for i := range 400 {
@@ -52,13 +54,21 @@ func TestSTFQShortWindowShares(t *testing.T) {
 
 // TestPropertySTFQNoStarvation: in an stfq queue, whatever the weights
 // (1 to 10), payloads, throttle-free keys and the order of enqueues, a key
-// that is backlogged is served within Σ_j ceil(w_j / w_i) + n deliveries,
-// n the number of keys, of becoming backlogged or of its last delivery:
-// no key starves, and a light key waits for at most about one message of
-// each heavier key per unit of its own weight.
+// that is backlogged is served within a bound of becoming backlogged or of
+// its last delivery: no key starves. Without a latency lane the bound is
+// B = n + Σ_j ⌈w_j / w_i⌉, n the number of keys: a light key waits for at
+// most about one message of each heavier key per unit of its own weight.
+// With a latency lane of budget b, the lane takes at most half of the
+// deliveries after a burst of 10 b, and a key that leaves the lane may
+// have borrowed up to b messages of service, so the bound is
+// 2 (n + Σ_j ⌈(b + 1) w_j / w_i⌉) + 20 b.
 func TestPropertySTFQNoStarvation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p := newPropSched(Config{})
+		budget := rapid.IntRange(-1, 10).Draw(t, "latency budget") // -1, 0: none
+		if budget == 0 {
+			budget = -1
+		}
+		p := newPropSched(Config{LatencyBudget: budget})
 		p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q", Policy: PolicySTFQ})
 		n := rapid.IntRange(1, 8).Draw(t, "keys")
 		weights := make([]uint32, n)
@@ -94,8 +104,15 @@ func TestPropertySTFQNoStarvation(t *testing.T) {
 				}
 				waited[i]++
 				bound := n
-				for j := range weights {
-					bound += int((weights[j] + weights[i] - 1) / weights[i])
+				if budget < 0 {
+					for j := range weights {
+						bound += int((weights[j] + weights[i] - 1) / weights[i])
+					}
+				} else {
+					for j := range weights {
+						bound += int((uint32(budget+1)*weights[j] + weights[i] - 1) / weights[i])
+					}
+					bound = 2*bound + 20*budget
 				}
 				if waited[i] > bound {
 					t.Fatalf("delivery %d: key %d (weight %d) backlogged and unserved for %d deliveries; bound %d", d, i, weights[i], waited[i], bound)
@@ -152,4 +169,186 @@ func TestSTFQPolicyRecorded(t *testing.T) {
 			}
 		}
 	}
+}
+
+// laneHarness drives an stfq queue with one consumer taking one message
+// at a time, acking each, on a fake clock.
+type laneHarness struct {
+	*propSched
+	now Time
+}
+
+func newLaneHarness(t *testing.T, cfg Config) *laneHarness {
+	h := &laneHarness{propSched: newPropSched(cfg), now: t0}
+	h.s.CreateQueue(h.cmdRef(), QueueSpec{Name: "q", Policy: PolicySTFQ})
+	h.s.Subscribe(h.cmdRef(), 1, "q", 0, nil)
+	h.drain(nil)
+	return h
+}
+
+func (h *laneHarness) send(key string, n int, throttle ...string) {
+	for range n {
+		h.enqueue(nil, "q", Message{FairnessKey: key, PayloadSize: 100, ThrottleKeys: throttle})
+	}
+	h.drain(nil)
+}
+
+func (h *laneHarness) advance(d time.Duration) {
+	h.now += Time(d)
+	h.s.Tick(h.now)
+	h.drain(nil)
+}
+
+// take delivers and acks n messages, one at a time, and returns their
+// fairness keys in order ("" where nothing could be delivered).
+func (h *laneHarness) take(n int) []string {
+	var keys []string
+	for range n {
+		h.s.AddCredit(1, 1)
+		got := h.drain(nil)
+		if len(got) == 0 {
+			keys = append(keys, "")
+			continue
+		}
+		keys = append(keys, got[0].FairnessKey)
+		h.ack(got...)
+		h.drain(nil)
+	}
+	return keys
+}
+
+func count(keys []string, key string) int {
+	n := 0
+	for _, k := range keys {
+		if k == key {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLatencyLane walks the latency lane's rules with a fake clock: a new
+// key, or one idle for at least latency_idle, is served its budget ahead
+// of a backlog; a key idle for less is not; a key leaves the lane when its
+// budget is spent, and what it was served there counts against its share,
+// so it then waits for the backlog to catch up.
+func TestLatencyLane(t *testing.T) {
+	h := newLaneHarness(t, Config{LatencyBudget: 4, LatencyIdle: 100 * time.Millisecond})
+	h.send("noisy", 1000)
+	if got := h.take(6); count(got, "noisy") != 6 {
+		t.Fatalf("the noisy key alone: %v", got)
+	}
+
+	// Entry: a new key is served its budget at once.
+	h.send("quiet", 6)
+	got := h.take(4)
+	if count(got, "quiet") != 4 {
+		t.Fatalf("a new key's first 4 (its budget): %v; want all quiet", got)
+	}
+	// Exit: its 4 lane deliveries advanced its tag by 4, so the backlog
+	// goes first until it catches up, then the two alternate.
+	got = h.take(8)
+	if got[0] != "noisy" || got[1] != "noisy" || got[2] != "noisy" || count(got, "quiet") != 2 {
+		t.Fatalf("after the budget: %v; want the noisy key to catch up, then turns", got)
+	}
+
+	// A key idle for less than latency_idle does not enter the lane.
+	h.advance(50 * time.Millisecond)
+	h.send("quiet", 4)
+	if got = h.take(4); count(got, "quiet") > 2 {
+		t.Fatalf("back after 50ms: %v; want turns, not the lane", got)
+	}
+	h.take(8) // drain the quiet key
+	h.advance(100 * time.Millisecond)
+	h.send("quiet", 4)
+	if got = h.take(4); count(got, "quiet") != 4 {
+		t.Fatalf("back after 100ms idle: %v; want the lane", got)
+	}
+}
+
+// TestLatencyLaneTurns: keys in the latency lane take turns, one message
+// each, so a burst in the lane does not hold back another key's.
+func TestLatencyLaneTurns(t *testing.T) {
+	h := newLaneHarness(t, Config{LatencyBudget: 3})
+	h.send("noisy", 100)
+	h.take(5)
+	h.send("a", 3)
+	h.send("b", 3)
+	got := h.take(6)
+	want := []string{"a", "b", "a", "b", "a", "b"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("two keys in the lane: %v; want %v", got, want)
+		}
+	}
+}
+
+// TestLatencyLaneThrottled: a key whose messages wait for a throttle token
+// leaves the latency lane and forfeits its budget; when the token comes
+// it returns to the throughput lane at the virtual time, with no credit
+// for the time it waited: it is not served a burst ahead of the backlog.
+func TestLatencyLaneThrottled(t *testing.T) {
+	h := newLaneHarness(t, Config{LatencyBudget: 5})
+	h.s.SetThrottle("api", 1, 1) // one token a second, one in the bucket
+	h.send("noisy", 1000)
+	h.take(10)
+	h.send("slow", 5, "api")
+	got := h.take(2)
+	if got[0] != "slow" || got[1] != "noisy" {
+		t.Fatalf("a throttled key in the lane: %v; want its one token's message, then the backlog", got)
+	}
+	h.take(20) // the backlog goes on while "slow" waits for its token
+	if k := h.s.queues["q"].keys["slow"]; k.inLat || k.left != 0 {
+		t.Fatalf("waiting for a token: in the lane %v with %d left; want out, budget forfeited", k.inLat, k.left)
+	}
+	h.advance(time.Second)
+	k := h.s.queues["q"].keys["slow"]
+	if lag := h.s.queues["q"].fair.fq.Lag(k); !k.sflow.Active() || lag < 0 {
+		t.Fatalf("the token came: active %v, lag %.2f; want back in the throughput lane, no credit for the time it waited", k.sflow.Active(), lag)
+	}
+	if got = h.take(4); count(got, "slow") != 1 {
+		t.Fatalf("the token came: %v; want one message of slow among the backlog (one token, no burst)", got)
+	}
+}
+
+// TestPropertyLatencyLaneCap: however many keys come and go to use the
+// latency lane, over any window of W deliveries while a backlogged key
+// waits in the throughput lane, the lane takes at most W/2 + 10 b
+// deliveries (b the budget), and the backlogged key is served at least
+// W/2 − 10 b − 1 times.
+func TestPropertyLatencyLaneCap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := rapid.IntRange(1, 8).Draw(t, "budget")
+		h := newLaneHarness(nil, Config{LatencyBudget: b, LatencyIdle: time.Millisecond})
+		h.checkEvery = 64 // the invariants walk every message
+		h.send("noisy", 2000)
+		h.take(b) // the noisy key's own lane budget
+		var order []string
+		fresh := 0
+		for range rapid.IntRange(50, 400).Draw(t, "deliveries") {
+			for range rapid.IntRange(0, 3).Draw(t, "arrivals") {
+				// A new key (a tenant spreading its messages over keys to
+				// use the lane), with at most its budget: every message it
+				// has goes through the lane.
+				fresh++
+				h.send(fmt.Sprint("k", fresh), rapid.IntRange(1, b).Draw(t, "burst"))
+			}
+			if rapid.Bool().Draw(t, "tick") {
+				h.advance(time.Millisecond)
+			}
+			order = append(order, h.take(1)...)
+		}
+		for start := range order {
+			lane := 0
+			for w, k := range order[start:] {
+				if k != "noisy" {
+					lane++
+				}
+				W := w + 1
+				if lane > W/2+10*b+1 {
+					t.Fatalf("deliveries %d to %d: the lane took %d of %d; cap %d", start, start+w, lane, W, W/2+10*b+1)
+				}
+			}
+		}
+	})
 }

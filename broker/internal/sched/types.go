@@ -56,6 +56,13 @@ type QueueSpec struct {
 	// keys: PolicyDRR or PolicySTFQ; "" means Config.Policy. A DLQ
 	// follows its queue's.
 	Policy string
+	// LatencyBudget is how many deliveries a fairness key that was idle
+	// gets in an stfq queue's latency lane, at most MaxLatencyBudget; 0
+	// means Config.LatencyBudget (10). LatencyIdle is how long the key
+	// must have had nothing pending, at most MaxLatencyIdle; 0 means
+	// Config.LatencyIdle (100ms). A drr queue has no latency lane.
+	LatencyBudget uint32
+	LatencyIdle   time.Duration
 }
 
 // A Message is one message to enqueue. The shell resolves hooks first, so
@@ -371,6 +378,10 @@ type QueueStats struct {
 	VisibilityTimeout time.Duration // the effective lease length
 	MaxAttempts       uint32        // the effective default-policy attempts
 	Policy            string        // the effective fair scheduling policy: PolicyDRR or PolicySTFQ
+	// LatencyBudget and LatencyIdle are the effective latency lane of an
+	// stfq queue; zeros when it has none.
+	LatencyBudget uint32
+	LatencyIdle   time.Duration
 	// FairnessKeys lists keys with pending messages, most pending first
 	// (then by key), at most 1000.
 	FairnessKeys []FairnessKeyStats

@@ -779,6 +779,8 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		BackoffMax:        msDur(f.BackoffMaxMS),
 		DedupWindow:       msDur(f.DedupWindowMS),
 		Policy:            f.Policy,
+		LatencyBudget:     f.LatencyBudget,
+		LatencyIdle:       msDur(f.LatencyIdleMS),
 	}
 	return c.s.n.CreateQueue(c.ctx, c.principal, spec, func(r node.Result) {
 		if err := r.Err; err != nil {
@@ -795,7 +797,7 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 	r := &wire.QueueStatsResult{
 		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
-		Policy: st.Policy,
+		Policy: st.Policy, LatencyBudget: st.LatencyBudget, LatencyIdleMS: uint64(st.LatencyIdle / time.Millisecond),
 	}
 	for _, k := range st.FairnessKeys {
 		r.FairnessKeys = append(r.FairnessKeys, wire.FairnessKeyStats{Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered})

@@ -52,8 +52,10 @@ func AppendCommand(b []byte, c Command) []byte {
 		b = binary.AppendVarint(b, int64(sp.BackoffBase))
 		b = binary.AppendVarint(b, int64(sp.BackoffMax))
 		b = binary.AppendVarint(b, int64(sp.DedupWindow))
-		if sp.Policy != "" { // absent as before policies: the default
+		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 { // absent as before policies: the defaults
 			b = appendString(b, sp.Policy)
+			b = binary.AppendUvarint(b, uint64(sp.LatencyBudget))
+			b = binary.AppendVarint(b, int64(sp.LatencyIdle))
 		}
 	case *DeleteQueue:
 		b = appendString(b, c.Name)
@@ -167,9 +169,12 @@ func DecodeCommand(b []byte) (Command, error) {
 		sp.BackoffMax = d.duration()
 		sp.DedupWindow = d.duration()
 		if len(d.b) > 0 {
-			// Present only when named, and then a policy.
-			if sp.Policy = d.string(); sp.Policy == "" || sched.CheckPolicy(sp.Policy) != nil {
-				d.fail("policy %q", sp.Policy)
+			// Present only when one is set.
+			sp.Policy = d.string()
+			sp.LatencyBudget = d.u32()
+			sp.LatencyIdle = d.duration()
+			if sched.CheckPolicy(sp.Policy) != nil || (sp.Policy == "" && sp.LatencyBudget == 0 && sp.LatencyIdle == 0) {
+				d.fail("policy %q, latency budget %d, idle %v", sp.Policy, sp.LatencyBudget, sp.LatencyIdle)
 			}
 		}
 		c = &CreateQueue{Spec: sp}

@@ -189,18 +189,22 @@ func TestQueueCommands(t *testing.T) {
 		t.Errorf("queue inspect orders = %q; want policy drr and the fairness key table", out)
 	}
 	// A queue with the stfq policy shows it, and no DRR deficit.
-	c.ok("queue", "create", "fair", "--policy", "stfq")
+	c.ok("queue", "create", "fair", "--policy", "stfq", "--latency-budget", "20", "--latency-idle", "1s")
 	c.ok("enqueue", "fair", "x", "--fairness-key", "acme")
 	var fair struct {
-		Policy string `json:"policy"`
+		Policy        string `json:"policy"`
+		LatencyBudget uint32 `json:"latency_budget"`
+		LatencyIdle   int64  `json:"latency_idle_ms"`
 	}
-	if c.json(&fair, "queue", "inspect", "fair"); fair.Policy != "stfq" {
-		t.Errorf("queue inspect fair -o json: policy %q; want stfq", fair.Policy)
+	if c.json(&fair, "queue", "inspect", "fair"); fair.Policy != "stfq" || fair.LatencyBudget != 20 || fair.LatencyIdle != 1000 {
+		t.Errorf("queue inspect fair -o json: %+v; want stfq, latency lane 20 after 1000ms", fair)
 	}
-	if out := c.ok("queue", "inspect", "fair"); !strings.Contains(out, "policy stfq") || strings.Contains(out, "DEFICIT") {
-		t.Errorf("queue inspect fair = %q; want policy stfq and no DEFICIT column", out)
+	if out := c.ok("queue", "inspect", "fair"); !strings.Contains(out, "policy stfq") || strings.Contains(out, "DEFICIT") ||
+		!strings.Contains(out, "latency lane: 20 deliveries per key after 1s idle") {
+		t.Errorf("queue inspect fair = %q; want policy stfq, its latency lane and no DEFICIT column", out)
 	}
 	c.fails(1, `policy "fifo": want "drr" or "stfq"`, "queue", "create", "odd", "--policy", "fifo")
+	c.fails(1, "latency_budget 2000000", "queue", "create", "odd", "--policy", "stfq", "--latency-budget", "2000000")
 	c.ok("queue", "delete", "fair")
 	// Errors name the command run, not the protocol operation.
 	c.fails(3, "fila: queue inspect nope: queue not found", "queue", "inspect", "nope")

@@ -21,7 +21,8 @@ func newQueueCmd(g *globals) *cobra.Command {
 func newQueueCreateCmd(g *globals) *cobra.Command {
 	var (
 		vt, backoffBase, backoffMax, dedup time.Duration
-		maxAttempts                        uint32
+		latencyIdle                        time.Duration
+		maxAttempts, latencyBudget         uint32
 		onEnqueue, onFailure, policy       string
 	)
 	cmd := &cobra.Command{
@@ -40,7 +41,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 			for _, d := range []struct {
 				flag string
 				v    time.Duration
-			}{{"visibility-timeout", vt}, {"backoff-base", backoffBase}, {"backoff-max", backoffMax}, {"dedup-window", dedup}} {
+			}{{"visibility-timeout", vt}, {"backoff-base", backoffBase}, {"backoff-max", backoffMax}, {"dedup-window", dedup}, {"latency-idle", latencyIdle}} {
 				if err := checkQueueDuration(d.flag, d.v); err != nil {
 					return err
 				}
@@ -49,7 +50,8 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 				return usagef("--backoff-base %v: want at most --backoff-max %v", backoffBase, backoffMax)
 			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
-				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy)
+				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy).
+				LatencyLane(latencyBudget, latencyIdle)
 			for _, h := range []struct {
 				file string
 				set  func(string) *fila.QueueSpec
@@ -82,6 +84,8 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.DurationVar(&backoffMax, "backoff-max", 0, "cap on the retry delay, at least --backoff-base (0: the broker's default, 60s)")
 	f.DurationVar(&dedup, "dedup-window", 0, "how long idempotency keys are remembered (0: the broker's default, 5m)")
 	f.StringVar(&policy, "policy", "", `fair scheduling across fairness keys: "drr" (deficit round robin, shares over whole rounds, in bytes) or "stfq" (start-time fair queueing, shares at every time scale, in messages); unset: the broker's [scheduler] policy`)
+	f.Uint32Var(&latencyBudget, "latency-budget", 0, "stfq: deliveries a fairness key gets ahead of the backlog when it comes back after --latency-idle with nothing pending (0: the broker's default, 10)")
+	f.DurationVar(&latencyIdle, "latency-idle", 0, "stfq: how long a fairness key must have had nothing pending to enter the latency lane (0: the broker's default, 100ms)")
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
@@ -213,6 +217,8 @@ func statsJSON(st *fila.QueueStats) any {
 		"visibility_timeout_ms": st.VisibilityTimeout.Milliseconds(),
 		"max_attempts":          st.MaxAttempts,
 		"policy":                st.Policy,
+		"latency_budget":        st.LatencyBudget,
+		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
 		"fairness_keys":         fk,
 		"throttle_keys":         tk,
 		"hooks": map[string]any{
@@ -231,6 +237,9 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 	fmt.Fprintf(w, "queue %s\n", st.Name)
 	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
 	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d, policy %s\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts, st.Policy)
+	if st.LatencyBudget > 0 {
+		fmt.Fprintf(w, "  latency lane: %d deliveries per key after %v idle\n", st.LatencyBudget, st.LatencyIdle)
+	}
 	fmt.Fprintf(w, "  hooks: on_enqueue %d calls (%d failed), on_failure %d calls (%d failed), circuit %s (%d trips)\n",
 		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)
 	if len(st.FairnessKeys) > 0 {

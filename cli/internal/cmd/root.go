@@ -183,7 +183,7 @@ the queue, API key or config key does not exist.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.addr, "addr", envOr("FILA_ADDR", "localhost:5555"), "broker address host:port (env FILA_ADDR)")
+	pf.StringVar(&g.addr, "addr", envOr("FILA_ADDR", "localhost:5555"), "broker address host:port; for a cluster, several, comma-separated (env FILA_ADDR)")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key secret; other users can read it in the process list: prefer --api-key-file or env FILA_API_KEY")
 	pf.StringVar(&g.apiKeyFile, "api-key-file", "", "file holding the API key secret (a trailing newline is ignored); overrides env FILA_API_KEY")
 	pf.StringVarP(&g.output, "output", "o", envOr("FILA_OUTPUT", "table"), "output format: table or json (env FILA_OUTPUT)")

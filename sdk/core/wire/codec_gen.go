@@ -1798,8 +1798,14 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
 		dst = appendString(dst, m.Policy)
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+			dst = appendU32(dst, m.LatencyBudget)
+			if m.LatencyIdleMS != 0 {
+				dst = appendU64(dst, m.LatencyIdleMS)
+			}
+		}
 	}
 	return dst
 }
@@ -1820,6 +1826,12 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	m.DedupWindowMS = r.u64("dedup_window_ms")
 	if r.more() {
 		m.Policy = r.strLike("policy", prev.Policy)
+	}
+	if r.more() {
+		m.LatencyBudget = r.u32("latency_budget")
+	}
+	if r.more() {
+		m.LatencyIdleMS = r.u64("latency_idle_ms")
 	}
 }
 
@@ -2025,8 +2037,14 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
 		dst = appendString(dst, m.Policy)
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+			dst = appendU32(dst, m.LatencyBudget)
+			if m.LatencyIdleMS != 0 {
+				dst = appendU64(dst, m.LatencyIdleMS)
+			}
+		}
 	}
 	return dst
 }
@@ -2118,6 +2136,12 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.Policy = r.strLike("policy", prev.Policy)
+	}
+	if r.more() {
+		m.LatencyBudget = r.u32("latency_budget")
+	}
+	if r.more() {
+		m.LatencyIdleMS = r.u64("latency_idle_ms")
 	}
 }
 

@@ -407,6 +407,8 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 		BackoffBaseMS:       rapid.Uint64().Draw(t, "backoff_base_ms"),
 		BackoffMaxMS:        rapid.Uint64().Draw(t, "backoff_max_ms"),
 		DedupWindowMS:       rapid.Uint64().Draw(t, "dedup_window_ms"),
+		LatencyBudget:       rapid.Uint32().Draw(t, "latency_budget"),
+		LatencyIdleMS:       rapid.Uint64().Draw(t, "latency_idle_ms"),
 		MaxAttempts:         rapid.Uint32().Draw(t, "max_attempts"),
 		Name:                rapid.StringN(0, 12, -1).Draw(t, "name"),
 		OnEnqueue:           rapid.StringN(0, 12, -1).Draw(t, "on_enqueue"),
@@ -453,6 +455,8 @@ func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 			return *drawFairnessKeyStats(t)
 		}),
 		Hooks:         *drawHookStats(t),
+		LatencyBudget: rapid.Uint32().Draw(t, "latency_budget"),
+		LatencyIdleMS: rapid.Uint64().Draw(t, "latency_idle_ms"),
 		Leased:        rapid.Uint64().Draw(t, "leased"),
 		MaxAttempts:   rapid.Uint32().Draw(t, "max_attempts"),
 		Name:          rapid.StringN(0, 12, -1).Draw(t, "name"),

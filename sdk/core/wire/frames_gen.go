@@ -1473,6 +1473,17 @@ type CreateQueue struct {
 	// `drr`), which a single node reads when the queue is used and a cluster fixes
 	// when the queue is created. Any other value fails with INVALID_ARGUMENT.
 	Policy string
+	// LatencyBudget (u32) stfq queues: deliveries a fairness key gets in the
+	// latency lane, ahead of the backlogged keys, when it becomes backlogged after
+	// having had nothing pending for latency_idle_ms (or for the first time). The
+	// lane takes at most half of the deliveries over time, after a burst of 10
+	// budgets. At most 1,000,000; 0 means the broker's [scheduler] latency_budget
+	// (default 10).
+	LatencyBudget uint32
+	// LatencyIdleMS (u64) stfq queues: how long a fairness key must have had
+	// nothing pending to enter the latency lane again, at most 1 hour; 0 means the
+	// broker's [scheduler] latency_idle (default 100 ms).
+	LatencyIdleMS uint64
 }
 
 // Opcode returns OpCreateQueue.
@@ -1581,6 +1592,12 @@ type QueueStatsResult struct {
 	// Policy (string) Fair scheduling policy in effect: `drr` or `stfq`. Empty
 	// from a server that predates policies, which uses `drr`.
 	Policy string
+	// LatencyBudget (u32) stfq queues: the latency lane's budget in effect,
+	// deliveries per key; 0 for none (and for drr queues).
+	LatencyBudget uint32
+	// LatencyIdleMS (u64) stfq queues: the latency lane's idle time in effect; 0
+	// when there is no latency lane.
+	LatencyIdleMS uint64
 }
 
 // Opcode returns OpQueueStatsResult.

@@ -142,6 +142,17 @@ func (s *Scheduler[T]) Activate(n T) {
 	s.push(entry[T]{tag: f.tag, seq: f.seq, f: f, gen: f.gen})
 }
 
+// Sync brings the tag of a flow that is not in the heap up to the virtual
+// time, as Activate would, without adding it: a caller that serves the
+// flow by other means (ahead of the heap) then Charges it, so that what
+// it was served counts against its share once it is Activated.
+func (s *Scheduler[T]) Sync(n T) {
+	f := n.STFQ()
+	if !f.in && int64(f.tag-s.v) < 0 {
+		f.tag = s.v
+	}
+}
+
 // Remove takes an active flow out and keeps its tag, for a later
 // Activate. Removing an inactive flow does nothing.
 func (s *Scheduler[T]) Remove(n T) {
