@@ -13,7 +13,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build bin/fila-server and bin/fila
@@ -94,6 +94,10 @@ break-it: build ## a producer and consumer while hostile clients take turns, 20s
 .PHONY: bench-compare
 bench-compare: ## Fila beside NATS JetStream (default sync, sync always) and RabbitMQ quorum queues (if installed), about 5 minutes; results in bench/results
 	cd bench && $(GO) run ./cmd/compare -out results
+
+.PHONY: bench-compare-cluster
+bench-compare-cluster: ## three-node clusters of Fila, NATS JetStream (default sync, sync always) and RabbitMQ (if installed), and Fila on one node, about 4 minutes; results in bench/results/compare-cluster.md
+	cd bench && $(GO) run ./cmd/compare -cluster -out results
 
 .PHONY: replay
 replay: ## replay the Google trace (../shared/data) with DRR and FIFO at 600x, about 8 minutes; report in bench/results/replay

@@ -21,6 +21,13 @@
 // rabbitbench) mirror it. Run from the bench module's directory:
 //
 //	go run ./cmd/compare -out results
+//
+// With -cluster each broker runs as a cluster of three nodes on
+// 127.0.0.1 instead, every queue or stream replicated on all three, and
+// Fila also alone on the same workloads (see cluster.go); the report goes
+// to compare-cluster.md and compare-cluster.json:
+//
+//	go run ./cmd/compare -cluster -out results
 package main
 
 import (
@@ -48,7 +55,7 @@ import (
 // A workload is one row group of the comparison.
 type workload struct {
 	name      string
-	kind      string // "produce", "consume" or "latency"
+	kind      string // "produce", "consume", "lifecycle" or "latency"
 	producers int
 	size      int
 }
@@ -105,6 +112,7 @@ type config struct {
 	latRate     float64
 	latDuration time.Duration
 	out         string
+	cluster     bool
 	filaServer  string
 	filaCLI     string
 	natsServer  string
@@ -112,16 +120,17 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each produce run, and bound on the backlog's fill")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each produce run (and of the producers' part of each lifecycle run), and bound on the backlog's fill")
 	flag.IntVar(&cfg.outstanding, "outstanding", 256, "messages in flight per producer")
-	flag.IntVar(&cfg.batch, "batch", 64, "Fila: messages per SendBatch (the outstanding window is kept in batches)")
-	flag.Int64Var(&cfg.backlog, "backlog", 300000, "messages in the backlog of the consume workload (fewer if the fill's time runs out)")
-	flag.IntVar(&cfg.prefetch, "prefetch", 1024, "consume: delivery credit (Fila) / PullMaxMessages (NATS) / basic.qos prefetch count (RabbitMQ)")
-	flag.IntVar(&cfg.ackBatch, "ack-batch", 256, "deliveries per AckAll (Fila) / per basic.ack with multiple set (RabbitMQ)")
+	flag.IntVar(&cfg.batch, "batch", 64, "Fila: messages per SendBatch (the outstanding window is kept in batches); lifecycle: also deliveries per AckAll (Fila) / per basic.ack with multiple set (RabbitMQ)")
+	flag.Int64Var(&cfg.backlog, "backlog", 300000, "messages in the backlog of the consume workload (fewer if the fill's time runs out; not run with -cluster)")
+	flag.IntVar(&cfg.prefetch, "prefetch", 1024, "consume and lifecycle: delivery credit (Fila) / PullMaxMessages (NATS) / basic.qos prefetch count (RabbitMQ)")
+	flag.IntVar(&cfg.ackBatch, "ack-batch", 256, "consume: deliveries per AckAll (Fila) / per basic.ack with multiple set (RabbitMQ)")
 	flag.IntVar(&cfg.latCount, "latency-count", 2000, "messages of the unloaded latency phase")
 	flag.Float64Var(&cfg.latRate, "latency-rate", 1000, "offered rate of the loaded latency phase, msgs/s")
 	flag.DurationVar(&cfg.latDuration, "latency-duration", 5*time.Second, "length of the loaded latency phase")
-	flag.StringVar(&cfg.out, "out", "", "directory to write compare.md and compare.json into (default: stdout only)")
+	flag.StringVar(&cfg.out, "out", "", "directory to write compare.md and compare.json into, with -cluster compare-cluster.md and compare-cluster.json (default: stdout only)")
+	flag.BoolVar(&cfg.cluster, "cluster", false, "run each broker as a cluster of three nodes (and Fila also alone) on the cluster workloads: produce, lifecycle, latency")
 	flag.StringVar(&cfg.filaServer, "fila-server", "", "fila-server binary (default: built)")
 	flag.StringVar(&cfg.filaCLI, "fila", "", "fila CLI binary (default: built)")
 	flag.StringVar(&cfg.natsServer, "nats-server", "", "nats-server binary (default: built from the module's nats-server requirement)")
@@ -168,6 +177,9 @@ func compare(ctx context.Context, cfg *config) error {
 	}
 	log.Printf("disk: %.0f fsyncs/s (1 KiB write + fsync)", fsyncs)
 
+	if cfg.cluster {
+		return compareCluster(ctx, cfg, tmp, fsyncs, began)
+	}
 	runs := make([]run, len(brokers))
 	for i, br := range brokers {
 		name := br.name
@@ -199,11 +211,11 @@ func compare(ctx context.Context, cfg *config) error {
 		var f figures
 		switch i {
 		case fila:
-			f, err = runFila(ctx, cfg, srv.Addr)
+			f, err = runFila(ctx, cfg, srv.Addr, workloads)
 		case natsDefault, natsAlways:
-			f, err = runNATS(ctx, cfg, srv.Addr)
+			f, err = runNATS(ctx, cfg, srv.Addr, 1, workloads)
 		case rabbit:
-			f, err = runRabbitMQ(ctx, cfg, srv.Addr)
+			f, err = runRabbitMQ(ctx, cfg, srv.Addr, 0, workloads)
 		}
 		var mem proc.Memory
 		if err == nil {
@@ -227,37 +239,59 @@ func compare(ctx context.Context, cfg *config) error {
 	var b strings.Builder
 	report(&b, cfg, runs, fsyncs, time.Since(began))
 	fmt.Print(b.String())
-	if cfg.out != "" {
-		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(cfg.out, "compare.md"), []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-		names := make([]string, len(brokers))
-		results := make([]figures, len(brokers))
-		skipped := map[string]string{}
-		for i, r := range runs {
-			names[i], results[i] = brokers[i].name, r.figures
-			if r.skipped != "" {
-				skipped[brokers[i].name] = r.skipped
-			}
-		}
-		js, _ := json.MarshalIndent(map[string]any{
-			"brokers": names, "figures": results, "skipped": skipped, "rabbitmq_alarms": runs[rabbit].alarms,
-			"fsyncs_per_s": fsyncs, "duration_s": cfg.duration.Seconds(), "outstanding": cfg.outstanding, "fila_batch": cfg.batch,
-			"backlog": cfg.backlog, "prefetch": cfg.prefetch, "ack_batch": cfg.ackBatch,
-			"latency_count": cfg.latCount, "latency_rate": cfg.latRate, "latency_duration_s": cfg.latDuration.Seconds(),
-		}, "", "  ")
-		if err := os.WriteFile(filepath.Join(cfg.out, "compare.json"), append(js, '\n'), 0o644); err != nil {
-			return err
-		}
+	names := make([]string, len(brokers))
+	for i, br := range brokers {
+		names[i] = br.name
 	}
-	return nil
+	return write(cfg, "compare", b.String(), results(names, runs, map[string]any{
+		"rabbitmq_alarms": runs[rabbit].alarms,
+		"fsyncs_per_s":    fsyncs, "duration_s": cfg.duration.Seconds(), "outstanding": cfg.outstanding, "fila_batch": cfg.batch,
+		"backlog": cfg.backlog, "prefetch": cfg.prefetch, "ack_batch": cfg.ackBatch,
+		"latency_count": cfg.latCount, "latency_rate": cfg.latRate, "latency_duration_s": cfg.latDuration.Seconds(),
+	}))
 }
 
-// runFila runs every workload with "fila bench" against addr.
-func runFila(ctx context.Context, cfg *config, addr string) (figures, error) {
+// results returns the JSON form of runs of the brokers named names: the
+// names, each one's figures and why any was skipped, with the fields of
+// extra.
+func results(names []string, runs []run, extra map[string]any) map[string]any {
+	figs := make([]figures, len(runs))
+	skipped := map[string]string{}
+	for i, r := range runs {
+		figs[i] = r.figures
+		if r.skipped != "" {
+			skipped[names[i]] = r.skipped
+		}
+	}
+	m := map[string]any{"brokers": names, "figures": figs, "skipped": skipped}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// write writes the report md and the results js into cfg.out as
+// <base>.md and <base>.json; without cfg.out it writes nothing.
+func write(cfg *config, base, md string, js map[string]any) error {
+	if cfg.out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, base+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(js, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(cfg.out, base+".json"), append(b, '\n'), 0o644)
+}
+
+// runFila runs workloads ws with "fila bench" against addr: one node's
+// address, or several nodes' of a cluster, comma-separated.
+func runFila(ctx context.Context, cfg *config, addr string, ws []workload) (figures, error) {
 	f := figures{}
 	bench := func(v any, args ...string) error {
 		args = append([]string{"--addr", addr, "-o", "json", "bench"}, append(args, "--no-progress")...)
@@ -268,7 +302,7 @@ func runFila(ctx context.Context, cfg *config, addr string) (figures, error) {
 		}
 		return json.Unmarshal(out, v)
 	}
-	for _, w := range workloads {
+	for _, w := range ws {
 		switch w.kind {
 		case "produce":
 			var r struct {
@@ -297,6 +331,21 @@ func runFila(ctx context.Context, cfg *config, addr string) (figures, error) {
 			}
 			f[w.name] = r.Consume.Rate
 			f[w.name+" backlog"] = float64(r.Fill.Messages)
+		case "lifecycle":
+			var r struct {
+				Produce struct {
+					Rate float64 `json:"msgs_per_s"`
+				} `json:"produce"`
+				Consume struct {
+					Rate float64 `json:"msgs_per_s"`
+				} `json:"consume"`
+			}
+			if err := bench(&r, "lifecycle", "--producers", strconv.Itoa(w.producers), "--outstanding", strconv.Itoa(cfg.outstanding),
+				"--batch", strconv.Itoa(cfg.batch), "--size", strconv.Itoa(w.size), "--duration", cfg.duration.String(),
+				"--consumers", "1", "--prefetch", strconv.Itoa(cfg.prefetch)); err != nil {
+				return nil, err
+			}
+			f[w.name+" produce"], f[w.name+" consume"] = r.Produce.Rate, r.Consume.Rate
 		case "latency":
 			type lat struct {
 				P50 float64 `json:"p50_ms"`
@@ -318,12 +367,13 @@ func runFila(ctx context.Context, cfg *config, addr string) (figures, error) {
 	return f, nil
 }
 
-// runNATS runs every workload with natsbench against addr, each on a new
-// stream.
-func runNATS(ctx context.Context, cfg *config, addr string) (figures, error) {
+// runNATS runs workloads ws with natsbench against addr (one server's
+// address, or a cluster's, comma-separated), each on a new stream with
+// replicas replicas.
+func runNATS(ctx context.Context, cfg *config, addr string, replicas int, ws []workload) (figures, error) {
 	f := figures{}
-	for i, w := range workloads {
-		s, err := natsbench.NewStream(ctx, addr, natsbench.Name(i))
+	for i, w := range ws {
+		s, err := natsbench.NewStream(ctx, addr, natsbench.Name(i), replicas)
 		if err != nil {
 			return nil, err
 		}
@@ -350,6 +400,14 @@ func runNATS(ctx context.Context, cfg *config, addr string) (figures, error) {
 			}
 			f[w.name] = r.PerSecond()
 			f[w.name+" backlog"] = float64(fill.Messages)
+		case "lifecycle":
+			r, err := natsbench.Lifecycle(ctx, s, natsbench.ProduceSpec{
+				Producers: w.producers, Outstanding: cfg.outstanding, Size: w.size, Duration: cfg.duration,
+			}, cfg.prefetch)
+			if err != nil {
+				return nil, err
+			}
+			f[w.name+" produce"], f[w.name+" consume"] = r.Produce.PerSecond(), r.Consume.PerSecond()
 		case "latency":
 			r, err := natsbench.MeasureLatency(ctx, s, w.size, cfg.latCount, cfg.latRate, cfg.latDuration)
 			if err != nil {
@@ -366,12 +424,12 @@ func runNATS(ctx context.Context, cfg *config, addr string) (figures, error) {
 	return f, nil
 }
 
-// runRabbitMQ runs every workload with rabbitbench against addr, each on
-// a new quorum queue.
-func runRabbitMQ(ctx context.Context, cfg *config, addr string) (figures, error) {
+// runRabbitMQ runs workloads ws with rabbitbench against the node at
+// addr, each on a new quorum queue with members members (0: every node).
+func runRabbitMQ(ctx context.Context, cfg *config, addr string, members int, ws []workload) (figures, error) {
 	f := figures{}
-	for i, w := range workloads {
-		q, err := rabbitbench.NewQueue(ctx, addr, rabbitbench.Name(i))
+	for i, w := range ws {
+		q, err := rabbitbench.NewQueue(ctx, addr, rabbitbench.Name(i), members)
 		if err != nil {
 			return nil, err
 		}
@@ -398,6 +456,14 @@ func runRabbitMQ(ctx context.Context, cfg *config, addr string) (figures, error)
 			}
 			f[w.name] = r.PerSecond()
 			f[w.name+" backlog"] = float64(fill.Messages)
+		case "lifecycle":
+			r, err := rabbitbench.Lifecycle(ctx, q, rabbitbench.ProduceSpec{
+				Producers: w.producers, Outstanding: cfg.outstanding, Size: w.size, Duration: cfg.duration,
+			}, cfg.prefetch, cfg.batch)
+			if err != nil {
+				return nil, err
+			}
+			f[w.name+" produce"], f[w.name+" consume"] = r.Produce.PerSecond(), r.Consume.PerSecond()
 		case "latency":
 			r, err := rabbitbench.MeasureLatency(ctx, q, w.size, cfg.latCount, cfg.latRate, cfg.latDuration)
 			if err != nil {

@@ -254,3 +254,54 @@ func Produce(ctx context.Context, spec ProduceSpec, pubs []Publisher) (Result, e
 	}
 	return Result{Messages: acked.Load(), Elapsed: elapsed}, nil
 }
+
+// LifecycleResult is the outcome of a lifecycle workload: producers and
+// a consumer at once.
+type LifecycleResult struct {
+	// Produce is the messages acknowledged to the producers over the
+	// time they produced.
+	Produce Result
+	// Consume is the messages the consumer took over the time from its
+	// start until it had taken every message produced.
+	Consume Result
+}
+
+// stall is how long Lifecycle waits for a consumer that takes nothing
+// more before it gives up.
+var stall = time.Minute
+
+// Lifecycle runs the producers pubs by spec (see Produce) while a
+// consumer, started at start, takes the messages; taken returns how many
+// it has taken so far, or why it stopped. Lifecycle returns once the
+// consumer has taken as many messages as were acknowledged to the
+// producers. The error is a producer's failure, the consumer's, or a
+// minute in which the consumer took nothing while messages were left;
+// the result then holds what was measured before it.
+func Lifecycle(ctx context.Context, spec ProduceSpec, pubs []Publisher, start time.Time, taken func() (int64, error)) (LifecycleResult, error) {
+	var res LifecycleResult
+	p, err := Produce(ctx, spec, pubs)
+	if err != nil {
+		return res, fmt.Errorf("lifecycle: %w", err)
+	}
+	res.Produce = p
+	last, lastAt := int64(-1), time.Now()
+	for {
+		n, err := taken()
+		res.Consume = Result{Messages: n, Elapsed: time.Since(start)}
+		switch {
+		case err != nil:
+			return res, fmt.Errorf("lifecycle: consume: %w", err)
+		case n >= p.Messages:
+			return res, nil
+		case n != last:
+			last, lastAt = n, time.Now()
+		case time.Since(lastAt) > stall:
+			return res, fmt.Errorf("lifecycle: consume: nothing taken for %v after %d of %d messages", stall, n, p.Messages)
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

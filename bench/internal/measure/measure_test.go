@@ -3,6 +3,8 @@ package measure
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -46,5 +48,75 @@ func TestLatencyRun(t *testing.T) {
 	_, err = (LatencyRun{Size: 8, Count: 1, Send: func(context.Context, []byte) error { return fail }}).Measure(context.Background(), NewRecorder())
 	if !errors.Is(err, fail) {
 		t.Errorf("failing Send: %v; want it wrapped", err)
+	}
+}
+
+// pipe is a broker stand-in: each message published is acknowledged at
+// once and queued for a consumer.
+type pipe struct {
+	queued chan struct{}
+	sent   int64
+	fail   error
+}
+
+func (p *pipe) Publish(ctx context.Context, _ []byte) error {
+	if p.fail != nil {
+		return p.fail
+	}
+	select {
+	case p.queued <- struct{}{}:
+		p.sent++
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pipe) Flush(time.Duration) (int64, error) { return p.sent, nil }
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	q := make(chan struct{}, 1000)
+	pubs := []Publisher{&pipe{queued: q}, &pipe{queued: q}}
+	var took atomic.Int64
+	start := time.Now()
+	go func() {
+		for range q {
+			took.Add(1)
+		}
+	}()
+	res, err := Lifecycle(ctx, ProduceSpec{Producers: 2, Size: 8, Count: 500}, pubs, start, func() (int64, error) { return took.Load(), nil })
+	close(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Produce.Messages != 500 || res.Consume.Messages != 500 || res.Consume.Elapsed <= 0 {
+		t.Errorf("Lifecycle = %+v; want 500 produced and 500 consumed", res)
+	}
+
+	// A consumer that reports a failure ends the run with it.
+	gone := errors.New("channel closed")
+	_, err = Lifecycle(ctx, ProduceSpec{Producers: 1, Size: 8, Count: 10}, []Publisher{&pipe{queued: make(chan struct{}, 10)}}, start,
+		func() (int64, error) { return 3, gone })
+	if !errors.Is(err, gone) {
+		t.Errorf("Lifecycle with a failed consumer = %v; want its error", err)
+	}
+
+	// A consumer that stops taking messages ends the run after stall.
+	saved := stall
+	stall = 20 * time.Millisecond
+	defer func() { stall = saved }()
+	res, err = Lifecycle(ctx, ProduceSpec{Producers: 1, Size: 8, Count: 10}, []Publisher{&pipe{queued: make(chan struct{}, 10)}}, start,
+		func() (int64, error) { return 4, nil })
+	if err == nil || !strings.Contains(err.Error(), "after 4 of 10") || res.Produce.Messages != 10 {
+		t.Errorf("Lifecycle with a stalled consumer = %+v, %v; want the produce figures and an error at 4 of 10", res, err)
+	}
+
+	// A producer's failure ends the run before waiting for the consumer.
+	refused := errors.New("refused")
+	_, err = Lifecycle(ctx, ProduceSpec{Producers: 1, Size: 8, Count: 10}, []Publisher{&pipe{fail: refused}}, start,
+		func() (int64, error) { return 0, nil })
+	if !errors.Is(err, refused) {
+		t.Errorf("Lifecycle with a failing producer = %v; want its error", err)
 	}
 }

@@ -2,6 +2,10 @@ package natsbench
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +37,7 @@ func TestWorkloads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	s, err := NewStream(ctx, addr, Name(1))
+	s, err := NewStream(ctx, addr, Name(1), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +73,7 @@ func TestWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = NewStream(ctx, addr, Name(2))
+	s, err = NewStream(ctx, addr, Name(2), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,5 +88,112 @@ func TestWorkloads(t *testing.T) {
 		if !(0 < lat.P50 && lat.P50 <= lat.P95 && lat.P95 <= lat.P99 && lat.P99 <= lat.Max) {
 			t.Errorf("MeasureLatency percentiles = %+v; want 0 < p50 ≤ p95 ≤ p99 ≤ max", lat)
 		}
+	}
+}
+
+// startCluster runs a JetStream cluster of n servers in process, named
+// n1 to nn, on free ports of 127.0.0.1, and returns their client
+// addresses, comma-separated.
+func startCluster(t *testing.T, n int) string {
+	t.Helper()
+	routes := make([]*url.URL, n)
+	ports := make([]int, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
+	}
+	var addrs []string
+	for i := range n {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		if !s.ReadyForConnections(30 * time.Second) {
+			t.Fatal("nats-server not ready in 30s")
+		}
+		t.Cleanup(s.Shutdown)
+		addrs = append(addrs, s.Addr().String())
+	}
+	return strings.Join(addrs, ",")
+}
+
+// TestCluster creates a stream with three replicas on a cluster as soon
+// as its servers accept connections, checks that its clients go to its
+// leader, and runs the lifecycle and latency workloads on it at a tiny
+// size. It is skipped under -short.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped under -short: a JetStream cluster takes seconds to elect its leaders")
+	}
+	addrs := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	s, err := NewStream(ctx, addrs, Name(1), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, js, err := connect(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader != nc.ConnectedServerName() {
+		t.Errorf("stream: %d replicas, cluster %+v, clients on %s; want 3 replicas and clients on the leader",
+			info.Config.Replicas, info.Cluster, nc.ConnectedServerName())
+	}
+	nc.Close()
+
+	r, err := Lifecycle(ctx, s, ProduceSpec{Producers: 2, Outstanding: 32, Size: 64, Count: 500}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Produce.Messages != 500 || r.Consume.Messages != 500 || r.Consume.Elapsed <= 0 {
+		t.Errorf("Lifecycle(count 500) = %+v; want 500 produced, 500 consumed", r)
+	}
+	d, err := Lifecycle(ctx, s, ProduceSpec{Producers: 1, Outstanding: 8, Size: 64, Duration: 100 * time.Millisecond}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Produce.Messages <= 0 || d.Consume.Messages < d.Produce.Messages {
+		t.Errorf("Lifecycle(100ms) = %+v; want every message produced consumed", d)
+	}
+	if err := s.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A work-queue stream takes one consumer: the latency workload gets
+	// a stream of its own.
+	s, err = NewStream(ctx, addrs, Name(2), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := MeasureLatency(ctx, s, 16, 10, 200, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Unloaded.Count != 10 || l.Loaded.Count != 20 {
+		t.Errorf("MeasureLatency = %d unloaded, %d loaded samples; want 10, 20", l.Unloaded.Count, l.Loaded.Count)
+	}
+	if err := s.Delete(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

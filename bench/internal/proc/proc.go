@@ -1,7 +1,8 @@
 // Package proc builds and runs the broker processes the comparison
 // harness measures: fila-server, nats-server and, where it is installed,
 // rabbitmq-server, each its own process on 127.0.0.1 with its storage in
-// a directory of the caller's, and reads their memory use from /proc.
+// a directory of the caller's, alone (Server) or as a cluster of nodes
+// (Cluster), and reads their memory use from /proc.
 package proc
 
 import (
@@ -66,13 +67,18 @@ func StartFila(bin, dataDir string, env ...string) (*Server, error) {
 		"FILA_LOG_LEVEL=info",
 	)
 	cmd.Env = append(cmd.Env, env...)
-	re := regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
-	return start("fila", cmd, func(line string) string {
-		if m := re.FindStringSubmatch(line); m != nil {
-			return m[1]
-		}
-		return ""
-	})
+	return start("fila", cmd, filaListening)
+}
+
+var filaListeningRE = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
+
+// filaListening returns the address in fila-server's "listening" log
+// line, or "" for any other line.
+func filaListening(line string) string {
+	if m := filaListeningRE.FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // StartNATS starts bin (a nats-server) with JetStream, its store in
@@ -84,20 +90,21 @@ func StartNATS(name, bin, storeDir string, syncAlways bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nmax_payload: 8MB\njetstream {\n  store_dir: %q\n", port, storeDir)
-	if syncAlways {
-		conf += "  sync_interval: always\n"
-	}
-	conf += "}\n"
-	path := filepath.Join(storeDir, "nats.conf")
-	if err := os.MkdirAll(storeDir, 0o755); err != nil {
+	return startNATS(name, bin, NATSNode{Port: port, StoreDir: storeDir, SyncAlways: syncAlways})
+}
+
+// startNATS writes n's configuration into n.StoreDir as nats.conf and
+// starts bin with it, returning once the server accepts connections.
+func startNATS(name, bin string, n NATSNode) (*Server, error) {
+	if err := os.MkdirAll(n.StoreDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+	path := filepath.Join(n.StoreDir, "nats.conf")
+	if err := os.WriteFile(path, []byte(n.Config()), 0o644); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "-c", path)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", n.Port)
 	return start(name, cmd, func(line string) string {
 		if strings.Contains(line, "Server is ready") {
 			return addr

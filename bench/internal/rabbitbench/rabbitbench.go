@@ -13,14 +13,19 @@
 //     basic.qos prefetch and manual acks, one basic.ack with multiple set
 //     for every batch of deliveries (like Fila's AckAll of a batch); the
 //     server does not confirm acks.
+//   - Lifecycle: producers as in Produce while one consumer takes and
+//     acks the messages, as "fila bench lifecycle" does with one
+//     consumer; both rates are reported.
 //   - Latency: time from just before the publish to the delivery, one
 //     message at a time and at an offered rate, with the send time in the
 //     first 8 payload bytes, as "fila bench latency" does.
 //
 // Queues are durable quorum queues (x-queue-type: quorum): a quorum queue
 // writes each message to its log and fsyncs it before it confirms the
-// publish, the durability Fila gives every acknowledged enqueue. Messages
-// are published persistent, to the default exchange.
+// publish, the durability Fila gives every acknowledged enqueue. On a
+// cluster a publish is confirmed once a majority of the queue's members
+// have fsynced it. Messages are published persistent, to the default
+// exchange.
 package rabbitbench
 
 import (
@@ -50,14 +55,23 @@ type Queue struct {
 
 // NewQueue declares a durable quorum queue named name on the server at
 // addr (host:port), connecting as guest (admitted from loopback
-// addresses only).
-func NewQueue(ctx context.Context, addr, name string) (*Queue, error) {
+// addresses only). On a cluster, members (if positive) is the number of
+// nodes that hold the queue (x-quorum-initial-group-size), and its
+// leader is the node at addr (x-queue-leader-locator client-local), to
+// which all the queue's clients connect; members 0 declares the queue
+// with neither argument (on a single node, the node holds it).
+func NewQueue(ctx context.Context, addr, name string, members int) (*Queue, error) {
 	conn, ch, err := connect(addr)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	args := amqp.Table{"x-queue-type": "quorum"}
+	if members > 0 {
+		args["x-quorum-initial-group-size"] = int32(members)
+		args["x-queue-leader-locator"] = "client-local"
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		return nil, fmt.Errorf("rabbitbench: declare queue %s: %w", name, err)
 	}
 	return &Queue{Name: name, addr: addr}, nil
@@ -187,24 +201,44 @@ type ProduceSpec = measure.ProduceSpec
 // The error is non-nil if the server nacked a message, a connection
 // failed, or confirms were still missing a minute after the last publish.
 func Produce(ctx context.Context, q *Queue, spec ProduceSpec) (Result, error) {
-	pubs := make([]measure.Publisher, spec.Producers)
-	for i := range pubs {
-		conn, ch, err := connect(q.addr)
-		if err != nil {
-			return Result{}, err
-		}
-		defer conn.Close()
-		c, err := newConfirmer(ch, spec.Outstanding)
-		if err != nil {
-			return Result{}, err
-		}
-		pubs[i] = &publisher{c: c, queue: q.Name}
+	pubs, closeAll, err := publishers(q, spec)
+	if err != nil {
+		return Result{}, err
 	}
+	defer closeAll()
 	r, err := measure.Produce(ctx, spec, pubs)
 	if err != nil {
 		return r, fmt.Errorf("rabbitbench: %w", err)
 	}
 	return r, nil
+}
+
+// publishers connects spec.Producers producers to q, each on a channel
+// in confirm mode, and returns them with a function that closes their
+// connections.
+func publishers(q *Queue, spec ProduceSpec) ([]measure.Publisher, func(), error) {
+	var conns []*amqp.Connection
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	pubs := make([]measure.Publisher, spec.Producers)
+	for i := range pubs {
+		conn, ch, err := connect(q.addr)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, conn)
+		c, err := newConfirmer(ch, spec.Outstanding)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		pubs[i] = &publisher{c: c, queue: q.Name}
+	}
+	return pubs, closeAll, nil
 }
 
 // publisher is one producer of Produce.
@@ -272,6 +306,113 @@ func Consume(ctx context.Context, q *Queue, prefetch, ackBatch int, count int64)
 		return Result{}, fmt.Errorf("rabbitbench: consume: %w", err)
 	}
 	return Result{Messages: got, Elapsed: time.Since(start)}, nil
+}
+
+// LifecycleResult is the outcome of Lifecycle.
+type LifecycleResult = measure.LifecycleResult
+
+// Lifecycle produces into q by spec (as Produce does) while one consumer
+// on its own connection takes the messages, with basic.qos prefetch
+// prefetch and manual acks: one basic.ack with multiple set for every
+// ackBatch deliveries, or for those received so far once a millisecond
+// passes without a delivery (as "fila bench lifecycle" flushes a partial
+// AckAll). The consumer starts first; the run ends once it has taken
+// every message confirmed to the producers (see measure.Lifecycle) and a
+// synchronous method on its channel returned after its last ack.
+func Lifecycle(ctx context.Context, q *Queue, spec ProduceSpec, prefetch, ackBatch int) (LifecycleResult, error) {
+	var res LifecycleResult
+	conn, ch, err := connect(q.addr)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return res, fmt.Errorf("rabbitbench: qos: %w", err)
+	}
+	ackBatch = max(ackBatch, 1)
+	start := time.Now()
+	// Not ConsumeWithContext: the basic.cancel it sends when its context
+	// ends would race with the synchronous method after the last ack
+	// (the client matches replies to a channel's calls in order).
+	deliveries, err := ch.Consume(q.Name, "lifecycle", false, false, false, false, nil)
+	if err != nil {
+		return res, fmt.Errorf("rabbitbench: consume: %w", err)
+	}
+	var (
+		got     atomic.Int64
+		failure atomic.Pointer[error]
+		stop    = make(chan struct{})
+		done    = make(chan struct{})
+	)
+	fail := func(err error) { failure.CompareAndSwap(nil, &err) }
+	go func() {
+		defer close(done)
+		var tag uint64 // of the last delivery not yet acked; 0 for none
+		ack := func() {
+			if tag != 0 {
+				if err := ch.Ack(tag, true); err != nil {
+					fail(fmt.Errorf("ack: %w", err))
+				}
+				tag = 0
+			}
+		}
+		defer ack()
+		flush := time.NewTimer(time.Hour)
+		flush.Stop()
+		defer flush.Stop()
+		pending := 0
+		for {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					fail(errors.New("channel closed"))
+					return
+				}
+				got.Add(1)
+				tag = d.DeliveryTag
+				pending++
+				switch {
+				case pending >= ackBatch:
+					flush.Stop()
+					ack()
+					pending = 0
+				case pending == 1:
+					flush.Reset(time.Millisecond)
+				}
+			case <-flush.C:
+				ack()
+				pending = 0
+			case <-stop:
+				return
+			}
+		}
+	}()
+	pubs, closeAll, err := publishers(q, spec)
+	if err != nil {
+		close(stop)
+		<-done
+		return res, err
+	}
+	defer closeAll()
+	res, err = measure.Lifecycle(ctx, spec, pubs, start, func() (int64, error) {
+		if e := failure.Load(); e != nil {
+			return got.Load(), *e
+		}
+		return got.Load(), nil
+	})
+	close(stop)
+	<-done
+	if err == nil {
+		if e := failure.Load(); e != nil {
+			err = *e
+		} else if _, err = ch.QueueDeclarePassive(q.Name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			err = fmt.Errorf("consume: %w", err)
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("rabbitbench: lifecycle: %w", err)
+	}
+	return res, nil
 }
 
 // LatencyResult is the outcome of MeasureLatency.

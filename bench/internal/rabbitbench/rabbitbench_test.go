@@ -2,7 +2,9 @@ package rabbitbench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +34,7 @@ func TestWorkloads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	q, err := NewQueue(ctx, addr, Name(1))
+	q, err := NewQueue(ctx, addr, Name(1), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,25 @@ func TestWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	q, err = NewQueue(ctx, addr, Name(2))
+	q, err = NewQueue(ctx, addr, Name(3), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := Lifecycle(ctx, q, ProduceSpec{Producers: 2, Outstanding: 32, Size: 64, Count: 500}, 64, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc.Produce.Messages != 500 || lc.Consume.Messages != 500 || lc.Consume.Elapsed <= 0 {
+		t.Errorf("Lifecycle(count 500) = %+v; want 500 produced, 500 consumed", lc)
+	}
+	if n, err := q.Pending(ctx); err != nil || n != 0 {
+		t.Errorf("Pending() after Lifecycle = %d, %v; want 0", n, err)
+	}
+	if err := q.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	q, err = NewQueue(ctx, addr, Name(2), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,5 +106,56 @@ func TestWorkloads(t *testing.T) {
 	}
 	if err := q.Delete(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCluster runs the lifecycle workload on a quorum queue of three
+// members on a cluster of three nodes, at a tiny size. It is skipped
+// where rabbitmq-server is not installed, and under -short.
+func TestCluster(t *testing.T) {
+	if _, err := proc.LookRabbitMQ(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("skipped under -short: starts three RabbitMQ nodes")
+	}
+	c, err := proc.StartRabbitMQCluster(t.TempDir(), 3)
+	if errors.Is(err, proc.ErrNoRabbitMQ) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q, err := NewQueue(ctx, c.Nodes[0].Addr, Name(1), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every node holds the queue: each answers for it.
+	for i, s := range c.Nodes {
+		if _, err := (&Queue{Name: q.Name, addr: s.Addr}).Pending(ctx); err != nil {
+			t.Errorf("node %d: %v", i+1, err)
+		}
+	}
+	out, err := c.RabbitMQCtl(ctx, 0, "list_queues", "name", "members", "leader", "--formatter", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs []struct {
+		Name    string   `json:"name"`
+		Members []string `json:"members"`
+		Leader  string   `json:"leader"`
+	}
+	if err := json.Unmarshal(out, &qs); err != nil || len(qs) != 1 || len(qs[0].Members) != 3 || !strings.HasSuffix(qs[0].Leader, "-1@localhost") {
+		t.Errorf("list_queues = %s (%v); want one queue of three members, led by node 1", out, err)
+	}
+	r, err := Lifecycle(ctx, q, ProduceSpec{Producers: 2, Outstanding: 32, Size: 64, Count: 500}, 64, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Produce.Messages != 500 || r.Consume.Messages != 500 {
+		t.Errorf("Lifecycle(count 500) = %+v; want 500 produced, 500 consumed", r)
 	}
 }

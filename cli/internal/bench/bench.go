@@ -67,11 +67,19 @@ object with --output json. Figures are what this client observed on
 this machine, client work included: run the client where your
 applications would run.
 
+Against a cluster, give the global --addr the client addresses of
+several nodes, comma-separated: the queue is created through any of them,
+and every client sends the queue's operations to its leader, following
+NOT_LEADER answers. An enqueue or an ack then counts once a majority of
+the queue's replicas have it on disk. Clients do not reconnect: a node
+that fails during a run fails the run.
+
 Flags are checked before anything is created: a usage error (exit 2)
 leaves the broker as it was. When produce, consume or lifecycle fails
 after messages were acknowledged (the broker went away, say), it prints
 its result so far, marked partial, before the error (exit 1).`,
 		Example: `  fila bench produce --producers 3 --size 1024 --duration 10s
+  fila --addr 10.0.0.1:5555,10.0.0.2:5555,10.0.0.3:5555 bench produce --producers 3
   fila bench consume --count 100000 --prefetch 1024
   fila bench latency --rate 1000 --duration 10s
   fila bench fairness --weights 1,2,3,4,5

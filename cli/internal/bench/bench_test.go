@@ -37,8 +37,15 @@ func runBench(t *testing.T, srv *filatest.Server, format string, args ...string)
 // format, and returns its standard output, its standard error and its
 // error.
 func execBench(srv *filatest.Server, format string, args ...string) (stdout []byte, stderr string, err error) {
+	return execBenchAt(srv.Addr, format, args...)
+}
+
+// execBenchAt runs "bench args..." in process against the broker at
+// addr (one address, or several nodes' of a cluster, comma-separated),
+// as execBench does.
+func execBenchAt(addr, format string, args ...string) (stdout []byte, stderr string, err error) {
 	connect := func(ctx context.Context, reconnect bool) (*fila.Client, error) {
-		return fila.Connect(ctx, srv.Addr, fila.WithoutReconnect())
+		return fila.Connect(ctx, addr, fila.WithoutReconnect())
 	}
 	cmd := NewCommand(connect, &format)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as the CLI's root does
@@ -140,6 +147,66 @@ func TestLifecycle(t *testing.T) {
 	r.Produce.check(t, "produce", 400, 32)
 	r.Consume.check(t, "consume", 400, 32)
 	r.EndToEnd.check(t, "end_to_end", 400)
+}
+
+// TestCluster runs produce, lifecycle and latency against a cluster of
+// three nodes, given all three addresses: each run creates its queue
+// through whichever node answers and its clients reach the queue's
+// leader. It is skipped under -short.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three fila-server processes")
+	}
+	cl := filatest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := fila.Connect(ctx, cl.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Queues can be created once the meta group has a leader.
+	for {
+		err := c.Admin().CreateQueue(ctx, fila.NewQueueSpec("ready"))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create queue: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run := func(v any, args ...string) {
+		t.Helper()
+		out, stderr, err := execBenchAt(cl.Addrs(), "json", args...)
+		if err != nil {
+			t.Fatalf("bench %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr)
+		}
+		if err := json.Unmarshal(out, v); err != nil {
+			t.Fatalf("bench %s: %v\nstdout: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	var p struct {
+		Produce throughputJSON `json:"produce"`
+	}
+	run(&p, "produce", "--producers", "3", "--outstanding", "48", "--batch", "16", "--size", "100", "--count", "500")
+	p.Produce.check(t, "produce", 500, 100)
+	var l struct {
+		Produce  throughputJSON `json:"produce"`
+		Consume  throughputJSON `json:"consume"`
+		EndToEnd latencyJSON    `json:"end_to_end"`
+	}
+	run(&l, "lifecycle", "--count", "400", "--size", "32", "--producers", "2", "--consumers", "1", "--batch", "8", "--outstanding", "32")
+	l.Produce.check(t, "produce", 400, 32)
+	l.Consume.check(t, "consume", 400, 32)
+	l.EndToEnd.check(t, "end_to_end", 400)
+	var lat struct {
+		Unloaded latencyJSON `json:"unloaded"`
+		Loaded   latencyJSON `json:"loaded"`
+	}
+	run(&lat, "latency", "--count", "20", "--rate", "200", "--duration", "250ms", "--size", "16")
+	lat.Unloaded.check(t, "unloaded", 20)
+	lat.Loaded.check(t, "loaded", 50)
 }
 
 func TestLatency(t *testing.T) {
