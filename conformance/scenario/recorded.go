@@ -365,6 +365,37 @@ broker must be fresh.`,
 		},
 	},
 	{
+		Name: "admin/explain",
+		Doc: `Explain says why a message waits: the first of a key with no
+subscription (no-credit), the second behind it (behind-key, 1 ahead); a
+message that is not there (MESSAGE_NOT_FOUND) and a queue that is not
+(QUEUE_NOT_FOUND).`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			a, q := c.Admin(), "adm.explain"
+			var st steps
+			st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q)), nil)
+			id1, err := c.Producer().Send(ctx, fila.NewMessage(q, []byte("a")).FairnessKey("acme"))
+			st.want("send first", err, nil)
+			id2, err := c.Producer().Send(ctx, fila.NewMessage(q, []byte("b")).FairnessKey("acme"))
+			st.want("send second", err, nil)
+			e, err := a.Explain(ctx, q, id1)
+			st.want("explain first", err, nil)
+			st.check("explain first", e != nil && e.Reason == fila.WhyNoCredit, "got %+v; want no-credit", e)
+			e, err = a.Explain(ctx, q, id2)
+			st.want("explain second", err, nil)
+			st.check("explain second", e != nil && e.Reason == fila.WhyBehindKey && e.Ahead == 1, "got %+v; want behind-key, 1 ahead", e)
+			st.want("explain unknown", second(a.Explain(ctx, q, fila.ID{1})), fila.ErrMessageNotFound)
+			st.want("explain no queue", second(a.Explain(ctx, "adm.explain.none", id1)), fila.ErrQueueNotFound)
+			st.want("delete", a.DeleteQueue(ctx, q), nil)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
 		Name: "admin/create_queue_errors",
 		Doc: `CreateQueue refuses a name with a space and a name ending in .dlq
 (INVALID_ARGUMENT), and a hook that does not compile (SCRIPT_ERROR, with

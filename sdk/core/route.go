@@ -32,6 +32,8 @@ func frameKey(f wire.Frame) routeKey {
 		return queueKey(f.Queue)
 	case *wire.QueueStats:
 		return queueKey(f.Name)
+	case *wire.Explain:
+		return queueKey(f.Queue)
 	case *wire.Redrive:
 		return queueKey(f.DeadLetterQueue)
 	case *wire.CreateQueue, *wire.DeleteQueue, *wire.ListQueues,
@@ -140,7 +142,7 @@ func resendable(op wire.Opcode, f wire.Frame) bool {
 	case wire.OpEnqueue:
 		return f.(*wire.Enqueue).ProducerID != [16]byte{}
 	case wire.OpAck, wire.OpNack, wire.OpRetryAfter, wire.OpExtendLease, wire.OpRelease,
-		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpGetConfig, wire.OpListConfig,
+		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpExplain, wire.OpGetConfig, wire.OpListConfig,
 		wire.OpListApiKeys, wire.OpGetAcl, wire.OpTopology, wire.OpClusterStatus:
 		return true
 	}

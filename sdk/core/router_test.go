@@ -192,6 +192,7 @@ func TestRouteKeys(t *testing.T) {
 	}{
 		{&wire.Subscribe{Queue: "orders"}, "orders"},
 		{&wire.QueueStats{Name: "orders"}, "orders"},
+		{&wire.Explain{Queue: "orders.dlq"}, "orders"},
 		{&wire.Redrive{DeadLetterQueue: "orders.dlq"}, "orders"},
 		{&wire.CreateQueue{Name: "orders"}, metaKey},
 		{&wire.DeleteQueue{Name: "orders"}, metaKey},

@@ -601,6 +601,43 @@ func (e *QueueStatsError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
+// ExplainCode is a domain error code that Explain can return.
+type ExplainCode uint16
+
+const (
+	// ExplainQueueNotFound no queue has this name.
+	ExplainQueueNotFound ExplainCode = 20
+	// ExplainMessageNotFound no message with this ID is in the queue (already
+	// acked, dead-lettered, or never there).
+	ExplainMessageNotFound ExplainCode = 23
+)
+
+// String returns the spec name of the code, such as QUEUE_NOT_FOUND.
+func (c ExplainCode) String() string {
+	return wire.Code(c).String()
+}
+
+// ExplainError is a domain failure of Explain; Code is one of
+// ExplainQueueNotFound, ExplainMessageNotFound. Other failures of Explain are
+// *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
+type ExplainError struct {
+	Code ExplainCode
+	// Target is what the failure concerns: a queue name, a key ID; may be empty.
+	Target string
+	// Message is the broker's detail.
+	Message string
+}
+
+func (e *ExplainError) Error() string {
+	return formatError("explain", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *ExplainError) Is(target error) bool {
+	return target == sentinel(wire.Code(e.Code))
+}
+
 // SetConfigCode is a domain error code that SetConfig can return.
 type SetConfigCode uint16
 
@@ -916,6 +953,15 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 				Target:  target,
 			}
 		}
+	case wire.OpExplain:
+		switch c {
+		case wire.CodeQueueNotFound, wire.CodeMessageNotFound:
+			return &ExplainError{
+				Code:    ExplainCode(c),
+				Message: msg,
+				Target:  target,
+			}
+		}
 	case wire.OpSetConfig:
 		switch c {
 		case wire.CodeInvalidConfigValue:
@@ -1013,6 +1059,8 @@ func opVerb(op wire.Opcode) string {
 		return "list queues"
 	case wire.OpQueueStats:
 		return "queue stats"
+	case wire.OpExplain:
+		return "explain"
 	case wire.OpSetConfig:
 		return "set config"
 	case wire.OpGetConfig:

@@ -1291,6 +1291,94 @@ func TestOpErrorEveryPair(t *testing.T) {
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
+			var e *ExplainError
+			return errors.As(err, &e) && e.Code == ExplainQueueNotFound
+		},
+		code: wire.CodeQueueNotFound,
+		op:   wire.OpExplain,
+		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *ExplainError
+			return errors.As(err, &e) && e.Code == ExplainMessageNotFound
+		},
+		code: wire.CodeMessageNotFound,
+		op:   wire.OpExplain,
+		sent: ErrMessageNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpExplain,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpExplain,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpExplain,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpExplain,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpExplain,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpExplain,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpExplain,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpExplain,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpExplain,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
 			var e *SetConfigError
 			return errors.As(err, &e) && e.Code == SetConfigInvalidConfigValue
 		},

@@ -73,6 +73,8 @@ type (
 	QueueSummary = sched.QueueSummary
 	// QueueStats is QueueStats' result.
 	QueueStats = sched.QueueStats
+	// Explanation is Explain's result.
+	Explanation = sched.Explanation
 	// Result is a shard command's outcome.
 	Result = shard.Result
 	// Sink receives a subscription's deliveries, expired leases and end.
@@ -539,6 +541,22 @@ func (n *Node) QueueStats(ctx context.Context, p Principal, name string, done fu
 		return err
 	}
 	return sh.QueueStats(ctx, name, done)
+}
+
+// Explain says why message id of queue is not delivered yet, for p (the
+// permission of QueueStats: admin on the queue). done receives Result.Explained or
+// Result.Err (wrapping fault.ErrQueueNotFound or
+// fault.ErrMessageNotFound). In a cluster any replica answers: they hold
+// the same state.
+func (n *Node) Explain(ctx context.Context, p Principal, queue string, id [16]byte, done func(Result)) error {
+	if err := p.Authorize(auth.OpQueueStats, queue); err != nil {
+		return err
+	}
+	sh, err := n.localShard(queue)
+	if err != nil {
+		return err
+	}
+	return sh.Explain(ctx, queue, id, done)
 }
 
 // localShard returns the shard holding queue on this node, leader or

@@ -319,6 +319,23 @@ func (f *fair) active(k *fkey) bool {
 	return k.flow.Active()
 }
 
+// position returns where k waits: its lane ("latency" or "throughput"
+// for stfq, "round" for drr) and how many keys go before it. It walks
+// the keys: O(keys), for explanations, not hot paths.
+func (f *fair) position(k *fkey) (lane string, ahead uint64) {
+	if !f.stfq {
+		return "round", uint64(f.drr.Ahead(k))
+	}
+	if k.inLat {
+		for x := f.lhead; x != nil && x != k; x = x.lnext {
+			ahead++
+		}
+		return "latency", ahead
+	}
+	ahead = uint64(f.nlat) // the latency lane goes first, while it has credit
+	return "throughput", ahead + uint64(f.fq.Ahead(k))
+}
+
 // len returns the number of keys in the scheduler.
 func (f *fair) len() int {
 	if f.stfq {

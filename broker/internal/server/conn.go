@@ -383,7 +383,7 @@ func answerReserve(f wire.Frame) int64 {
 		return base + 64*int64(len(f.Items))
 	case *wire.ExtendLease:
 		return base + 64*int64(len(f.Items))
-	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListApiKeys, *wire.GetAcl:
+	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListApiKeys, *wire.GetAcl, *wire.Explain:
 		return 64 << 10
 	}
 	return base

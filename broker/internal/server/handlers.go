@@ -253,6 +253,20 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			}
 			c.respond(id, c.statsFrame(r.Stats))
 		})
+	case *wire.Explain:
+		return n.Explain(ctx, p, f.Queue, f.ID, func(r node.Result) {
+			if err := r.Err; err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			e := r.Explained
+			res := &wire.ExplainResult{Reason: e.Reason, FairnessKey: e.FairnessKey, Attempts: e.Attempts,
+				Ahead: e.Ahead, ThrottleKeys: e.ThrottleKeys, Lane: e.Lane}
+			if e.Until > 0 {
+				res.UntilMS = uint64(e.Until) / uint64(time.Millisecond)
+			}
+			c.respond(id, res)
+		})
 	case *wire.Redrive:
 		return n.Redrive(ctx, p, f.DeadLetterQueue, f.Count, func(r node.Result) {
 			if err := r.Err; err != nil {

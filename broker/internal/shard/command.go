@@ -249,6 +249,7 @@ type Result struct {
 	Redriven   sched.Redriven        // Redrive
 	Queues     []sched.QueueSummary  // ListQueues
 	Stats      sched.QueueStats      // QueueStats
+	Explained  sched.Explanation     // Explain
 }
 
 // resultOf turns a scheduler reply into a Result, copying it out of the
@@ -273,6 +274,8 @@ func resultOf(v any) Result {
 		return Result{Redriven: v}
 	case []sched.QueueSummary:
 		return Result{Queues: slices.Clone(v)}
+	case sched.Explanation:
+		return Result{Explained: v}
 	case sched.QueueStats:
 		v.FairnessKeys = slices.Clone(v.FairnessKeys)
 		v.ThrottleKeys = slices.Clone(v.ThrottleKeys)

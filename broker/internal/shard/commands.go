@@ -21,6 +21,12 @@ type op struct {
 // Query names a read of the scheduler's state.
 type Query struct {
 	Stats string // QueueStats of this queue; "" lists the queues
+	// Explain, if Queue is set, explains message ID of that queue
+	// instead (Stats is then ignored).
+	Explain struct {
+		Queue string
+		ID    [16]byte
+	}
 }
 
 // Submit proposes cmd and applies it on the shard goroutine. done (may be
@@ -62,6 +68,17 @@ func (sh *Shard) QueueStats(ctx context.Context, name string, done func(Result))
 	return sh.do(ctx, op{read: func() Query { return Query{Stats: name} }, done: done})
 }
 
+// Explain reads why message id of queue is not delivered yet into
+// Result.Explained (sched.Explain), or an Err wrapping
+// fault.ErrQueueNotFound or fault.ErrMessageNotFound.
+func (sh *Shard) Explain(ctx context.Context, queue string, id [16]byte, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query {
+		var q Query
+		q.Explain.Queue, q.Explain.ID = queue, id
+		return q
+	}, done: done})
+}
+
 // Barrier runs fn on the shard goroutine after every operation the caller
 // submitted before it. fn must not block.
 func (sh *Shard) Barrier(ctx context.Context, fn func()) error {
@@ -96,9 +113,12 @@ func (sh *Shard) run1(o op) {
 		}
 	case o.read != nil:
 		ref := sh.ref(o.done)
-		if q := o.read(); q.Stats != "" {
+		switch q := o.read(); {
+		case q.Explain.Queue != "":
+			sh.s.Explain(ref, q.Explain.Queue, q.Explain.ID)
+		case q.Stats != "":
 			sh.s.QueueStats(ref, q.Stats)
-		} else {
+		default:
 			sh.s.ListQueues(ref)
 		}
 	default:

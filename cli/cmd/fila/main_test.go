@@ -635,3 +635,33 @@ func TestUsageErrors(t *testing.T) {
 	// A message over the broker's limit is the broker's refusal, exit 1.
 	c.fails(1, "message too large", "bench", "produce", "--size", "20000000", "--count", "1")
 }
+
+// TestExplain: fila explain says why a message waits, in words and in
+// JSON, against a real broker; unknown messages and bad IDs fail with the
+// usual exit codes.
+func TestExplain(t *testing.T) {
+	srv := filatest.Start(t)
+	c := newCLI(t, srv)
+	c.ok("queue", "create", "jobs")
+	later := strings.TrimSpace(c.ok("enqueue", "jobs", "x", "--delay", "1h"))
+	if out := c.ok("explain", "jobs", later); !strings.Contains(out, "delayed until") {
+		t.Errorf("explain of a delayed message = %q", out)
+	}
+	first := strings.TrimSpace(c.ok("enqueue", "jobs", "a", "--fairness-key", "acme"))
+	second := strings.TrimSpace(c.ok("enqueue", "jobs", "b", "--fairness-key", "acme"))
+	if out := c.ok("explain", "jobs", first); !strings.Contains(out, "no subscription of the queue has credit") {
+		t.Errorf("explain of the head, no consumer = %q", out)
+	}
+	var e struct {
+		Reason      string `json:"reason"`
+		Ahead       uint64 `json:"ahead"`
+		FairnessKey string `json:"fairness_key"`
+		Explanation string `json:"explanation"`
+	}
+	if c.json(&e, "explain", "jobs", second); e.Reason != "behind-key" || e.Ahead != 1 || e.FairnessKey != "acme" || !strings.Contains(e.Explanation, "behind 1 message of") {
+		t.Errorf("explain -o json of the second = %+v; want behind-key, 1 ahead, acme", e)
+	}
+	c.fails(3, "message not found", "explain", "jobs", "01933b5e-6f9c-7a4e-9d1f-2b8c4a0e5d71")
+	c.fails(3, "queue not found", "explain", "nope", first)
+	c.fails(2, "message ID", "explain", "jobs", "not-an-id")
+}

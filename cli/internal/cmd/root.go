@@ -202,7 +202,7 @@ the queue, API key or config key does not exist.`,
 		c.GroupID = "msg"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newQueueCmd(g), newConfigCmd(g), newRedriveCmd(g), newAuthCmd(g), newClusterCmd(g), newPingCmd(g)} {
+	for _, c := range []*cobra.Command{newQueueCmd(g), newConfigCmd(g), newRedriveCmd(g), newExplainCmd(g), newAuthCmd(g), newClusterCmd(g), newPingCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

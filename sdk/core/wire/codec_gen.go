@@ -2784,6 +2784,71 @@ func (m *GetAclResult) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
+func (m *Explain) AppendTo(dst []byte) []byte {
+	dst = appendString(dst, m.Queue)
+	dst = appendUUID(dst, m.ID)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *Explain) decodeFields(r *reader, prev *Explain) {
+	if prev == nil {
+		prev = &Explain{}
+	}
+	m.Queue = r.strLike("queue", prev.Queue)
+	m.ID = r.uuid("id")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *Explain) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "Explain")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *ExplainResult) AppendTo(dst []byte) []byte {
+	dst = appendString(dst, m.Reason)
+	dst = appendString(dst, m.FairnessKey)
+	dst = appendU32(dst, m.Attempts)
+	dst = appendU64(dst, m.UntilMS)
+	dst = appendU64(dst, m.Ahead)
+	dst = appendU32(dst, uint32(len(m.ThrottleKeys)))
+	for i := range m.ThrottleKeys {
+		dst = appendString(dst, m.ThrottleKeys[i])
+	}
+	dst = appendString(dst, m.Lane)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *ExplainResult) decodeFields(r *reader, prev *ExplainResult) {
+	if prev == nil {
+		prev = &ExplainResult{}
+	}
+	m.Reason = r.strLike("reason", prev.Reason)
+	m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
+	m.Attempts = r.u32("attempts")
+	m.UntilMS = r.u64("until_ms")
+	m.Ahead = r.u64("ahead")
+	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys, MaxExplainResultThrottleKeys)
+	m.Lane = r.strLike("lane", prev.Lane)
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *ExplainResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "ExplainResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
 func (m *Topology) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Queue)
 	return dst

@@ -578,6 +578,27 @@ func drawGetAclResult(t *rapid.T) *GetAclResult {
 	})}
 }
 
+func drawExplain(t *rapid.T) *Explain {
+	return &Explain{
+		ID:    drawUUID(t, "id"),
+		Queue: rapid.StringN(0, 12, -1).Draw(t, "queue"),
+	}
+}
+
+func drawExplainResult(t *rapid.T) *ExplainResult {
+	return &ExplainResult{
+		Ahead:       rapid.Uint64().Draw(t, "ahead"),
+		Attempts:    rapid.Uint32().Draw(t, "attempts"),
+		FairnessKey: rapid.StringN(0, 12, -1).Draw(t, "fairness_key"),
+		Lane:        rapid.StringN(0, 12, -1).Draw(t, "lane"),
+		Reason:      rapid.StringN(0, 12, -1).Draw(t, "reason"),
+		ThrottleKeys: drawList(t, "throttle_keys", 3, func(t *rapid.T, label string) string {
+			return rapid.StringN(0, 12, -1).Draw(t, "throttle_keys")
+		}),
+		UntilMS: rapid.Uint64().Draw(t, "until_ms"),
+	}
+}
+
 func drawTopology(t *rapid.T) *Topology {
 	return &Topology{Queue: rapid.StringN(0, 12, -1).Draw(t, "queue")}
 }
@@ -876,6 +897,16 @@ var roundTripCases = []struct {
 		return drawGetAclResult(t)
 	},
 	name: "GetAclResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawExplain(t)
+	},
+	name: "Explain",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawExplainResult(t)
+	},
+	name: "ExplainResult",
 }, {
 	draw: func(t *rapid.T) Frame {
 		return drawTopology(t)

@@ -270,6 +270,8 @@ var (
 	ListQueuesCodes = CodeSet{}
 	// QueueStatsCodes are the domain codes QueueStats can return.
 	QueueStatsCodes = CodeSet{CodeQueueNotFound}
+	// ExplainCodes are the domain codes Explain can return.
+	ExplainCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound}
 	// SetConfigCodes are the domain codes SetConfig can return.
 	SetConfigCodes = CodeSet{CodeInvalidConfigValue}
 	// GetConfigCodes are the domain codes GetConfig can return.
@@ -329,6 +331,8 @@ func (o Opcode) Codes() CodeSet {
 		return ListQueuesCodes
 	case OpQueueStats:
 		return QueueStatsCodes
+	case OpExplain:
+		return ExplainCodes
 	case OpSetConfig:
 		return SetConfigCodes
 	case OpGetConfig:

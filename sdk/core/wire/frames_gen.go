@@ -75,6 +75,8 @@ const (
 	MaxSetAclPermissions = 1000
 	// MaxGetAclResultPermissions is the most items GetAclResult.Permissions may hold; decoders refuse more.
 	MaxGetAclResultPermissions = 1000
+	// MaxExplainResultThrottleKeys is the most items ExplainResult.ThrottleKeys may hold; decoders refuse more.
+	MaxExplainResultThrottleKeys = 64
 	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
 	MaxClusterStatusResultNodes = 1000
 )
@@ -207,6 +209,10 @@ const (
 	OpGetAcl Opcode = 0x021B
 	// OpGetAclResult is the opcode of GetAclResult (response).
 	OpGetAclResult Opcode = 0x021C
+	// OpExplain is the opcode of Explain (request).
+	OpExplain Opcode = 0x021D
+	// OpExplainResult is the opcode of ExplainResult (response).
+	OpExplainResult Opcode = 0x021E
 	// OpTopology is the opcode of Topology (request).
 	OpTopology Opcode = 0x0301
 	// OpTopologyResult is the opcode of TopologyResult (response).
@@ -326,6 +332,10 @@ func (o Opcode) String() string {
 		return "GetAcl"
 	case OpGetAclResult:
 		return "GetAclResult"
+	case OpExplain:
+		return "Explain"
+	case OpExplainResult:
+		return "ExplainResult"
 	case OpTopology:
 		return "Topology"
 	case OpTopologyResult:
@@ -463,6 +473,10 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpGetAclResult:
 		return KindResponse
+	case OpExplain:
+		return KindRequest
+	case OpExplainResult:
+		return KindResponse
 	case OpTopology:
 		return KindRequest
 	case OpTopologyResult:
@@ -506,6 +520,8 @@ func (o Opcode) Response() Opcode {
 		return OpListQueuesResult
 	case OpQueueStats:
 		return OpQueueStatsResult
+	case OpExplain:
+		return OpExplainResult
 	case OpSetConfig:
 		return OpSetConfigOk
 	case OpGetConfig:
@@ -643,6 +659,10 @@ func New(op Opcode) Frame {
 		return new(GetAcl)
 	case OpGetAclResult:
 		return new(GetAclResult)
+	case OpExplain:
+		return new(Explain)
+	case OpExplainResult:
+		return new(ExplainResult)
 	case OpTopology:
 		return new(Topology)
 	case OpTopologyResult:
@@ -1853,6 +1873,60 @@ type GetAclResult struct {
 // Opcode returns OpGetAclResult.
 func (*GetAclResult) Opcode() Opcode {
 	return OpGetAclResult
+}
+
+// Explain is the body of a Explain frame (opcode 0x021d, request). Ask why one
+// message is not delivered yet. Needs the admin permission on the queue, as
+// QueueStats. The answer is the scheduler's view at that moment and changes
+// nothing.
+type Explain struct {
+	// Queue (string) The queue holding the message: a queue, or a DLQ for a
+	// dead-lettered message.
+	Queue string
+	// ID (uuid) Message ID.
+	ID [16]byte
+}
+
+// Opcode returns OpExplain.
+func (*Explain) Opcode() Opcode {
+	return OpExplain
+}
+
+// ExplainResult is the body of a ExplainResult frame (opcode 0x021e,
+// response). Why the message is not delivered yet.
+type ExplainResult struct {
+	// Reason (string) One of: `delayed` (not due until until_ms: an enqueue delay
+	// or a retry's backoff); `deciding` (it failed and waits for the on_failure
+	// hook); `leased` (delivered, leased until until_ms); `ordering` (the message
+	// before it with the same ordering key is delivered and not yet acked);
+	// `behind-key` (ahead messages of its fairness key, with the same throttle
+	// keys and ordering key, go first); `throttled` (next in its lane, which waits
+	// for a token of throttle_keys, the next at until_ms); `key-waiting` (its
+	// key's next message; the key waits in lane behind ahead other keys for the
+	// consumers' credit); `no-credit` (it goes next, but no subscription of the
+	// queue has credit; or the queue has no subscription at all). A client shows
+	// an unknown reason as it is.
+	Reason string
+	// FairnessKey (string) The message's fairness key.
+	FairnessKey string
+	// Attempts (u32) Failed attempts so far.
+	Attempts uint32
+	// UntilMS (u64) When the condition ends, Unix milliseconds, where the broker
+	// knows it (delayed, leased, throttled); 0 otherwise.
+	UntilMS uint64
+	// Ahead (u64) behind-key: messages ahead of it; key-waiting: keys ahead of its
+	// key; 0 otherwise.
+	Ahead uint64
+	// ThrottleKeys ([]string) throttled: the throttle key short of a token.
+	ThrottleKeys []string
+	// Lane (string) key-waiting: where the key waits: `latency` or `throughput` in
+	// an stfq queue, `round` in a drr queue.
+	Lane string
+}
+
+// Opcode returns OpExplainResult.
+func (*ExplainResult) Opcode() Opcode {
+	return OpExplainResult
 }
 
 // Topology is the body of a Topology frame (opcode 0x0301, request). Ask which

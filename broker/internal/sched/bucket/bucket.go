@@ -107,6 +107,10 @@ func (b *Bucket) Take(now int64, n float64) bool {
 	return true
 }
 
+// Peek is Next without refilling the bucket itself: a read that must
+// change nothing (an explanation, on any replica) uses it.
+func (b Bucket) Peek(now int64, n float64) int64 { return b.Next(now, n) }
+
 // Next returns the earliest time, not before now, at which the bucket will
 // hold n tokens if nothing takes any: now if it holds them already, Never
 // if it cannot (n above burst, or no refill).

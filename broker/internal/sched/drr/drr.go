@@ -223,6 +223,26 @@ func (s *Scheduler[T]) Next() (n T, ok bool) {
 	}
 }
 
+// Ahead returns how many active flows are visited before n: those ahead
+// of it in the current round, or, for a flow in the next round, the whole
+// current round and those ahead of it in the next. It walks the lists:
+// O(flows), for explanations, not hot paths. 0 for an inactive flow.
+func (s *Scheduler[T]) Ahead(n T) int {
+	f := n.DRR()
+	if f.in == 0 {
+		return 0
+	}
+	i := f.in - 1
+	ahead := 0
+	if i != s.cur {
+		ahead = s.lists[s.cur].n
+	}
+	for x := s.lists[i].head; x != nil && x != f; x = x.next {
+		ahead++
+	}
+	return ahead
+}
+
 // Charge spends cost (at least 1) from the deficit of n, the flow Next
 // returned, and requeues it: at the tail of the current round if its
 // deficit is still positive, else in the next round.

@@ -153,6 +153,25 @@ func (s *Scheduler[T]) Sync(n T) {
 	}
 }
 
+// Ahead returns how many backlogged flows are served before n: those
+// whose tag, then sequence, is smaller. It walks the heap: O(flows), for
+// explanations, not hot paths. 0 for a flow not in the heap.
+func (s *Scheduler[T]) Ahead(n T) int {
+	f := n.STFQ()
+	if !f.in {
+		return 0
+	}
+	me := entry[T]{tag: f.tag, seq: f.seq}
+	ahead := 0
+	for i := range s.heap {
+		e := &s.heap[i]
+		if e.f != f && e.f.in && e.f.gen == e.gen && e.before(&me) {
+			ahead++
+		}
+	}
+	return ahead
+}
+
 // Remove takes an active flow out and keeps its tag, for a later
 // Activate. Removing an inactive flow does nothing.
 func (s *Scheduler[T]) Remove(n T) {

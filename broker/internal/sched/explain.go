@@ -1,0 +1,126 @@
+package sched
+
+import (
+	"fmt"
+
+	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/sched/bucket"
+)
+
+// Why a message is not delivered yet: Explanation.Reason.
+const (
+	// WhyDelayed: not due until Until (an enqueue delay or a retry's
+	// backoff).
+	WhyDelayed = "delayed"
+	// WhyDeciding: it failed, and waits for its queue's on_failure hook
+	// to decide between a retry and the dead-letter queue.
+	WhyDeciding = "deciding"
+	// WhyLeased: delivered, and leased to a consumer until Until.
+	WhyLeased = "leased"
+	// WhyOrdering: the message before it with the same ordering key is
+	// delivered and not yet acked.
+	WhyOrdering = "ordering"
+	// WhyBehindKey: Ahead messages of its fairness key, with the same
+	// throttle keys and ordering key, go before it.
+	WhyBehindKey = "behind-key"
+	// WhyThrottled: it is next in its lane, which waits for a token of
+	// ThrottleKeys; the next comes at Until.
+	WhyThrottled = "throttled"
+	// WhyKeyWaiting: it is its key's next message; the key waits in Lane
+	// behind Ahead other keys for the consumers' credit.
+	WhyKeyWaiting = "key-waiting"
+	// WhyNoCredit: it goes next, but no subscription of the queue has
+	// credit; or the queue has no subscription at all.
+	WhyNoCredit = "no-credit"
+)
+
+// Explanation is Explain's result: why one message is not delivered yet.
+type Explanation struct {
+	Queue       string   // the queue asked about
+	ID          [16]byte // the message
+	FairnessKey string   // its fairness key
+	Attempts    uint32   // failed attempts so far
+	// Reason is one of the Why constants.
+	Reason string
+	// Until is when the condition ends, where the scheduler knows it:
+	// the due time (WhyDelayed), the lease deadline (WhyLeased), the
+	// next token (WhyThrottled); 0 otherwise.
+	Until Time
+	// Ahead counts what goes first: messages of its lane (WhyBehindKey),
+	// or keys (WhyKeyWaiting).
+	Ahead uint64
+	// ThrottleKeys is the bucket short of a token (WhyThrottled).
+	ThrottleKeys []string
+	// Lane is where the key waits (WhyKeyWaiting): "latency" or
+	// "throughput" in an stfq queue, "round" in a drr queue.
+	Lane string
+}
+
+// Explain says why message id of queue (a queue or a DLQ) is not
+// delivered yet. The reply is an Explanation, or an error wrapping
+// fault.ErrQueueNotFound or fault.ErrMessageNotFound (no such message:
+// never enqueued, acked, or moved to the DLQ, which has its own name).
+// It changes nothing. Cost: O(messages ahead in its lane + keys) for a
+// ready message, O(1) otherwise.
+func (s *Sched) Explain(ref Ref, queue string, id [16]byte) {
+	q := s.queues[queue]
+	if q == nil {
+		s.reply(ref, fmt.Errorf("explain %s: %w", queue, fault.ErrQueueNotFound))
+		return
+	}
+	m := q.msgs.get(id)
+	if m == nil {
+		s.reply(ref, fmt.Errorf("explain %s: %w", queue, fault.ErrMessageNotFound))
+		return
+	}
+	l := m.lane
+	k := l.key
+	e := Explanation{Queue: queue, ID: id, FairnessKey: k.name, Attempts: m.attempts}
+	switch m.state {
+	case stDelayed:
+		e.Reason, e.Until = WhyDelayed, m.due
+	case stDeciding:
+		e.Reason = WhyDeciding
+	case stLeased:
+		e.Reason, e.Until = WhyLeased, m.due
+	default:
+		s.explainReady(q, m, &e)
+	}
+	s.reply(ref, e)
+}
+
+// explainReady explains a ready message: what in its lane, its key and
+// its queue comes first.
+func (s *Sched) explainReady(q *queue, m *msg, e *Explanation) {
+	l, k := m.lane, m.lane.key
+	if l.ordered() && l.inflight != nil && l.inflight != m {
+		e.Reason = WhyOrdering
+		return
+	}
+	var ahead uint64
+	for x := l.head; x != nil && x != m; x = x.next {
+		ahead++
+	}
+	if ahead > 0 {
+		e.Reason, e.Ahead = WhyBehindKey, ahead
+		return
+	}
+	if l.ts != nil && q.parent == nil { // DLQs are not throttled
+		now := int64(s.now)
+		for _, b := range l.ts.buckets {
+			if next := b.b.Peek(now, 1); b.limited && next > now {
+				e.Reason, e.ThrottleKeys = WhyThrottled, []string{b.name}
+				if next != bucket.Never {
+					e.Until = Time(next)
+				}
+				return
+			}
+		}
+	}
+	e.Lane, e.Ahead = q.fair.position(k)
+	if len(q.subs) == 0 || (e.Ahead == 0 && q.elig == nil) {
+		e.Reason, e.Lane, e.Ahead = WhyNoCredit, "", 0
+		return
+	}
+	e.Reason = WhyKeyWaiting
+}
