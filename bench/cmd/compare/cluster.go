@@ -55,10 +55,7 @@ const (
 	rabbit3
 )
 
-var clusterBrokers = []struct {
-	name  string // column heading
-	short string // in the ratio's heading: "Fila 3 ÷ <short>"
-}{
+var clusterBrokers = []column{
 	fila3:        {"Fila, 3 nodes", "Fila 3"},
 	fila1:        {"Fila, 1 node", "Fila 1"},
 	nats3Default: {"NATS JetStream R3, default sync", "NATS default"},
@@ -170,36 +167,7 @@ func reportCluster(w io.Writer, cfg *config, runs []run, fsyncs float64, took ti
 		cfg.duration, cfg.prefetch, cfg.batch, cfg.batch)
 	fmt.Fprintf(w, "Latency: %s messages one at a time, then %s msgs/s offered for %v.\n\n", group(float64(cfg.latCount)), group(cfg.latRate), cfg.latDuration)
 
-	header := "| workload | unit |"
-	sep := "|---|---|"
-	for _, b := range clusterBrokers {
-		header += " " + b.name + " |"
-		sep += "---:|"
-	}
-	for _, b := range clusterBrokers[1:] {
-		header += " Fila 3 ÷ " + b.short + " |"
-		sep += "---:|"
-	}
-	fmt.Fprintln(w, header)
-	fmt.Fprintln(w, sep)
-	row := func(name, key, unit string, prec int) {
-		line := "| " + name + " | " + unit + " |"
-		for _, r := range runs {
-			if r.skipped != "" {
-				line += " skipped |"
-				continue
-			}
-			line += " " + num(r.figures[key], prec) + " |"
-		}
-		for _, r := range runs[1:] {
-			ratio := "—"
-			if v := r.figures[key]; v > 0 {
-				ratio = strconv.FormatFloat(runs[fila3].figures[key]/v, 'f', 2, 64)
-			}
-			line += " " + ratio + " |"
-		}
-		fmt.Fprintln(w, line)
-	}
+	row := figureTable(w, clusterBrokers, runs)
 	for _, wl := range clusterWorkloads {
 		switch wl.kind {
 		case "produce":

@@ -80,10 +80,51 @@ const (
 	rabbit
 )
 
-var brokers = []struct {
+// figureTable writes the head of a table of the runs' figures: a column
+// per broker, then the ratio of the first broker's figure to each other's.
+// It returns the function that writes one row: its name and unit, each
+// run's figure under key with prec decimals ("skipped" for a run that
+// has none), and the ratios ("—" where the other's figure is 0).
+func figureTable(w io.Writer, cols []column, runs []run) func(name, key, unit string, prec int) {
+	header := "| workload | unit |"
+	sep := "|---|---|"
+	for _, b := range cols {
+		header += " " + b.name + " |"
+		sep += "---:|"
+	}
+	for _, b := range cols[1:] {
+		header += " " + cols[0].short + " ÷ " + b.short + " |"
+		sep += "---:|"
+	}
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, sep)
+	return func(name, key, unit string, prec int) {
+		line := "| " + name + " | " + unit + " |"
+		for _, r := range runs {
+			if r.skipped != "" {
+				line += " skipped |"
+				continue
+			}
+			line += " " + num(r.figures[key], prec) + " |"
+		}
+		for _, r := range runs[1:] {
+			ratio := "—"
+			if v := r.figures[key]; v > 0 {
+				ratio = strconv.FormatFloat(runs[0].figures[key]/v, 'f', 2, 64)
+			}
+			line += " " + ratio + " |"
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// A column is one broker's column of a report's table.
+type column struct {
 	name  string // column heading
-	short string // in the ratio's heading: "Fila ÷ <short>"
-}{
+	short string // in the ratio's heading: "<first's short> ÷ <short>"
+}
+
+var brokers = []column{
 	fila:        {"Fila", "Fila"},
 	natsDefault: {"NATS JetStream, default sync", "default sync"},
 	natsAlways:  {"NATS JetStream, sync always", "sync always"},
@@ -518,36 +559,7 @@ func report(w io.Writer, cfg *config, runs []run, fsyncs float64, took time.Dura
 	}
 	fmt.Fprintf(w, "\n\n")
 
-	header := "| workload | unit |"
-	sep := "|---|---|"
-	for _, b := range brokers {
-		header += " " + b.name + " |"
-		sep += "---:|"
-	}
-	for _, b := range brokers[1:] {
-		header += " Fila ÷ " + b.short + " |"
-		sep += "---:|"
-	}
-	fmt.Fprintln(w, header)
-	fmt.Fprintln(w, sep)
-	row := func(name, key, unit string, prec int) {
-		line := "| " + name + " | " + unit + " |"
-		for _, r := range runs {
-			if r.skipped != "" {
-				line += " skipped |"
-				continue
-			}
-			line += " " + num(r.figures[key], prec) + " |"
-		}
-		for _, r := range runs[1:] {
-			ratio := "—"
-			if v := r.figures[key]; v > 0 {
-				ratio = strconv.FormatFloat(runs[fila].figures[key]/v, 'f', 2, 64)
-			}
-			line += " " + ratio + " |"
-		}
-		fmt.Fprintln(w, line)
-	}
+	row := figureTable(w, brokers, runs)
 	for _, wl := range workloads {
 		switch wl.kind {
 		case "produce":
