@@ -89,6 +89,7 @@ func TestEveryRequestOpcodeAnswered(t *testing.T) {
 		&wire.Enqueue{Messages: []wire.EnqueueMessage{{Queue: "q", Payload: []byte("x")}, {Queue: "missing", Payload: []byte("y")}}},
 		&wire.ListQueues{},
 		&wire.QueueStats{Name: "q"},
+		&wire.Explain{Queue: "q", ID: [16]byte{1}},
 		&wire.SetConfig{Key: "throttle.k", Value: "10,10"},
 		&wire.GetConfig{Key: "throttle.k"},
 		&wire.ListConfig{Prefix: "throttle."},
