@@ -344,9 +344,6 @@ func (f *fair) len() int {
 	return f.drr.Len()
 }
 
-// weight returns k's weight.
-func (f *fair) weight(k *fkey) uint32 { return k.flow.Weight() }
-
 // name returns the policy's name.
 func (f *fair) name() string {
 	if f.stfq {
