@@ -99,9 +99,13 @@ bench-compare: ## Fila beside NATS JetStream (default sync, sync always) and Rab
 bench-compare-cluster: ## three-node clusters of Fila, NATS JetStream (default sync, sync always) and RabbitMQ (if installed), and Fila on one node, about 4 minutes; results in bench/results/compare-cluster.md
 	cd bench && $(GO) run ./cmd/compare -cluster -out results
 
+# make replay writes a new bench/results/replay-<UTC time> (ignored by git);
+# make replay FORCE=1 overwrites the reference run in bench/results/replay.
+REPLAY_OUT = $(if $(FORCE),-force -out results/replay)
+
 .PHONY: replay
-replay: ## replay the Google trace (../shared/data) with DRR and FIFO at 600x, about 8 minutes; report in bench/results/replay
-	cd bench && $(GO) run ./cmd/replay -out results/replay -- --speedup 600
+replay: ## replay the Google trace (../shared/data) at 600x in FIFO, DRR and STFQ, each alone on a fresh fila-server, about 23 minutes; report in a new bench/results/replay-<time> (FORCE=1: overwrite bench/results/replay)
+	cd bench && $(GO) run ./cmd/replay $(REPLAY_OUT) -- --speedup 600
 
 .PHONY: bench
 bench: ## run the Go benchmarks

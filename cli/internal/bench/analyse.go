@@ -6,48 +6,83 @@ import (
 	"time"
 )
 
-// analyse turns the delivery times of the replay's runs (time since
-// epoch; 0 for a job never delivered) into a ReplayResult. The replay
-// started at start (since epoch); job j was due then plus j.at /
-// speed-up.
-func analyse(cfg *replayConfig, tr *trace, noisy int32, start time.Duration, runs []*replayRun) *ReplayResult {
-	modes := make([]string, len(runs))
-	queues := make([]string, len(runs))
-	delivered := make([][]time.Duration, len(runs))
-	for i, r := range runs {
-		modes[i], queues[i] = r.mode, r.queue
-		d := make([]time.Duration, len(r.delivered))
-		for j, at := range r.delivered {
-			if at == 0 {
-				d[j] = -1
-				continue
-			}
-			d[j] = time.Duration(float64(at-start) * cfg.speedup)
-		}
-		delivered[i] = d
-	}
-	return analyseModes(cfg, tr, noisy, modes, queues, delivered)
+// modeTimes is one mode's run in trace time, as offsets from the
+// trace's first submission; per-job slices are indexed like tr.jobs.
+type modeTimes struct {
+	mode, policy, queue string
+	// wall is the run's wall-clock time, first enqueue to last ack.
+	wall time.Duration
+	// delivered is when each job was delivered, started when its
+	// consumer began it; negative for a job never delivered.
+	delivered, started []time.Duration
+	// lateness is each job's enqueue lateness: from its scheduled
+	// submission to the broker's acceptance.
+	lateness []time.Duration
+	samples  []backlogSample
 }
 
-// analyseModes is analyse over delivery times already in trace time
-// (offsets from the first submission, as job.at; negative for a job
-// never delivered), one slice per mode, indexed like tr.jobs.
-func analyseModes(cfg *replayConfig, tr *trace, noisy int32, modes, queues []string, delivered [][]time.Duration) *ReplayResult {
+// times converts r's record, in time since epoch, to trace time.
+func (r *replayRun) times(cfg *replayConfig, tr *trace) modeTimes {
+	toTrace := func(at time.Duration) time.Duration { return time.Duration(float64(at-r.start) * cfg.speedup) }
+	n := len(tr.jobs)
+	m := modeTimes{
+		mode: r.mode, policy: r.policy, queue: r.queue, wall: max(r.end-r.start, 0),
+		delivered: make([]time.Duration, n), started: make([]time.Duration, n), lateness: make([]time.Duration, 0, n),
+		samples: make([]backlogSample, len(r.samples)),
+	}
+	for j, jb := range tr.jobs {
+		m.delivered[j], m.started[j] = -1, -1
+		if r.delivered[j] != 0 {
+			m.delivered[j], m.started[j] = toTrace(r.delivered[j]), toTrace(r.started[j])
+		}
+		if r.accepted[j] != 0 {
+			m.lateness = append(m.lateness, max(toTrace(r.accepted[j])-jb.at, 0))
+		}
+	}
+	for i, s := range r.samples {
+		m.samples[i] = backlogSample{at: toTrace(s.at), ready: s.ready}
+	}
+	return m
+}
+
+// analyse turns the records of the replay's runs, one per mode, into a
+// ReplayResult.
+func analyse(cfg *replayConfig, tr *trace, noisy int32, runs []*replayRun) *ReplayResult {
+	ms := make([]modeTimes, len(runs))
+	for i, r := range runs {
+		ms[i] = r.times(cfg, tr)
+	}
+	return analyseModes(cfg, tr, noisy, ms)
+}
+
+// analyseModes is analyse over runs already in trace time.
+func analyseModes(cfg *replayConfig, tr *trace, noisy int32, modes []modeTimes) *ReplayResult {
 	from, to, _ := tr.window(noisy)
 	floor := cfg.service()
-	res := &ReplayResult{
-		Workload: "replay", Jobs: len(tr.jobs), Users: len(tr.users), SpanHours: tr.span.Hours(),
-		Speedup: cfg.speedup, Capacity: cfg.capacity, Consumers: cfg.consumers, ServiceSeconds: floor.Seconds(),
-		Providers: cfg.providers, PayloadSize: cfg.size,
-		Noisy: tr.users[noisy], FloodFromHours: from.Hours(), FloodToHours: to.Hours(), MinJobs: cfg.minJobs,
-		BinSeconds: cfg.bin.Seconds(),
+	var cost float64 // seconds
+	throttles := map[int32]bool{}
+	for _, j := range tr.jobs {
+		cost += cmp.Or(j.cost, floor).Seconds()
+		if j.throttle > 0 {
+			throttles[j.throttle] = true
+		}
 	}
-	if cfg.providers > 0 {
-		res.ProviderRate, res.ProviderBurst = cfg.providerRate, cfg.providerBurst
+	res := &ReplayResult{
+		Workload: "replay", TraceFormat: tr.layout, Valid: true,
+		Jobs: len(tr.jobs), Users: len(tr.users), SpanHours: tr.span.Hours(),
+		Speedup: cfg.speedup, Capacity: cfg.capacity, Consumers: cfg.consumers,
+		ServiceSeconds: floor.Seconds(), JobCosts: tr.costs, MeanCostSeconds: cost / float64(len(tr.jobs)),
+		ThrottleKeys: len(throttles), ThrottleRates: cfg.rates, PayloadSize: cfg.size,
+		Noisy: tr.users[noisy], FloodFromHours: from.Hours(), FloodToHours: to.Hours(), MinJobs: cfg.minJobs,
+		BinSeconds: cfg.bin.Seconds(), MaxLatenessSeconds: cfg.lateness().Seconds(), MinBusy: cfg.minBusy,
+	}
+	if tr.layout == layoutGoogle && cfg.providers > 0 {
+		res.Providers, res.ProviderRate, res.ProviderBurst = cfg.providers, cfg.providerRate, cfg.providerBurst
 	}
 	inFlood := func(t time.Duration) bool { return t >= from && t <= to }
-	for mi, mode := range modes {
-		dl := delivered[mi]
+	for mi := range modes {
+		mt := &modes[mi]
+		dl := mt.delivered
 		type waits struct{ all, pre, flood []time.Duration }
 		per := make([]waits, len(tr.users))
 		var others waits
@@ -86,7 +121,14 @@ func analyseModes(cfg *replayConfig, tr *trace, noisy int32, modes, queues []str
 				add(&others)
 			}
 		}
-		m := ReplayMode{Mode: mode, Queue: queues[mi]}
+		m := ReplayMode{Mode: mt.mode, Policy: mt.policy, Queue: mt.queue, WallSeconds: mt.wall.Seconds(), Validity: judge(cfg, tr, mt)}
+		res.WallSeconds += m.WallSeconds
+		if !m.Validity.Valid {
+			res.Valid = false
+			for _, why := range m.Validity.Reasons {
+				res.InvalidReasons = append(res.InvalidReasons, m.Mode+": "+why)
+			}
+		}
 		fill := func(u *ReplayUser, ws *waits) {
 			all, pre, fl := summarize(ws.all), summarize(ws.pre), summarize(ws.flood)
 			u.P50, u.P99 = all.P50.Seconds(), all.P99.Seconds()

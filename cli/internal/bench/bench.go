@@ -11,7 +11,7 @@
 //	fairness   weighted fairness keys, all backlogged: share vs entitlement
 //	throttle   a token bucket's rate and burst against the delivered rate
 //	keys       throughput as the number of fairness keys grows
-//	replay     a job-submission trace replayed with DRR and with FIFO
+//	replay     a job-submission trace replayed in FIFO, DRR and STFQ, one after another
 //
 // Measurements use the monotonic clock of this process: a message whose
 // latency is measured carries its send time in its first 8 payload bytes,

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -319,21 +320,100 @@ func (t *Throughput) UnmarshalJSON(b []byte) error {
 }
 
 // TestReplay replays the first 2,000 jobs of the trace at 3,600× (about
-// two seconds) and checks the report and its bookkeeping.
+// two seconds a mode) in each mode, one after another, and checks the
+// report and its bookkeeping.
 func TestReplay(t *testing.T) {
 	srv := filatest.Start(t)
 	dir := t.TempDir()
 	var r ReplayResult
 	runJSON(t, srv, &r, "replay", "--trace", filepath.Join("testdata", "google-clusterdata-2011-job-submits-2000.csv"),
 		"--speedup", "3600", "--report-dir", dir)
-	if r.Jobs != 2000 || r.Users != 91 || len(r.Modes) != 2 || r.Modes[0].Mode != "drr" || r.Modes[1].Mode != "fifo" {
-		t.Fatalf("replay = %d jobs, %d users, %d modes; want 2000, 91, drr and fifo", r.Jobs, r.Users, len(r.Modes))
+	if r.Jobs != 2000 || r.Users != 91 || r.TraceFormat != layoutGoogle || r.Providers != 8 || r.ThrottleKeys != 8 {
+		t.Fatalf("replay = %d jobs, %d users, layout %s, %d providers, %d throttle keys; want 2000, 91, google, 8, 8",
+			r.Jobs, r.Users, r.TraceFormat, r.Providers, r.ThrottleKeys)
 	}
+	checkReplay(t, srv, &r, 2000, 91)
+	for _, name := range []string{"replay.md", "replay-wait.svg", "replay.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(b) == 0 {
+			t.Errorf("replay report %s: %v, %d bytes", name, err, len(b))
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "replay.md"))
+	for _, want := range []string{"CC-BY 4.0", "replay-wait.svg", "| " + r.Noisy + " (noisy) |", "## Validity"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("replay.md lacks %q", want)
+		}
+	}
+	if bytes.Contains(md, []byte("INVALID")) == r.Valid {
+		t.Errorf("replay.md says INVALID: %v; the result is valid: %v", !r.Valid, r.Valid)
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "replay-wait.svg"))
+	if !bytes.Contains(svg, []byte("CC-BY 4.0")) || !strings.Contains(r.Attribution, "CC-BY 4.0") {
+		t.Errorf("replay-wait.svg or the result lacks the trace's CC-BY 4.0 attribution")
+	}
+	var legend []string
 	for _, m := range r.Modes {
-		var jobs, pre, flood, binned int
+		name := r.modeName(m.Mode)
+		if !m.Validity.Valid {
+			name += " INVALID"
+		}
+		legend = append(legend, name)
+	}
+	checkLegendOutside(t, filepath.Join(dir, "replay-wait.svg"), legend)
+}
+
+// TestReplayGeneric replays a trace of the generic layout, with throttle
+// rates from a flag and a file and jobs of their own costs, in each mode.
+func TestReplayGeneric(t *testing.T) {
+	srv := filatest.Start(t)
+	dir := t.TempDir()
+	rates := filepath.Join(dir, "rates")
+	if err := os.WriteFile(rates, []byte("# token buckets\npaypal 1500 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var r ReplayResult
+	runJSON(t, srv, &r, "replay", "--trace", filepath.Join("testdata", "generic-jobs.csv"), "--speedup", "3600",
+		"--throttle-rate", "stripe=900", "--throttle-rates", rates, "--bin", "5m", "--report-dir", dir)
+	if r.Jobs != 1900 || r.Users != 6 || r.TraceFormat != layoutCSV || r.Noisy != "noisy" || r.Attribution != "" {
+		t.Fatalf("replay = %d jobs, %d users, layout %s, noisy %s, attribution %q; want 1900, 6, csv, noisy, none",
+			r.Jobs, r.Users, r.TraceFormat, r.Noisy, r.Attribution)
+	}
+	want := []ThrottleRate{{"paypal", 1500, 5}, {"stripe", 900, 20}}
+	if r.Providers != 0 || r.ThrottleKeys != 2 || !slices.Equal(r.ThrottleRates, want) || !r.JobCosts || r.MeanCostSeconds <= r.ServiceSeconds {
+		t.Errorf("replay = %d providers, %d throttle keys, rates %+v, job costs %v, mean cost %vs (service %vs); want 0, 2, %+v, true, above the service time",
+			r.Providers, r.ThrottleKeys, r.ThrottleRates, r.JobCosts, r.MeanCostSeconds, r.ServiceSeconds, want)
+	}
+	checkReplay(t, srv, &r, 1900, 6)
+	md, _ := os.ReadFile(filepath.Join(dir, "replay.md"))
+	for _, want := range []string{"`csv`", "| DRR (key = fairness_key)", "`stripe` 900 jobs per trace hour, burst 20"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("replay.md lacks %q", want)
+		}
+	}
+}
+
+// checkReplay checks what every replay in the three default modes
+// reports: the modes in order, each on its own queue of its policy,
+// deleted afterwards with its throttle keys; every job delivered and
+// counted once; shares that add up; a validity consistent with itself.
+func checkReplay(t *testing.T, srv *filatest.Server, r *ReplayResult, jobs, users int) {
+	t.Helper()
+	if len(r.Modes) != 3 {
+		t.Fatalf("replay = %d modes; want fifo, drr, stfq", len(r.Modes))
+	}
+	var reasons []string
+	var wall float64
+	for i, want := range []struct{ mode, policy string }{{"fifo", "drr"}, {"drr", "drr"}, {"stfq", "stfq"}} {
+		m := r.Modes[i]
+		if m.Mode != want.mode || m.Policy != want.policy || !strings.HasSuffix(m.Queue, "-"+want.mode) || m.WallSeconds <= 0 {
+			t.Errorf("replay mode %d = %s, policy %s, queue %s, wall %vs; want %s, %s, a queue of its own", i, m.Mode, m.Policy, m.Queue, m.WallSeconds, want.mode, want.policy)
+		}
+		wall += m.WallSeconds
+		var njobs, pre, flood, binned int
 		var share float64
 		for _, u := range m.Users {
-			jobs += u.Jobs
+			njobs += u.Jobs
 			pre += u.PreJobs
 			flood += u.FloodJobs
 			share += u.FloodShare
@@ -344,34 +424,50 @@ func TestReplay(t *testing.T) {
 				t.Errorf("replay %s bin at %vh: %d jobs undelivered", m.Mode, b.FromHours, b.Undelivered)
 			}
 		}
-		if jobs != 2000 || binned != 2000 || len(m.Users) != 91 {
-			t.Errorf("replay %s: Σ jobs = %d, jobs in bins = %d, users = %d; want 2000, 2000, 91", m.Mode, jobs, binned, len(m.Users))
+		if njobs != jobs || binned != jobs || len(m.Users) != users {
+			t.Errorf("replay %s: Σ jobs = %d, jobs in bins = %d, users = %d; want %d, %d, %d", m.Mode, njobs, binned, len(m.Users), jobs, jobs, users)
 		}
-		if noisy := m.Users[0]; noisy.User != r.Noisy || pre+flood > 2000 || m.Others.Jobs != 2000-noisy.Jobs {
-			t.Errorf("replay %s: first user %s (%d jobs), others %d jobs; want the noisy user %s first, others the rest", m.Mode, noisy.User, noisy.Jobs, m.Others.Jobs, r.Noisy)
+		if pre+flood > jobs || m.Others.Jobs+m.Users[slices.IndexFunc(m.Users, func(u ReplayUser) bool { return u.User == r.Noisy })].Jobs != jobs {
+			t.Errorf("replay %s: %d jobs before and %d during the flood, others %d; want the others and the noisy user to make %d", m.Mode, pre, flood, m.Others.Jobs, jobs)
 		}
 		if math.Abs(share-1) > 1e-9 || math.Abs(m.NoisyFloodShare+m.Others.FloodShare-1) > 1e-9 {
 			t.Errorf("replay %s: Σ flood shares = %v, noisy + others = %v; want 1", m.Mode, share, m.NoisyFloodShare+m.Others.FloodShare)
 		}
-	}
-	for _, name := range []string{"replay.md", "replay-wait.svg", "replay.json"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil || len(b) == 0 {
-			t.Errorf("replay report %s: %v, %d bytes", name, err, len(b))
+		v := m.Validity
+		if v.Samples < 1 || !(0 <= v.LatenessP50 && v.LatenessP50 <= v.LatenessP99 && v.LatenessP99 <= v.LatenessMax) ||
+			v.Valid != (len(v.Reasons) == 0) || (v.LatenessP99 > r.MaxLatenessSeconds) == v.Valid && v.LatenessP99 > r.MaxLatenessSeconds ||
+			v.CapacityTested != (v.Busy > 0) || v.Busy > 1+1e-9 {
+			t.Errorf("replay %s validity = %+v; want samples, lateness in order, reasons iff invalid, busy iff tested and at most 1", m.Mode, v)
+		}
+		for _, why := range v.Reasons {
+			reasons = append(reasons, m.Mode+": "+why)
 		}
 	}
-	md, _ := os.ReadFile(filepath.Join(dir, "replay.md"))
-	for _, want := range []string{"CC-BY 4.0", "replay-wait.svg", "| " + r.Noisy + " (noisy) |"} {
-		if !bytes.Contains(md, []byte(want)) {
-			t.Errorf("replay.md lacks %q", want)
+	if r.Valid != (len(reasons) == 0) || !slices.Equal(r.InvalidReasons, reasons) || math.Abs(r.WallSeconds-wall) > 1e-6 {
+		t.Errorf("replay valid %v, reasons %q, wall %vs; want the modes' reasons %q, Σ wall %vs", r.Valid, r.InvalidReasons, r.WallSeconds, reasons, wall)
+	}
+	if r.MaxLatenessSeconds != r.ServiceSeconds || r.MinBusy != 0.95 {
+		t.Errorf("replay thresholds = lateness %vs, busy %v; want one service time (%vs), 0.95", r.MaxLatenessSeconds, r.MinBusy, r.ServiceSeconds)
+	}
+	// Each mode deleted its queue and its throttle keys.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := fila.Connect(ctx, srv.Addr, fila.WithoutReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	qs, err := c.Admin().ListQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if strings.HasPrefix(q.Name, "bench-replay-") {
+			t.Errorf("queue %s left after the replay", q.Name)
 		}
 	}
-	svg, _ := os.ReadFile(filepath.Join(dir, "replay-wait.svg"))
-	if !bytes.HasPrefix(bytes.TrimSpace(svg), []byte("<?xml")) || !bytes.Contains(svg, []byte("<svg")) {
-		t.Errorf("replay-wait.svg does not start as an SVG document: %.80q", svg)
-	}
-	if !bytes.Contains(svg, []byte("CC-BY 4.0")) || !strings.Contains(r.Attribution, "CC-BY 4.0") {
-		t.Errorf("replay-wait.svg or the result lacks the trace's CC-BY 4.0 attribution")
+	if keys, err := c.Admin().ListConfig(ctx, "throttle."); err != nil || len(keys) != 0 {
+		t.Errorf("throttle keys left after the replay: %v, %v", keys, err)
 	}
 }
 
@@ -380,6 +476,7 @@ func TestReplay(t *testing.T) {
 // connects: a run that fails later has created its queue by then.
 func TestFlagsCheckedFirst(t *testing.T) {
 	trace := filepath.Join("testdata", "google-clusterdata-2011-job-submits-2000.csv")
+	generic := filepath.Join("testdata", "generic-jobs.csv")
 	for _, args := range [][]string{
 		{"produce", "--size", "-1", "--count", "1"},
 		{"produce", "--size", "268435457", "--count", "1"},
@@ -416,8 +513,24 @@ func TestFlagsCheckedFirst(t *testing.T) {
 		{"replay", "--trace", trace, "--provider-rate", "NaN"},
 		{"replay", "--trace", trace, "--provider-burst", "+Inf"},
 		{"replay", "--trace", trace, "--size", "268435457"},
-		{"replay", "--trace", trace, "--size", "300000"}, // 2 × 2,000 jobs × 300 kB
+		{"replay", "--trace", trace, "--size", "600000"}, // 2,000 jobs × 600 kB
 		{"replay", "--trace", trace, "--bin", "1ms"},     // 6.9 million bins
+		{"replay", "--trace", trace, "--mode", "lifo"},
+		{"replay", "--trace", trace, "--mode", "drr,drr"},
+		{"replay", "--trace", trace, "--mode", ""},
+		{"replay", "--trace", trace, "--trace-format", "parquet"},
+		{"replay", "--trace", generic, "--providers", "4"},
+		{"replay", "--trace", generic, "--provider-rate", "10"},
+		{"replay", "--trace", trace, "--throttle-rate", "stripe"},
+		{"replay", "--trace", trace, "--throttle-rate", "stripe=0"},
+		{"replay", "--trace", trace, "--throttle-rate", "stripe=1", "--throttle-rate", "stripe=2"},
+		{"replay", "--trace", trace, "--throttle-rates", "testdata/no-such-file"},
+		{"replay", "--trace", trace, "--min-busy", "1.5"},
+		{"replay", "--trace", trace, "--min-busy", "NaN"},
+		{"replay", "--trace", trace, "--max-lateness", "-1s"},
+		{"replay", "--trace", generic, "--speedup", "0.001"}, // a 40 s job takes 11 hours
+		{"replay", "--merge", "a.json", "--trace", trace},
+		{"replay", "--merge", "a.json", "--speedup", "60"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			connect := func(context.Context, bool) (*fila.Client, error) {

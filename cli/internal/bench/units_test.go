@@ -106,7 +106,7 @@ func TestReadTrace(t *testing.T) {
 			"1000000,,1,0,alice,0,j1,progA\n" +
 			"1000000,,2,0,bob,1,j2,progB\n" +
 			"4000000,,3,0,alice,0,j3,progA\n"
-		tr, err := readTrace(strings.NewReader(in), 0)
+		tr, err := readTrace(strings.NewReader(in), 0, layoutAuto)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestReadTrace(t *testing.T) {
 		if from, to, ok := tr.window(1); !ok || from != 0 || to != 0 {
 			t.Errorf("window(bob) = %v, %v, %v; want 0, 0, true", from, to, ok)
 		}
-		tr, err = readTrace(strings.NewReader(in), 2)
+		tr, err = readTrace(strings.NewReader(in), 2, layoutAuto)
 		if err != nil || len(tr.jobs) != 2 {
 			t.Errorf("readTrace(limit 2) = %v jobs, %v; want 2", len(tr.jobs), err)
 		}
@@ -141,7 +141,7 @@ func TestReadTrace(t *testing.T) {
 		{"beyond a year", traceHeader + "0,,1,0,a,0,j,p\n99999999999999,,2,0,a,0,j,p\n", "more than a year"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := readTrace(strings.NewReader(tc.in), 0)
+			_, err := readTrace(strings.NewReader(tc.in), 0, layoutAuto)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("readTrace(%q) = %v; want an error containing %q", tc.in, err, tc.want)
 			}
@@ -155,17 +155,19 @@ func TestReadTrace(t *testing.T) {
 func FuzzReadTrace(f *testing.F) {
 	f.Add([]byte(traceHeader + "1383000841043,,6379591325,0,F2+Gv53P,0,6cEyQ7YE,2N2Ubknr\n"))
 	f.Add([]byte("timestamp,user,logical_job_name\n1,a,b\n2,\"c,d\",e\n"))
+	f.Add([]byte(genericHeaderLine + "1.5,a,,stripe,\n2,b,b-batch,,0.25\n"))
+	f.Add([]byte("time_s,tenant,fairness_key,throttle_key\n-1e3,a,k,t\n"))
 	if b, err := os.ReadFile(filepath.Join("testdata", "google-clusterdata-2011-job-submits-2000.csv")); err == nil {
 		f.Add(b[:4096])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tr, err := readTrace(bytes.NewReader(b), 1000)
+		tr, err := readTrace(bytes.NewReader(b), 1000, layoutAuto)
 		if err != nil {
 			return
 		}
 		var prev time.Duration
 		for _, j := range tr.jobs {
-			if j.at < prev || int(j.user) >= len(tr.users) {
+			if j.at < prev || int(j.user) >= len(tr.users) || int(j.key) > len(tr.keys) || int(j.throttle) > len(tr.throttles) || j.cost < 0 {
 				t.Fatalf("readTrace accepted job %+v after offset %v with %d users", j, prev, len(tr.users))
 			}
 			prev = j.at
@@ -220,7 +222,7 @@ func TestAnalyseModes(t *testing.T) {
 			b[j] = jb.at + h
 		}
 	}
-	r := analyseModes(cfg, tr, 1, []string{"drr", "fifo"}, []string{"qa", "qb"}, [][]time.Duration{a, b})
+	r := analyseModes(cfg, tr, 1, []modeTimes{{mode: "drr", queue: "qa", delivered: a}, {mode: "fifo", queue: "qb", delivered: b}})
 	if r.Noisy != "noisy" || r.FloodFromHours != 10 || r.FloodToHours != 12 || r.ServiceSeconds != 1 {
 		t.Fatalf("analyseModes = noisy %s, flood %v–%vh, service %vs; want noisy, 10–12h, 1s", r.Noisy, r.FloodFromHours, r.FloodToHours, r.ServiceSeconds)
 	}
