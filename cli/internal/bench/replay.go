@@ -274,7 +274,9 @@ Each queue has --consumers consumers of fixed capacity: together they
 process --capacity jobs per trace hour (each job takes consumers /
 capacity hours of trace time, or its cost, then is acked), so when
 submissions outrun them a backlog forms and the scheduler decides who
-waits. Each consumer holds one job at a time (prefetch 1).
+waits. Each consumer holds one job at a time (prefetch 1), and hides up
+to a quarter of a job's time of the round trip from its ack to its next
+delivery, as a consumer holding the next job already would.
 
 Wait is from a job's scheduled submission to its delivery, in trace
 time. The flooding user (--noisy, default the user with the most jobs)
@@ -882,13 +884,24 @@ func replayConsumer(e *env, cfg *replayConfig, tr *trace, r *replayRun, subscrib
 		}
 		at := now()
 		cost := service
-		if i := binary.LittleEndian.Uint64(d.Payload()); i < uint64(jobs) {
+		i := binary.LittleEndian.Uint64(d.Payload())
+		if i < uint64(jobs) {
 			cost = cmp.Or(tr.jobs[i].cost, service)
-			if r.delivered[i] == 0 {
-				r.delivered[i], r.started[i] = at, max(free, at)
-			}
 		}
-		free = max(free, at) + cfg.wall(cost)
+		// The job starts when the consumer is free, or when it arrives.
+		// A consumer hides up to a quarter of a job's time of the round
+		// trip from its ack to its next delivery, as one holding the next
+		// job already would: while a backlog waits, the consumers work at
+		// --capacity, not below it by that round trip.
+		wall := cfg.wall(cost)
+		start := max(free, at)
+		if at > free && at-free <= wall/4 {
+			start = free
+		}
+		if i < uint64(jobs) && r.delivered[i] == 0 {
+			r.delivered[i], r.started[i] = at, start
+		}
+		free = start + wall
 		if wait := free - now(); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
