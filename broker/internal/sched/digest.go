@@ -10,10 +10,16 @@ import (
 )
 
 // Digest returns a SHA-256 digest of the scheduler's state: the clock, the
-// lease counter, and every queue (definition, counters, idempotency keys,
-// idempotent producers with their remembered sequences, fairness keys with their deficits and weights, lanes in order, every
-// message with its state, attempts, due time and lease), subscription
-// (credit, leases held in order) and token bucket. Two schedulers that
+// lease counter, and every queue (definition and effective settings,
+// counters, the fair scheduler's state with its keys' order,
+// idempotency keys, idempotent producers with their remembered
+// sequences, fairness keys with their deficits, tags and weights, lanes
+// in order and the order they are served in, every message with its
+// state, attempts, due time and lease), subscription (credit, leases held
+// in order, the order they take turns in), timer (in firing order) and
+// token bucket (with its waiters in order and its timer). What depends on
+// when the shell took its Readys (queues left to pump, the last
+// deadline) is left out. Two schedulers that
 // applied the same commands to the same restored records have equal
 // digests, and behave the same from then on; that is what replaying a log
 // and replicating one rely on.
@@ -49,6 +55,32 @@ func (s *Sched) Digest() [32]byte {
 			d.id(m.id)
 			d.uint(m.lease)
 		}
+	}
+	// The order subscriptions take turns in.
+	var ring []SubID
+	for _, name := range names {
+		q := s.queues[name]
+		ring = ring[:0]
+		for sb := q.elig; sb != nil; sb = sb.next {
+			if ring = append(ring, sb.id); sb.next == q.elig {
+				break
+			}
+		}
+		d.uint(uint64(len(ring)))
+		for _, id := range ring {
+			d.uint(uint64(id))
+		}
+	}
+	// The order timers fire in: by deadline, then by when they were set.
+	timers := slices.Clone(s.timers.a)
+	slices.SortFunc(timers, func(a, b *msg) int {
+		return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.tseq, b.tseq))
+	})
+	d.uint(uint64(len(timers)))
+	for _, m := range timers {
+		d.str(m.queue().name)
+		d.id(m.id)
+		d.uint(m.tseq)
 	}
 
 	keys := sortedKeys(s.buckets, cmp.Compare)
@@ -97,9 +129,15 @@ func (d *digester) queue(s *Sched, q *queue) {
 	d.uint(q.delayed)
 	d.uint(q.leased)
 	d.bool(q.deleted)
+	d.int(int64(q.vis))
+	d.uint(uint64(q.policy.MaxAttempts))
+	d.int(int64(q.policy.BackoffBase))
+	d.int(int64(q.policy.BackoffMax))
+	d.int(int64(q.window))
 	d.str(q.fair.name())
 	if f := &q.fair; f.stfq {
 		d.uint(f.fq.V())
+		d.uint(f.fq.Seq())
 		d.uint(uint64(f.fq.Len()))
 		d.uint(uint64(f.budget))
 		d.int(int64(f.idle))
@@ -108,9 +146,32 @@ func (d *digester) queue(s *Sched, q *queue) {
 		for k := f.lhead; k != nil; k = k.lnext {
 			d.str(k.name)
 		}
+		// Keys that left a moment ago, remembered for their return.
+		d.uint(uint64(len(f.recent)))
+		for _, name := range sortedKeys(f.recent, cmp.Compare) {
+			d.str(name)
+			d.int(int64(f.recent[name]))
+		}
+		d.uint(uint64(len(f.recentQ) - f.rhead))
+		for _, e := range f.recentQ[f.rhead:] {
+			d.str(e.name)
+			d.int(int64(e.at))
+		}
 	} else {
-		d.uint(q.fair.drr.Round())
-		d.uint(uint64(q.fair.drr.Len()))
+		d.uint(uint64(f.drr.Quantum()))
+		d.uint(f.drr.Round())
+		d.uint(f.drr.Target())
+		d.uint(uint64(f.drr.Len()))
+		// The visiting order, which round each key waits for, and the
+		// round its deficit was credited for.
+		f.drr.Each(func(k *fkey, next bool) {
+			d.str(k.name)
+			d.bool(next)
+			d.uint(k.flow.State().Round)
+		})
+	}
+	if d.bool(q.dhidx >= 0); q.dhidx >= 0 {
+		d.int(int64(q.dnext))
 	}
 
 	type idk struct {
@@ -137,6 +198,20 @@ func (d *digester) queue(s *Sched, q *queue) {
 		d.id(p.id)
 		d.uint(p.floor)
 		d.int(int64(p.expires))
+		if q.dunsorted {
+			// As Restore left it, for sortProducers: entries and run
+			// keys in record order.
+			d.uint(uint64(len(p.ents)))
+			for _, e := range p.ents {
+				d.uint(e.seq)
+				d.id(e.id)
+			}
+			d.uint(uint64(len(p.runs)))
+			for _, r := range p.runs {
+				d.uint(r)
+			}
+			continue
+		}
 		d.uint(uint64(p.n))
 		for i := 0; i < p.n; i++ {
 			e := p.at(i)
@@ -183,6 +258,12 @@ func (d *digester) queue(s *Sched, q *queue) {
 			if l.inflight != nil {
 				d.id(l.inflight.id)
 			}
+		}
+		// The order the key serves its runnable lanes in.
+		d.int(int64(k.nrun))
+		for i, l := int32(0), k.run; i < k.nrun; i, l = i+1, l.next {
+			d.str(canon(l.ts))
+			d.str(l.okey)
 		}
 	}
 
@@ -231,6 +312,17 @@ func (d *digester) bucket(b *tbucket) {
 		d.str(l.key.name)
 		d.str(canon(l.ts))
 		d.str(l.okey)
+	}
+	n := 0
+	for sb := b.subs; sb != nil; sb = sb.next {
+		n++
+	}
+	d.uint(uint64(n))
+	for sb := b.subs; sb != nil; sb = sb.next {
+		d.uint(uint64(sb.id))
+	}
+	if d.bool(b.hidx >= 0); b.hidx >= 0 {
+		d.int(int64(b.wakeAt))
 	}
 }
 

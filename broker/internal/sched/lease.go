@@ -383,13 +383,20 @@ func (s *Sched) failureOf(m *msg) Failure {
 // Redecide puts every message waiting for a Decide (failed, its queue's
 // on_failure hook not yet answered) into the next Ready's Failures again.
 // A replicated queue's new leader calls it: the old leader may have died
-// before its hook answered, and only a leader runs hooks.
+// before its hook answered, and only a leader runs hooks. The failures
+// come by queue, then by message ID, whatever the layout of the index.
 func (s *Sched) Redecide() {
+	var ms []*msg
 	for _, name := range sortedKeys(s.queues, strings.Compare) {
+		ms = ms[:0]
 		for m := range s.queues[name].msgs.all() {
 			if m.state == stDeciding {
-				s.cur.failures = append(s.cur.failures, s.failureOf(m))
+				ms = append(ms, m)
 			}
+		}
+		slices.SortFunc(ms, func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
+		for _, m := range ms {
+			s.cur.failures = append(s.cur.failures, s.failureOf(m))
 		}
 	}
 }

@@ -140,10 +140,16 @@ func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
 // addQueue builds a queue and its DLQ in memory.
 func (s *Sched) addQueue(spec QueueSpec) *queue {
 	q := s.newQueue(spec.Name, spec)
-	d := s.newQueue(spec.Name+DLQSuffix, QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle})
+	d := s.newQueue(spec.Name+DLQSuffix, dlqSpec(&spec))
 	q.dlq = d
 	d.parent = q
 	return q
+}
+
+// dlqSpec returns the spec of the DLQ of a queue defined by spec: its
+// settings without hooks or dedup window.
+func dlqSpec(spec *QueueSpec) QueueSpec {
+	return QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle}
 }
 
 func (s *Sched) newQueue(name string, spec QueueSpec) *queue {

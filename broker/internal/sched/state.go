@@ -116,6 +116,9 @@ type lane struct {
 	next, prev *lane
 	tb         *tbucket // lsParked: the bucket it waits for
 	state      laneState
+	// img is the lane's number in the image being written (AppendImage's
+	// scratch).
+	img uint32
 }
 
 // ordered reports whether the lane enforces one-at-a-time delivery. DLQs
@@ -204,6 +207,7 @@ type fkey struct {
 	lnext, lprev *fkey
 	dflt         lane // the lane without throttle keys or ordering key
 	lanes        map[laneID]*lane
+	img          uint32 // its number in the image being written
 }
 
 // DRR returns the key's DRR flow (drr.Node).
@@ -214,7 +218,8 @@ type tset struct {
 	canon   string // the sorted names, each prefixed by its length (uvarint)
 	names   []string
 	buckets []*tbucket
-	refs    int // lanes using it
+	refs    int    // lanes using it
+	img     uint32 // its number in the image being written
 }
 
 // A tbucket is a token bucket with the lanes (throttle buckets) or
@@ -235,17 +240,24 @@ type tbucket struct {
 	refs   int // tsets (throttle) or subscriptions (rate limit)
 	wakeAt Time
 	hidx   int32
-	woke   bool // in Sched.woke
+	woke   bool   // in Sched.woke
+	img    uint32 // its number in the image being written
 }
 
+// before orders bucket timers by time, then throttle buckets by key
+// before rate limits by name and queue: a total order, so that equal
+// times fire in the same order whatever the heap's layout.
 func (b *tbucket) before(o *tbucket) bool {
 	if b.wakeAt != o.wakeAt {
 		return b.wakeAt < o.wakeAt
 	}
+	if (b.q == nil) != (o.q == nil) {
+		return b.q == nil
+	}
 	if b.name != o.name {
 		return b.name < o.name
 	}
-	return b.q != nil && o.q != nil && b.q.name < o.q.name
+	return b.q != nil && b.q.name < o.q.name
 }
 func (b *tbucket) setIndex(i int32) { b.hidx = i }
 func (b *tbucket) index() int32     { return b.hidx }
@@ -342,6 +354,8 @@ type queue struct {
 	vis    time.Duration
 	policy RetryPolicy
 	window time.Duration
+
+	img uint32 // its number in the image being written
 }
 
 // home is the queue under whose name the message records of this queue's

@@ -128,3 +128,11 @@ func (b *Bucket) Next(now int64, n float64) int64 {
 	}
 	return now + int64(ns)
 }
+
+// Restore returns a bucket with exactly the rate (tokens per second),
+// burst (tokens), tokens and last refill time (ns) that Rate, Burst and
+// State reported of another: for rebuilding a saved bucket. Unlike New
+// it takes the values as they are; a caller decoding them checks them.
+func Restore(rate, burst, tokens float64, last int64) Bucket {
+	return Bucket{rate: rate, burst: burst, tokens: tokens, last: last}
+}

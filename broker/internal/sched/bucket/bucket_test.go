@@ -153,3 +153,14 @@ func lagSource(seed uint64, max int64) func() int64 {
 		return int64(x % uint64(max+1))
 	}
 }
+
+// TestRestore: a bucket rebuilt from another's Rate, Burst and State is
+// equal to it.
+func TestRestore(t *testing.T) {
+	b := bucket.New(5, 2.5, 4)
+	b.Take(1e9, 3)
+	tokens, last := b.State()
+	if c := bucket.Restore(b.Rate(), b.Burst(), tokens, last); c != b {
+		t.Fatalf("restored %+v; want %+v", c, b)
+	}
+}

@@ -310,3 +310,64 @@ func (s *Scheduler[T]) unlink(i uint8, f *Flow[T]) {
 	f.in = 0
 	l.n--
 }
+
+// A FlowState is the state of a flow apart from the list it is in: what
+// Flow.State reports and Flow.SetState restores, so that a scheduler can
+// be saved and rebuilt exactly (see Scheduler.Each and Scheduler.Load).
+type FlowState struct {
+	Deficit int64  // cost units, as of the flow's last visit
+	Round   uint64 // the round whose credit Deficit already includes
+	Weight  uint32 // as set: 0 reads as 1
+}
+
+// State returns the flow's state apart from its list membership.
+func (f *Flow[T]) State() FlowState {
+	return FlowState{Deficit: f.deficit, Round: f.round, Weight: f.weight}
+}
+
+// SetState sets the state of an inactive flow, as State reported it.
+func (f *Flow[T]) SetState(st FlowState) {
+	f.deficit, f.round, f.weight = st.Deficit, st.Round, st.Weight
+}
+
+// Target returns the skip target: a lower bound on the first round in
+// which a flow waiting for the next round has a positive deficit, 0 when
+// none is computed. With Quantum, Round, the flows in Each's order and
+// their FlowStates, it is the whole state of the scheduler.
+func (s *Scheduler[T]) Target() uint64 { return s.target }
+
+// Each calls fn for every active flow in list order: the current round's
+// flows in the order they will be visited, then the next round's (next
+// set). fn must not change the scheduler.
+func (s *Scheduler[T]) Each(fn func(n T, next bool)) {
+	for i, l := range [2]uint8{s.cur, s.cur ^ 1} {
+		for f := s.lists[l].head; f != nil; f = f.next {
+			fn(f.owner, i == 1)
+		}
+	}
+}
+
+// Load empties the scheduler and gives it the quantum (clamped as by
+// Init), the round and the skip target of a saved one; Append then
+// rebuilds its lists.
+func (s *Scheduler[T]) Load(quantum int64, round, target uint64) {
+	s.Init(quantum)
+	s.round, s.target = round, target
+}
+
+// Append adds n, an inactive flow, at the tail of the current round's list
+// or, with next, of the next round's, keeping its deficit and round as
+// SetState left them: called in Each's order, it rebuilds a saved
+// scheduler's lists.
+func (s *Scheduler[T]) Append(n T, next bool) {
+	f := n.DRR()
+	if f.in != 0 {
+		return
+	}
+	f.owner = n
+	i := s.cur
+	if next {
+		i ^= 1
+	}
+	s.push(i, f)
+}

@@ -302,3 +302,43 @@ func mix(a, b uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	return hi ^ lo
 }
+
+// Each calls fn for every remembered key, oldest first, as All does, but
+// leaves the keys given to Restore and not yet taken in where they are
+// (see Pending): it changes nothing. The bytes are valid during the call
+// only. With Pending, Append and Restore it saves and rebuilds a table
+// exactly.
+func (t *Table) Each(fn func(key []byte, id [16]byte, expires int64)) {
+	for i := t.head; i < len(t.fifo); i++ {
+		if e := &t.fifo[i]; !e.dead {
+			fn(t.arena[e.off-t.abase:e.off-t.abase+uint64(e.n)], e.id, e.expires)
+		}
+	}
+}
+
+// Pending calls fn for every key given to Restore that the table has not
+// taken in yet, in the order given.
+func (t *Table) Pending(fn func(key string, id [16]byte, expires int64)) {
+	for _, k := range t.restored {
+		fn(k.key, k.id, k.expires)
+	}
+}
+
+// Append remembers key with id until expires as the newest key, whatever
+// the expiries of the keys before it, and reports true; or false,
+// changing nothing, if the table remembers key already. Called for each
+// key in Each's order, then Restore for each in Pending's, it rebuilds a
+// saved table.
+func (t *Table) Append(key string, id [16]byte, expires int64) bool {
+	h := hash(key)
+	if _, found := t.find(h, key); found {
+		return false
+	}
+	if (t.live+1)*8 > len(t.slots)*7 {
+		t.grow()
+	}
+	i, _ := t.find(h, key)
+	t.slots[i] = slot{hash: h, seq: t.push(h, key, id, expires)}
+	t.live++
+	return true
+}

@@ -299,3 +299,45 @@ func (s *Scheduler[T]) down(i int) {
 	}
 	h[i] = e
 }
+
+// A FlowState is the state of a flow apart from its place in the heap:
+// what Flow.State reports and Flow.SetState restores, so that a scheduler
+// can be saved and rebuilt exactly (see Scheduler.Insert).
+type FlowState struct {
+	Tag    uint64 // the start tag, in virtual time units
+	Seq    uint64 // when the tag was taken
+	Weight uint32 // as set: 0 reads as 1
+}
+
+// State returns the flow's state apart from its place in the heap.
+func (f *Flow[T]) State() FlowState { return FlowState{Tag: f.tag, Seq: f.seq, Weight: f.weight} }
+
+// SetState sets the state of a flow that is not backlogged, as State
+// reported it.
+func (f *Flow[T]) SetState(st FlowState) { f.tag, f.seq, f.weight = st.Tag, st.Seq, st.Weight }
+
+// Seq returns the last sequence number given. With V and the backlogged
+// flows' FlowStates it is the whole state of the scheduler.
+func (s *Scheduler[T]) Seq() uint64 { return s.seq }
+
+// Load empties the scheduler and gives it the virtual time and the
+// sequence counter of a saved one; Insert then adds its backlogged flows.
+func (s *Scheduler[T]) Load(v, seq uint64) {
+	clear(s.heap)
+	*s = Scheduler[T]{v: v, seq: seq, heap: s.heap[:0]}
+}
+
+// Insert adds n, a flow that is not backlogged, as backlogged with the
+// tag and sequence SetState gave it. Unlike Activate it takes no new tag
+// or sequence: it rebuilds a saved scheduler, whose flows then come out
+// of Next in the same order, (tag, sequence) being a total order.
+func (s *Scheduler[T]) Insert(n T) {
+	f := n.STFQ()
+	if f.in {
+		return
+	}
+	f.owner = n
+	f.in = true
+	s.n++
+	s.push(entry[T]{tag: f.tag, seq: f.seq, f: f, gen: f.gen})
+}
