@@ -41,6 +41,14 @@
 // at most 16384 entries. A frame that breaks either bound, or whose body
 // does not decode, closes the connection.
 //
+// A message whose entry is larger than a frame (a snapshot of a queue
+// with a large backlog) goes in chunk frames: each holds one entry of
+// group 2^64-1 whose bytes are the next 16 MiB of the large entry. The
+// reader appends them until they hold a whole entry, which it decodes as
+// if it had come in a frame of its own; a chunk that runs past that
+// entry's end, or an entry over MaxMessageSize (1 GiB), closes the
+// connection. Nothing else is written between the chunks of one entry.
+//
 // # Sending and loss
 //
 // Send never blocks. It appends the messages to the peer's queue, bounded
@@ -52,7 +60,7 @@
 //
 // Messages are dropped, never retried, when the peer has no connection,
 // when its queue is full, when the peer is isolated (below), when a single
-// message is too large for a frame, and when a write fails. Raft tolerates
+// message is larger than MaxMessageSize, and when a write fails. Raft tolerates
 // the loss. Each drop burst (drops with no successful write between them)
 // calls Config.Unreachable once, so that the driver can call
 // RawNode.ReportUnreachable; a snapshot message (MsgSnap) calls

@@ -11,11 +11,24 @@ import (
 )
 
 // MaxFrameSize is the largest frame body a transport writes or reads, in
-// bytes (64 MiB). Send drops a message whose entry would not fit in one
-// frame; a frame announcing a longer body closes the connection.
+// bytes (64 MiB). A message whose entry would not fit in one frame goes
+// in chunk frames (MaxMessageSize); a frame announcing a longer body
+// closes the connection.
 const MaxFrameSize = 64 << 20
 
+// MaxMessageSize is the largest message a transport sends or receives,
+// in bytes (1 GiB): a message whose entry exceeds MaxFrameSize (a
+// snapshot of a large queue) goes in chunk frames, which the reader puts
+// back together in memory.
+const MaxMessageSize = 1 << 30
+
 const (
+	// chunkGroup is the group of a chunk entry: a frame holding one, and
+	// nothing else, carries the next bytes of an entry too large for a
+	// frame, which ends when its own group and size say it does.
+	chunkGroup = ^uint64(0)
+	// chunkSize is the bytes of a large entry each chunk frame carries.
+	chunkSize = 16 << 20
 	// frameHeaderLen is the frame's length prefix.
 	frameHeaderLen = 4
 	// maxFrameEntries bounds the entries of one frame, so that a body of
@@ -118,9 +131,12 @@ func decodeBatch(body []byte, dst []Message) ([]Message, error) {
 		if n == maxFrameEntries {
 			return dst, fmt.Errorf("peer: batch of more than %d entries", maxFrameEntries)
 		}
-		_, _, m, err := nextEntry(rest)
+		group, _, m, err := nextEntry(rest)
 		if err != nil {
 			return dst, fmt.Errorf("peer: batch entry %d: %w", n, err)
+		}
+		if group == chunkGroup {
+			return dst, fmt.Errorf("peer: batch entry %d: a chunk among other entries", n)
 		}
 		rest = rest[m:]
 	}
@@ -156,4 +172,58 @@ func nextEntry(b []byte) (group uint64, data []byte, n int, err error) {
 		return 0, nil, 0, fmt.Errorf("message of %d bytes, %d left", size, len(rest))
 	}
 	return group, rest[:size], g + s + int(size), nil
+}
+
+// reassembly puts a large entry back together from the chunk entries of
+// consecutive frames.
+type reassembly struct {
+	buf []byte
+}
+
+// add appends a chunk entry's bytes. It returns the whole entry (group,
+// size, message; the reassembly's to reuse after the call) once its last
+// chunk has come, or nil while more are due. It fails when the chunks
+// run past the entry's end or the entry exceeds MaxMessageSize.
+func (r *reassembly) add(chunk []byte) ([]byte, error) {
+	if len(r.buf)+len(chunk) > MaxMessageSize+2*binary.MaxVarintLen64 {
+		return nil, fmt.Errorf("peer: chunked message over the limit of %d bytes", MaxMessageSize)
+	}
+	r.buf = append(r.buf, chunk...)
+	_, g := binary.Uvarint(r.buf)
+	if g == 0 {
+		return nil, nil // the group's uvarint is not whole yet
+	}
+	if g < 0 {
+		return nil, errors.New("peer: chunked message: bad group uvarint")
+	}
+	size, s := binary.Uvarint(r.buf[g:])
+	if s == 0 {
+		return nil, nil
+	}
+	if s < 0 || size > MaxMessageSize {
+		return nil, fmt.Errorf("peer: chunked message: bad size, or over the limit of %d bytes", MaxMessageSize)
+	}
+	total := uint64(g+s) + size
+	switch {
+	case uint64(len(r.buf)) < total:
+		return nil, nil
+	case uint64(len(r.buf)) > total:
+		return nil, fmt.Errorf("peer: chunked message of %d bytes followed by %d more", total, uint64(len(r.buf))-total)
+	}
+	out := r.buf
+	r.buf = nil
+	return out, nil
+}
+
+// chunkEntry returns the chunk entry of body's single entry, when it is
+// one: a frame holding a chunk holds nothing else.
+func chunkEntry(body []byte) (chunk []byte, ok bool, err error) {
+	group, data, n, err := nextEntry(body)
+	if err != nil || group != chunkGroup {
+		return nil, false, nil // decodeBatch reports the error
+	}
+	if n != len(body) {
+		return nil, false, errors.New("peer: a chunk entry shares its frame")
+	}
+	return data, true, nil
 }

@@ -194,3 +194,30 @@ func FuzzReadHello(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReassembly: chunks never panic the reader, and what it puts
+// together is exactly one entry.
+func FuzzReassembly(f *testing.F) {
+	entry, _ := appendEntry(nil, 3, &pb.Message{Type: pb.MessageType_MsgSnap.Enum(), Snapshot: &pb.Snapshot{Data: []byte("state")}}, proto.Size(&pb.Message{Type: pb.MessageType_MsgSnap.Enum(), Snapshot: &pb.Snapshot{Data: []byte("state")}}))
+	f.Add(entry, 3)
+	f.Add(entry, 1)
+	f.Add([]byte{0x80, 0x80}, 1)
+	f.Add(binary.AppendUvarint([]byte{1}, 1<<40), 2)
+	f.Fuzz(func(t *testing.T, stream []byte, cut int) {
+		if cut <= 0 {
+			cut = 1
+		}
+		var r reassembly
+		for off := 0; off < len(stream); off += cut {
+			out, err := r.add(stream[off:min(off+cut, len(stream))])
+			if err != nil {
+				return
+			}
+			if out != nil {
+				if _, _, n, err := nextEntry(out); err != nil || n != len(out) {
+					t.Fatalf("reassembled %d bytes: entry of %d, %v", len(out), n, err)
+				}
+			}
+		}
+	})
+}

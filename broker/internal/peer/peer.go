@@ -191,10 +191,16 @@ func (p *peer) send(msgs []Message) {
 		}
 		size := proto.Size(m.Msg)
 		n := entryLen(m.Group, size)
-		if !up || len(p.queue) >= maxQueueMsgs || len(p.queue) > 0 && p.qbytes+n > maxQueueBytes || n > MaxFrameSize {
+		// A message larger than the queue's bound (a snapshot, which
+		// raft sends one at a time per follower and group) goes into a
+		// queue not yet full, and counts for nothing against it: the
+		// heartbeats and appends sent with it must get through too.
+		large := n > maxQueueBytes
+		full := large && p.qbytes >= maxQueueBytes || !large && p.qbytes+n > maxQueueBytes
+		if !up || len(p.queue) >= maxQueueMsgs || full || size > MaxMessageSize {
 			dropped++
 			droppedBytes += n
-			if n > MaxFrameSize {
+			if size > MaxMessageSize {
 				tooLarge++
 			}
 			if m.Msg.GetType() == pb.MessageType_MsgSnap {
@@ -203,7 +209,9 @@ func (p *peer) send(msgs []Message) {
 			continue
 		}
 		p.queue = append(p.queue, queued{group: m.Group, msg: m.Msg, size: size})
-		p.qbytes += n
+		if !large {
+			p.qbytes += n
+		}
 		anyQueued = true
 	}
 	report := dropped > 0 && !p.burst
@@ -230,7 +238,7 @@ func (p *peer) send(msgs []Message) {
 		p.t.events.unreachable(p.id)
 	}
 	if tooLarge > 0 {
-		p.log.Error("dropping messages too large for a frame", "msgs", tooLarge, "max_frame", MaxFrameSize)
+		p.log.Error("dropping messages too large to send", "msgs", tooLarge, "max_message", MaxMessageSize)
 	}
 }
 
@@ -294,10 +302,74 @@ func (p *peer) write() {
 	}
 }
 
-// writeBatch encodes batch into frames in buf and writes them with one
-// write, then counts them and reports the snapshots written; a message that
-// does not encode, or a failed write, drops. It returns buf for reuse.
+// writeBatch writes batch in order: runs of messages that fit in frames
+// with one write each (writeFrames), a larger one in chunk frames
+// (writeChunked). After a failed write the rest of the batch drops. It
+// returns buf for reuse.
 func (p *peer) writeBatch(c *conn, buf []byte, batch []queued) []byte {
+	for len(batch) > 0 {
+		i := 0
+		for i < len(batch) && entryLen(batch[i].group, batch[i].size) <= MaxFrameSize {
+			i++
+		}
+		ok := true
+		if i > 0 {
+			buf, ok = p.writeFrames(c, buf[:0], batch[:i])
+		} else {
+			i = 1
+			ok = p.writeChunked(c, &batch[0])
+		}
+		if !ok {
+			p.drop(batch[i:], false)
+			return buf
+		}
+		batch = batch[i:]
+	}
+	return buf
+}
+
+// writeChunked writes q, whose entry is too large for a frame, as chunk
+// frames, with one write each, then counts it and reports it if it is a
+// snapshot; a message that does not encode drops. It returns false, the
+// connection detached and q dropped, when a write fails.
+func (p *peer) writeChunked(c *conn, q *queued) bool {
+	entry, err := appendEntry(nil, q.group, q.msg, q.size)
+	if err != nil {
+		p.log.Error("dropping a message", "group", q.group, "type", q.msg.GetType().String(), "err", err)
+		p.drop([]queued{*q}, true)
+		return true
+	}
+	hdr := make([]byte, 0, frameHeaderLen+2*binary.MaxVarintLen64)
+	for off := 0; off < len(entry); off += chunkSize {
+		part := entry[off:min(off+chunkSize, len(entry))]
+		hdr = hdr[:frameHeaderLen]
+		hdr = binary.AppendUvarint(hdr, chunkGroup)
+		hdr = binary.AppendUvarint(hdr, uint64(len(part)))
+		binary.BigEndian.PutUint32(hdr, uint32(len(hdr)-frameHeaderLen+len(part)))
+		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		bufs := net.Buffers{hdr, part}
+		if _, err := bufs.WriteTo(c.nc); err != nil {
+			p.detach(c, fmt.Errorf("write: %w", err))
+			p.drop([]queued{*q}, true)
+			return false
+		}
+	}
+	p.n.msgsSent.Add(1)
+	p.n.bytesSent.Add(uint64(len(entry)))
+	if q.msg.GetType() == pb.MessageType_MsgSnap {
+		p.t.events.snapshot(p.id, q.group, false)
+	}
+	p.mu.Lock()
+	p.burst = false
+	p.mu.Unlock()
+	return true
+}
+
+// writeFrames encodes batch into frames in buf and writes them with one
+// write, then counts them and reports the snapshots written; a message that
+// does not encode, or a failed write, drops. It returns buf for reuse, and
+// false when the write failed.
+func (p *peer) writeFrames(c *conn, buf []byte, batch []queued) ([]byte, bool) {
 	hdr, body, entries := -1, 0, 0
 	var bad []queued
 	for i := range batch {
@@ -331,13 +403,13 @@ func (p *peer) writeBatch(c *conn, buf []byte, batch []queued) []byte {
 		p.drop(bad, true)
 	}
 	if len(buf) == 0 {
-		return buf
+		return buf, true
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := c.nc.Write(buf); err != nil {
 		p.detach(c, fmt.Errorf("write: %w", err))
 		p.drop(batch, true)
-		return shrink(buf)
+		return shrink(buf), false
 	}
 	var msgs, bytes int
 	for _, q := range batch {
@@ -355,7 +427,7 @@ func (p *peer) writeBatch(c *conn, buf []byte, batch []queued) []byte {
 	p.mu.Lock()
 	p.burst = false
 	p.mu.Unlock()
-	return shrink(buf)
+	return shrink(buf), true
 }
 
 // shrink lets go of a buffer grown past keepBuffer.
@@ -473,6 +545,7 @@ func (p *peer) readFrames(c *conn) error {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	var hdr [frameHeaderLen]byte
 	var buf []byte
+	var big reassembly
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return fmt.Errorf("read: %w", err)
@@ -487,6 +560,15 @@ func (p *peer) readFrames(c *conn) error {
 		body := buf[:n]
 		if _, err := io.ReadFull(r, body); err != nil {
 			return fmt.Errorf("read: %w", err)
+		}
+		if chunk, ok, err := chunkEntry(body); err != nil {
+			return err
+		} else if ok {
+			if body, err = big.add(chunk); err != nil {
+				return err
+			}
+			if body == nil {
+			}
 		}
 		msgs, err := decodeBatch(body, nil)
 		if err != nil {

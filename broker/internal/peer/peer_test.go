@@ -707,3 +707,28 @@ func BenchmarkSendToHandler(b *testing.B) {
 		b.Fatalf("%d messages dropped", d)
 	}
 }
+
+// TestLargeSnapshotChunked: a snapshot larger than a frame goes in chunk
+// frames and arrives whole, in order with the messages around it.
+func TestLargeSnapshotChunked(t *testing.T) {
+	n1, n2 := startNode(t, 1, nil), startNode(t, 2, nil)
+	connect(t, n1, n2)
+	m := raftMsg(pb.MessageType_MsgSnap, 2, 1, 0)
+	data := make([]byte, MaxFrameSize+chunkSize/2)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	m.Snapshot = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(5), Term: proto.Uint64(1)}}
+	before, after := raftMsg(pb.MessageType_MsgApp, 2, 1, 4), raftMsg(pb.MessageType_MsgApp, 2, 1, 6)
+	n2.Send(1, []Message{{Group: 6, Msg: before}, {Group: 6, Msg: m}, {Group: 6, Msg: after}})
+	waitFor(t, "three messages at node 1", func() bool { return len(n1.received(2)) == 3 })
+	got := n1.received(2)
+	for i, want := range []*pb.Message{before, m, after} {
+		if got[i].Group != 6 || !proto.Equal(got[i].Msg, want) {
+			t.Fatalf("message %d: group %d, type %v, %d bytes of snapshot; want %v", i, got[i].Group, got[i].Msg.GetType(), len(got[i].Msg.GetSnapshot().GetData()), want.GetType())
+		}
+	}
+	if st := n2.snapshotStatuses(); len(st) != 1 || st[0] != (snapStatus{1, 6, false}) {
+		t.Errorf("SnapshotStatus = %+v; want one {1 6 false}", st)
+	}
+}

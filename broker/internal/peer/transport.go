@@ -98,8 +98,9 @@ type PeerStats struct {
 
 const (
 	// maxQueueMsgs and maxQueueBytes bound a peer's outgoing queue; Send
-	// drops what does not fit. A message larger than maxQueueBytes still
-	// goes alone into an empty queue.
+	// drops what does not fit. A message larger than maxQueueBytes (a
+	// snapshot) still goes into a queue holding less than that, and
+	// counts for nothing against it.
 	maxQueueMsgs  = 4096
 	maxQueueBytes = 64 << 20
 
