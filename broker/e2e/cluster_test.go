@@ -19,11 +19,14 @@ import (
 )
 
 // clusterEnv are the settings of the cluster tests' nodes: a 1 s election
-// timeout, and leases short enough that deliveries lost with a killed
-// node come back within the test.
+// timeout, leases short enough that deliveries lost with a killed node
+// come back within the test, and snapshots every 64 KB of log, so that
+// every fault also meets images, compacted logs and snapshots sent to
+// followers.
 var clusterEnv = []string{
 	"FILA_CLUSTER_TICK_INTERVAL=100ms",
 	"FILA_CLUSTER_ELECTION_TICKS=10",
+	"FILA_CLUSTER_SNAPSHOT_LOG_SIZE=64KB",
 	"FILA_QUEUE_VISIBILITY_TIMEOUT=3s",
 	"FILA_QUEUE_MAX_ATTEMPTS=50",
 }
@@ -305,6 +308,43 @@ func TestClusterFollowerRestart(t *testing.T) {
 		c.Nodes[lead].Kill()
 		w.waitSent(ctx, w.sent.Load()+100)
 		c.Nodes[lead].Restart(t)
+	})
+}
+
+// TestClusterFollowerReplaced kills a follower, deletes its data
+// directory, as if its disk were replaced, and starts it again: it gets
+// the meta log from its peers and a snapshot of the queue, the leader's
+// log having been compacted past everything it held. It can then lead.
+func TestClusterFollowerReplaced(t *testing.T) {
+	runCluster(t, nil, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
+		lead := leaderOf(t, ctx, c, admin, "jobs")
+		f := (lead + 1) % 3
+		w.waitSent(ctx, w.sent.Load()+300)
+		c.Nodes[f].Kill()
+		ents, err := os.ReadDir(c.Nodes[f].DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(c.Nodes[f].DataDir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.waitSent(ctx, w.sent.Load()+1000)
+		c.Nodes[f].Restart(t)
+		for !strings.Contains(c.Nodes[f].Log(), `installed a snapshot`) {
+			if ctx.Err() != nil {
+				t.Fatalf("node %d, started empty, installed no snapshot", f+1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		w.waitSent(ctx, w.sent.Load()+300)
+		lead = leaderOf(t, ctx, c, admin, "jobs")
+		if lead != f {
+			c.Nodes[lead].Kill()
+			w.waitSent(ctx, w.sent.Load()+100)
+			c.Nodes[lead].Restart(t)
+		}
 	})
 }
 

@@ -35,6 +35,7 @@ func openCluster(cfg config.Config, st *store.Disk, shardCfg shard.Config, hooks
 		TickInterval:      cc.TickInterval,
 		ElectionTicks:     cc.ElectionTicks,
 		HeartbeatTicks:    cc.HeartbeatTicks,
+		SnapshotEvery:     cc.SnapshotLogSize,
 		TLS:               peerTLS(scfg.TLS),
 		Shard:             shardCfg,
 		Effects:           node.ClusterEffects(hooks, scfg.Auth, rt),

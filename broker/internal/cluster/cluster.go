@@ -110,6 +110,11 @@ type Config struct {
 	// Effects are the meta group's effects on this node.
 	Effects Effects
 	Logger  *slog.Logger
+	// SnapshotEvery is how many bytes of entries a queue's replica
+	// applies between two images of its state, after which its group's
+	// log is compacted (see shard.Replication.ImageEvery): 0 means 64 MiB,
+	// < 0 never.
+	SnapshotEvery int64
 	// Rebuild is set when this node's store lost durable data (a
 	// repair dropped damaged records): its Raft logs may lack entries it
 	// acknowledged to its peers. Open then deletes every group's log and
@@ -145,6 +150,8 @@ type Node struct {
 	waiters map[uint64]chan metaResult
 
 	failed atomic.Pointer[error]
+	// announcing: announceRebuild is running.
+	announcing atomic.Bool
 
 	// ticks counts the driver's ticks; heard is the tick at which a
 	// message from each peer last arrived (driver goroutine; see
@@ -178,6 +185,12 @@ type group struct {
 	// heard from it (driver goroutine).
 	rebuilding atomic.Bool
 	target     uint64
+	// snap is the snapshot a queue group's leader sends to followers
+	// that need entries compacted away (snapshot.go).
+	snap snapState
+	// imaged is the index of the replica's previous image (driver
+	// goroutine).
+	imaged uint64
 	// quiesced: the group is idle and not ticked (quiesce.go); idle
 	// counts the leader's ticks in a row that found it idle (driver
 	// goroutine).
@@ -278,6 +291,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		SnapshotStatus: func(to, gid uint64, failed bool) {
 			n.post(func() {
 				if g := n.groups[gid]; g != nil {
+					g.snapshotSent()
 					st := raft.SnapshotFinish
 					if failed {
 						st = raft.SnapshotFailure
@@ -296,9 +310,30 @@ func Open(cfg Config, st Storage) (*Node, error) {
 	go n.run()
 	go n.register()
 	if cfg.Rebuild {
+		n.announcing.Store(true)
 		go n.announceRebuild()
 	}
 	return n, nil
+}
+
+// lostLog handles a leader's heartbeat announcing a commit index past the
+// end of this replica's log: the replica acknowledged entries it no
+// longer holds (its data directory was emptied or replaced, as when a
+// machine's disk is swapped). The group rebuilds from its peers as after
+// a repair (Config.Rebuild): it neither votes nor campaigns until caught
+// up, and the leader, told through the meta group, hands over. Driver
+// goroutine.
+func (n *Node) lostLog(g *group, last, commit uint64) {
+	n.log.Warn("a leader's commit index is past the end of this replica's log: it lost entries it acknowledged (an emptied data directory?); rebuilding it from its peers",
+		"group", g.id, "queue", g.queue, "last", last, "commit", commit)
+	g.target = 0
+	n.mu.Lock() // against announceRebuild ending as it finds no group rebuilding
+	g.rebuilding.Store(true)
+	start := n.announcing.CompareAndSwap(false, true)
+	n.mu.Unlock()
+	if start {
+		go n.announceRebuild()
+	}
 }
 
 // openGroups opens the meta group and the groups of the queues this node
@@ -401,6 +436,14 @@ func appliedKey(gid uint64) []byte {
 	return append(k, "/applied"...)
 }
 
+// imageKey is where a queue group's replica stores its image
+// (shard.Replication.ImageKey).
+func imageKey(gid uint64) []byte {
+	k := []byte("r/")
+	k = binary.BigEndian.AppendUint64(k, gid)
+	return append(k, "/image"...)
+}
+
 // openGroup opens group g's log and RawNode and registers it; a group
 // with an empty log is bootstrapped with g.replicas as its members. Before
 // the driver runs or on the driver goroutine.
@@ -450,6 +493,12 @@ func (n *Node) openGroup(g *group) error {
 		g.campaign = gid != MetaGroup && g.replicas[int(gid)%len(g.replicas)] == n.cfg.NodeID
 	}
 	g.rn, g.log = rn, l
+	if g.sh != nil {
+		if err := n.recoverReplica(g); err != nil {
+			return fmt.Errorf("cluster: group %d: %w", gid, err)
+		}
+		l.SetSource(n.snapshotSource(g))
+	}
 	g.rebuilding.Store(n.cfg.Rebuild)
 	g.applied.Store(applied)
 	n.mu.Lock()
@@ -480,6 +529,11 @@ func (n *Node) openQueueGroup(q *queueInfo) (*group, error) {
 				dropped()
 			}
 		},
+		ImageKey:   imageKey(q.group),
+		ImageEvery: n.cfg.SnapshotEvery,
+		Imaged: func(index uint64) {
+			n.post(func() { n.compact(g, index) })
+		},
 		NotLeader: func() error { return n.notLeader(g, "queue "+name) },
 		Leading: func() {
 			if f := n.cfg.Effects.Leading; f != nil {
@@ -491,7 +545,7 @@ func (n *Node) openQueueGroup(q *queueInfo) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
-	{
+	if sh.OpenedAt() == 0 {
 		done := make(chan shard.Result, 1)
 		if err := sh.Init(&shard.CreateQueue{Spec: q.spec}, func(r shard.Result) { done <- r }); err != nil {
 			sh.Close()
@@ -605,6 +659,11 @@ func (n *Node) step(msgs []peer.Message) {
 			continue
 		}
 		n.wake(g)
+		if m.Msg.GetType() == pb.MessageType_MsgHeartbeat && !g.rebuilding.Load() {
+			if last, _ := g.log.LastIndex(); m.Msg.GetCommit() > last {
+				n.lostLog(g, last, m.Msg.GetCommit())
+			}
+		}
 		if g.rebuilding.Load() {
 			switch m.Msg.GetType() {
 			case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
@@ -668,6 +727,9 @@ func (n *Node) handleReadies() error {
 		}
 		rd := g.rn.Ready()
 		if !raft.IsEmptySnap(rd.Snapshot) {
+			if g.sh == nil {
+				return fmt.Errorf("group %d: a snapshot of the meta group, which is never compacted", g.id)
+			}
 			if err := g.log.ApplySnapshot(&b, rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				return fmt.Errorf("group %d: snapshot: %w", g.id, err)
 			}
@@ -723,6 +785,13 @@ func (n *Node) handleReadies() error {
 		if g.rebuilding.Load() && g.target > 0 && g.commit.Load() >= g.target {
 			g.rebuilding.Store(false)
 			n.log.Info("group rebuilt from its peers; it votes again", "group", g.id, "queue", g.queue, "commit", g.commit.Load())
+		}
+		if snap := rd.Snapshot; !raft.IsEmptySnap(snap) {
+			// Durable in the log now; the replica installs it before
+			// the entries after it.
+			n.log.Info("received a snapshot", "group", g.id, "queue", g.queue, "index", snap.GetMetadata().GetIndex(), "bytes", len(snap.GetData()))
+			g.sh.Install(snap.GetMetadata().GetIndex(), snap.GetData())
+			g.applied.Store(snap.GetMetadata().GetIndex())
 		}
 		if err := n.apply(g, rd.CommittedEntries); err != nil {
 			return err

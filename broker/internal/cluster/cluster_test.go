@@ -24,6 +24,7 @@ type testCluster struct {
 	rebuild map[int]bool   // open these nodes with Config.Rebuild
 	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
 	lane    [2]int64       // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
+	snap    int64          // Config.SnapshotEvery of every node
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
@@ -81,6 +82,7 @@ func (c *testCluster) start(i int) {
 		ElectionTicks:  10,
 		HeartbeatTicks: 1,
 		Rebuild:        c.rebuild[i],
+		SnapshotEvery:  c.snap,
 		Shard:          shard.Config{Sched: c.sched(i)},
 		Effects:        noEffects(),
 	}, c.stores[i])

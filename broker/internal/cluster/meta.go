@@ -386,6 +386,7 @@ func (n *Node) applyDeleteQueue(b *store.Batch, name string) (metaResult, error)
 			return metaResult{}, err
 		}
 		b.Delete(appliedKey(q.group))
+		b.Delete(imageKey(q.group))
 	}
 	b.Delete([]byte("m/q/" + name))
 	return metaResult{}, nil
@@ -593,10 +594,12 @@ func (n *Node) announceRebuild() {
 				groups[g.id] = last
 			}
 		}
-		n.mu.RUnlock()
 		if len(groups) == 0 {
+			n.announcing.Store(false)
+			n.mu.RUnlock()
 			return
 		}
+		n.mu.RUnlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := n.proposeMeta(ctx, metaRebuilt, appendRebuilt(nil, n.cfg.NodeID, groups))
 		cancel()

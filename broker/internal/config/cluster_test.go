@@ -137,6 +137,9 @@ func withClusterDefaults(c ClusterConfig) ClusterConfig {
 	if c.HeartbeatTicks == 0 {
 		c.HeartbeatTicks = d.HeartbeatTicks
 	}
+	if c.SnapshotLogSize == 0 {
+		c.SnapshotLogSize = d.SnapshotLogSize
+	}
 	return c
 }
 

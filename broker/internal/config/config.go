@@ -221,6 +221,13 @@ type ClusterConfig struct {
 	// HeartbeatTicks is the number of ticks between a leader's heartbeats
 	// (heartbeat_ticks, default 1, from 1 to 100).
 	HeartbeatTicks int
+	// SnapshotLogSize is how many bytes of Raft log a queue's replica
+	// applies between two snapshots of its state (snapshot_log_size,
+	// default 64MB, from 1KB to 1TB; at least twice the last snapshot's
+	// size, too). Each snapshot lets the queue's log be compacted up to
+	// it, and is what a follower that lags behind the compacted log is
+	// sent.
+	SnapshotLogSize int64
 }
 
 // Enabled reports whether cluster mode is on: whether NodeID is set.
@@ -389,6 +396,7 @@ func Default() Config {
 			TickInterval:      100 * time.Millisecond,
 			ElectionTicks:     10,
 			HeartbeatTicks:    1,
+			SnapshotLogSize:   64 * Megabyte,
 		},
 		Scheduler: SchedulerConfig{Policy: "drr", LatencyBudget: 10, LatencyIdle: 100 * time.Millisecond, Quantum: 1000},
 		Queue: QueueConfig{

@@ -197,6 +197,9 @@ var fields = []field{
 	{"cluster", "heartbeat_ticks", kindInt,
 		func(c *Config) any { return &c.Cluster.HeartbeatTicks },
 		intIn(1, 100, func(c *Config) int64 { return int64(c.Cluster.HeartbeatTicks) })},
+	{"cluster", "snapshot_log_size", kindSize,
+		func(c *Config) any { return &c.Cluster.SnapshotLogSize },
+		sizeIn(Kilobyte, Terabyte, func(c *Config) int64 { return c.Cluster.SnapshotLogSize })},
 
 	{"scheduler", "policy", kindString,
 		func(c *Config) any { return &c.Scheduler.Policy }, checkPolicy},

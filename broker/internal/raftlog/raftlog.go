@@ -58,6 +58,8 @@ type Log struct {
 	// recent holds entries appended since Open, by index, until Compact
 	// drops them: reads of entries not yet durable come from here.
 	recent map[uint64]*pb.Entry
+	// source makes the snapshots Snapshot returns (SetSource).
+	source func() (*pb.Snapshot, error)
 	// scratch encodes an entry before the batch copies it.
 	scratch []byte
 }
@@ -233,11 +235,39 @@ func (l *Log) FirstIndex() (uint64, error) {
 	return l.first(), nil
 }
 
-// Snapshot returns the latest snapshot, its data included.
+// Snapshot returns the snapshot to send to a follower that needs entries
+// compacted away: what the source set by SetSource returns, else the
+// stored snapshot (Stored).
 func (l *Log) Snapshot() (*pb.Snapshot, error) {
 	l.mu.Lock()
+	src := l.source
+	snap := l.snap
+	l.mu.Unlock()
+	if src != nil {
+		return src()
+	}
+	return snap, nil
+}
+
+// SetSource makes Snapshot return what src returns: a snapshot at an
+// index from the stored snapshot's on (the application's latest image,
+// made after the log was compacted to an earlier index), or
+// raft.ErrSnapshotTemporarilyUnavailable while it is being made; raft
+// asks again later. src must return no other error (raft panics on
+// one), and is called on the goroutine that steps the group's RawNode.
+func (l *Log) SetSource(src func() (*pb.Snapshot, error)) {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.snap, nil
+	l.source = src
+}
+
+// Stored returns the stored snapshot: the one the log was last compacted
+// to (Compact), with the data it was given, or the last one received
+// (ApplySnapshot), with its data, until the next Compact.
+func (l *Log) Stored() *pb.Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snap
 }
 
 // Append puts ents into b, replacing the entries from ents[0]'s index on
@@ -308,8 +338,10 @@ func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) error {
 }
 
 // Compact makes a snapshot at applied index i, with the configuration cs
-// and the state machine's data, puts it into b, and drops the entries up
-// to i. i must be at most LastIndex.
+// and the state machine's data (nil when the application keeps its state
+// elsewhere and sends snapshots through SetSource), puts it into b, and
+// drops the entries up to i. i must be at most LastIndex; a snapshot at
+// or below the stored one's index fails with raft.ErrSnapOutOfDate.
 func (l *Log) Compact(b *store.Batch, i uint64, cs *pb.ConfState, data []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -450,3 +450,52 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestSnapshotSource: a log compacted with no data sends what its source
+// makes, while Stored keeps the compaction's metadata; a received
+// snapshot is stored with its data, and survives a reopen.
+func TestSnapshotSource(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	l, err := Open(st, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b store.Batch
+	if err := l.Append(&b, []*pb.Entry{entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 2, "c")}); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, st, l, &b)
+	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
+	if err := l.Compact(&b, 2, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, st, l, &b)
+	if s := l.Stored(); s.GetMetadata().GetIndex() != 2 || s.Data != nil {
+		t.Fatalf("stored snapshot at %d with %d bytes; want 2 with none", s.GetMetadata().GetIndex(), len(s.Data))
+	}
+	made := &pb.Snapshot{Data: []byte("image at 3"), Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(3), Term: proto.Uint64(2), ConfState: cs}}
+	l.SetSource(func() (*pb.Snapshot, error) { return made, nil })
+	if s, err := l.Snapshot(); err != nil || s != made {
+		t.Fatalf("Snapshot() = %v, %v; want the source's", s, err)
+	}
+	if first, _ := l.FirstIndex(); first != 3 {
+		t.Fatalf("FirstIndex = %d; want 3", first)
+	}
+
+	got := &pb.Snapshot{Data: []byte("from the leader"), Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(9), Term: proto.Uint64(3), ConfState: cs}}
+	if err := l.ApplySnapshot(&b, got); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, st, l, &b)
+	again, err := Open(st, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := again.Stored(); s.GetMetadata().GetIndex() != 9 || string(s.Data) != "from the leader" {
+		t.Fatalf("reopened: stored snapshot at %d with %q", s.GetMetadata().GetIndex(), s.Data)
+	}
+	if first, _ := again.FirstIndex(); first != 10 {
+		t.Fatalf("reopened: FirstIndex = %d; want 10", first)
+	}
+}

@@ -31,10 +31,20 @@ type Replication struct {
 	Propose func(data []byte, dropped func())
 	// AppliedKey is the store key under which the shard records, in the
 	// same storage group as their effects, the index of the last entry
-	// it applied (8 bytes big-endian); Applied reads it back. A replica
-	// opened again starts empty and replays its group's log from the
-	// start: see Open.
+	// it applied (8 bytes big-endian); Applied reads it back.
 	AppliedKey []byte
+	// ImageKey is the store key of the replica's last image (see
+	// snapshot.go). A replica opened again starts from it, or empty when
+	// there is none, and replays its group's log from the entry after it.
+	ImageKey []byte
+	// ImageEvery is how many bytes of entries the replica applies between
+	// two images (at least twice the last image's size, too); 0 means
+	// 64 MiB, < 0 never.
+	ImageEvery int64
+	// Imaged, if set, is called once an image at index is visible in the
+	// store, from the goroutine that completes storage groups: the group's
+	// log is not needed up to index any more. It must not block.
+	Imaged func(index uint64)
 	// NotLeader returns the error for an operation this replica cannot
 	// serve because it does not lead: a *fault.NotLeader with the
 	// leader's client address when known.
@@ -47,10 +57,12 @@ type Replication struct {
 }
 
 // An Entry is one committed entry of the group's log: its index and its
-// data, as Propose was given it (empty for the entries Raft adds itself).
+// data, as Propose was given it (empty for the entries Raft adds itself);
+// or, with Snapshot set, a snapshot of the group at Index (Install).
 type Entry struct {
-	Index uint64
-	Data  []byte
+	Index    uint64
+	Data     []byte
+	Snapshot bool
 }
 
 // entryVersion is the first byte of a proposed entry:
@@ -127,6 +139,10 @@ type replicaState struct {
 	cbs     []func(Result) // their callbacks, aligned with batch
 	pending map[uint64][]func(Result)
 	applied uint64 // index of the last entry applied
+	// sinceImage counts the bytes of entries applied since the last
+	// image, of imageSize bytes.
+	sinceImage int64
+	imageSize  int
 }
 
 // Commit applies committed entries, in order, on the shard goroutine. It
@@ -282,6 +298,10 @@ func (sh *Shard) drainCommitted() {
 // results; every replica applies its effects and records its index.
 func (sh *Shard) applyEntry(e Entry) {
 	r := sh.rep
+	if e.Snapshot {
+		sh.install(e)
+		return
+	}
 	if e.Index <= r.applied {
 		return // applied before a restart
 	}
@@ -289,6 +309,8 @@ func (sh *Shard) applyEntry(e Entry) {
 	if len(e.Data) == 0 {
 		return // an empty entry of a new term, or a configuration change
 	}
+	defer sh.maybeImage(e.Index)
+	r.sinceImage += int64(len(e.Data))
 	proposer, seq, cmds, err := DecodeEntry(e.Data)
 	if err != nil {
 		// A committed entry every replica has: a bug, not bad input.

@@ -118,6 +118,7 @@ type Shard struct {
 	inflight inflight
 
 	restored []sched.QueueSpec
+	openedAt uint64 // the index of the image a replica opened from
 
 	// A replicated shard: its loop state, and what the group's driver
 	// hands it (committed entries, leadership) without blocking.
@@ -219,12 +220,29 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 		return sh.s.Restore(k, v)
 	}
 	if r := cfg.Replication; r != nil {
-		// A replica starts empty and replays its group's whole log:
-		// only the log holds every part of a scheduler's state (the
-		// store does not hold its credit, deficits, buckets or lease
+		// A replica starts from its last image, or empty, and replays
+		// its group's log after it: the store does not hold every part
+		// of a scheduler's state (its credit, deficits, buckets or lease
 		// counter), and replicas must agree on all of it, since each
 		// decides the deliveries of a Deliver entry itself.
 		sh.rep = &replicaState{cfg: r, pending: map[uint64][]func(Result){}}
+		if r.ImageKey != nil {
+			index, image, found, err := LoadImage(st, r.ImageKey)
+			if err != nil {
+				return nil, fmt.Errorf("shard: recover %s: %w", r.Queue, err)
+			}
+			if found {
+				s, err := sched.LoadImage(cfg.Sched, image)
+				if err != nil {
+					return nil, fmt.Errorf("shard: recover %s from its image at %d: %w", r.Queue, index, err)
+				}
+				sh.s = s
+				sh.rep.applied = index
+				sh.openedAt = index
+				sh.rep.imageSize = len(image)
+				sh.log.Info("loaded the replica's image", "index", index, "bytes", len(image))
+			}
+		}
 	} else {
 		end := prefixEnd([]byte(sched.Prefix))
 		if err := st.Scan([]byte(sched.Prefix), end, restore); err != nil {
@@ -261,6 +279,10 @@ func prefixEnd(p []byte) []byte {
 func (sh *Shard) now() sched.Time {
 	return sched.Time(sh.origin.UnixNano() + int64(sh.cfg.Clock().Sub(sh.origin)))
 }
+
+// OpenedAt returns the index of the image a replica was opened from (see
+// Replication.ImageKey); 0 when it opened empty.
+func (sh *Shard) OpenedAt() uint64 { return sh.openedAt }
 
 // RestoredSpecs returns the queue definitions found at recovery, so the
 // shell can compile their hooks.

@@ -1,0 +1,183 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/shard"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// firstIndex returns the first entry held in node i's log of queue's
+// group: above 1 once the log was compacted.
+func (c *testCluster) firstIndex(i int, queue string) uint64 {
+	c.t.Helper()
+	n := c.nodes[i]
+	n.mu.RLock()
+	g := n.byQueue[queue]
+	n.mu.RUnlock()
+	if g == nil {
+		c.t.Fatalf("node %d holds no replica of %s", i+1, queue)
+	}
+	first, _ := g.log.FirstIndex()
+	return first
+}
+
+// load enqueues batches of 1 KiB messages to queue, several fairness
+// keys, and acks some of what a subscription on the leader receives, so
+// that the queue's state holds ready, leased and acked messages.
+func (c *testCluster) load(queue string, batches int) {
+	c.t.Helper()
+	body := strings.Repeat("x", 1024)
+	for b := range batches {
+		cmd := func() shard.Command {
+			items := make([]sched.EnqueueItem, 3)
+			for i := range items {
+				items[i] = sched.EnqueueItem{Queue: queue, Msg: sched.Message{
+					Body: []byte(body), PayloadSize: 1024, FairnessKey: fmt.Sprintf("tenant-%d", (b+i)%5),
+				}}
+			}
+			return &shard.Enqueue{Items: items}
+		}
+		if r := c.submit(queue, cmd); r.Err != nil {
+			c.t.Fatal(r.Err)
+		}
+	}
+}
+
+// TestSnapshots: replicas image their state and compact their logs; a
+// follower that was down while the log moved past its position catches up
+// from a snapshot, a node with an empty store is rebuilt from one, and a
+// restarted node starts from its image. Every replica ends with the same
+// state, for both scheduling policies.
+func TestSnapshots(t *testing.T) {
+	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 8 << 10 })
+	ctx := context.Background()
+	queues := []sched.QueueSpec{{Name: "drr"}, {Name: "fair", Policy: sched.PolicySTFQ}}
+	for _, q := range queues {
+		eventually(t, "create "+q.Name, func() error {
+			_, err := c.nodes[0].CreateQueue(ctx, q)
+			return err
+		})
+	}
+	// A subscription holds leases on each leader, acking every other
+	// delivery.
+	for _, q := range queues {
+		lead := c.leader(q.Name)
+		sh, err := c.nodes[lead].Route(q.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan shard.Result, 1)
+		if err := sh.Subscribe(ctx, &shard.Subscribe{Sub: 1, Queue: q.Name, Credit: 40}, &sink{}, func(r shard.Result) { done <- r }); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+
+	// Node 3 goes; the others move on well past several images.
+	c.stop(2)
+	for _, q := range queues {
+		c.load(q.Name, 60)
+	}
+	for _, q := range queues {
+		lead := c.leader(q.Name)
+		eventually(t, "the leader's log of "+q.Name+" compacted", func() error {
+			c.load(q.Name, 1) // an entry after the image, for the compaction to follow
+			if f := c.firstIndex(lead, q.Name); f <= 10 {
+				return fmt.Errorf("first index %d", f)
+			}
+			return nil
+		})
+	}
+
+	// Node 3 comes back with its store, behind the compacted logs: it
+	// installs snapshots and agrees with the others.
+	c.start(2)
+	for _, q := range queues {
+		c.load(q.Name, 2)
+		c.converged(q.Name)
+	}
+
+	// Node 2 loses its whole store: it is rebuilt from snapshots.
+	c.stop(1)
+	for _, q := range queues {
+		c.load(q.Name, 30)
+	}
+	c.stores[1].Close()
+	c.stores[1] = store.NewMem()
+	c.start(1)
+	for _, q := range queues {
+		c.load(q.Name, 1)
+		c.converged(q.Name)
+	}
+
+	// Every node restarts: each starts from its image, replays what
+	// follows, and they agree.
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	for _, q := range queues {
+		c.load(q.Name, 1)
+		c.converged(q.Name)
+		for i, n := range c.nodes {
+			sh, err := n.Local(q.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sh.OpenedAt() == 0 {
+				t.Errorf("node %d opened %s without an image", i+1, q.Name)
+			}
+		}
+	}
+}
+
+// TestSnapshotInstalledAtRestart: a node that stopped after its log
+// stored a received snapshot, but before its replica's image of it was
+// written, installs the snapshot from its log when it starts again.
+func TestSnapshotInstalledAtRestart(t *testing.T) {
+	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 8 << 10 })
+	ctx := context.Background()
+	eventually(t, "create jobs", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	c.stop(2)
+	c.load("jobs", 60)
+	lead := c.leader("jobs")
+	eventually(t, "the leader's log compacted", func() error {
+		c.load("jobs", 1)
+		if f := c.firstIndex(lead, "jobs"); f <= 10 {
+			return fmt.Errorf("first index %d", f)
+		}
+		return nil
+	})
+	c.start(2)
+	c.converged("jobs")
+	n := c.nodes[2]
+	n.mu.RLock()
+	g := n.byQueue["jobs"]
+	n.mu.RUnlock()
+	if snap := g.log.Stored(); len(snap.GetData()) == 0 {
+		t.Fatalf("node 3's log holds no received snapshot (index %d)", snap.GetMetadata().GetIndex())
+	}
+	gid := g.id
+	c.stop(2)
+	// As if the node had stopped before the replica wrote its image.
+	var b store.Batch
+	b.Delete(imageKey(gid))
+	if err := c.stores[2].Apply(&b); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2)
+	c.load("jobs", 1)
+	c.converged("jobs")
+}

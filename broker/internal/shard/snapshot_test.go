@@ -1,0 +1,96 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/fila-mq/fila/broker/internal/sched"
+	"github.com/fila-mq/fila/broker/internal/store"
+)
+
+// snapshotOf encodes a snapshot of queue at index with image and records.
+func snapshotOf(index uint64, image []byte, records ...[2]string) []byte {
+	b := []byte{snapshotVersion}
+	b = binary.AppendUvarint(b, index)
+	b = binary.AppendUvarint(b, uint64(len(image)))
+	b = append(b, image...)
+	for _, r := range records {
+		b = binary.AppendUvarint(b, uint64(len(r[0])))
+		b = append(b, r[0]...)
+		b = binary.AppendUvarint(b, uint64(len(r[1])))
+		b = append(b, r[1]...)
+	}
+	return b
+}
+
+// TestSnapshotData: a snapshot holds the stored image and every record of
+// the queue's key ranges, and nothing of another queue; it decodes to
+// them, and a record outside the queue's ranges is refused.
+func TestSnapshotData(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	var b store.Batch
+	own := sched.QueueRanges("jobs")
+	other := sched.QueueRanges("jobs2")
+	b.Put(append(own[2].Start, "m1"...), []byte("payload"))
+	b.Put(own[0].Start, []byte("definition"))
+	b.Put(append(other[2].Start, "m1"...), []byte("not mine"))
+	b.Put([]byte("image"), append(binary.BigEndian.AppendUint64(nil, 42), "IMG"...))
+	if err := st.Apply(&b); err != nil {
+		t.Fatal(err)
+	}
+	index, data, err := SnapshotData(st, "jobs", []byte("image"))
+	if err != nil || index != 42 {
+		t.Fatalf("SnapshotData = %d, %v", index, err)
+	}
+	s, err := decodeSnapshot("jobs", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.index != 42 || string(s.image) != "IMG" || len(s.records) != 2 {
+		t.Fatalf("decoded index %d image %q, %d records; want 42, IMG, 2", s.index, s.image, len(s.records))
+	}
+	if _, err := decodeSnapshot("jobs2", data); !errors.Is(err, ErrBadSnapshot) {
+		t.Errorf("decoded as another queue's: %v; want ErrBadSnapshot", err)
+	}
+	if _, _, err := SnapshotData(st, "jobs", []byte("none")); !errors.Is(err, ErrBadSnapshot) {
+		t.Errorf("SnapshotData without an image: %v; want ErrBadSnapshot", err)
+	}
+}
+
+func FuzzDecodeSnapshot(f *testing.F) {
+	r := sched.QueueRanges("q")
+	f.Add(snapshotOf(7, []byte("image"), [2]string{string(r[2].Start) + "id", "body"}, [2]string{string(r[0].Start), "def"}))
+	f.Add(snapshotOf(0, nil))
+	f.Add([]byte{snapshotVersion, 0x80})
+	f.Add(snapshotOf(1, nil, [2]string{"elsewhere", "x"}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := decodeSnapshot("q", data)
+		if err != nil {
+			if !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("error %v does not wrap ErrBadSnapshot", err)
+			}
+			return
+		}
+		var recs [][2]string
+		for _, kv := range s.records {
+			in := false
+			for _, rg := range r {
+				if bytes.Compare(kv[0], rg.Start) >= 0 && bytes.Compare(kv[0], rg.End) < 0 {
+					in = true
+				}
+			}
+			if !in {
+				t.Fatalf("record %q outside the queue's ranges", kv[0])
+			}
+			recs = append(recs, [2]string{string(kv[0]), string(kv[1])})
+		}
+		// What decodes encodes, and decodes again to the same.
+		again, err := decodeSnapshot("q", snapshotOf(s.index, s.image, recs...))
+		if err != nil || again.index != s.index || !bytes.Equal(again.image, s.image) || len(again.records) != len(recs) {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, s)
+		}
+	})
+}
