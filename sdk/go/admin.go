@@ -498,6 +498,10 @@ type ClusterGroup struct {
 	Commit, Applied, LastIndex uint64
 	// Replicas are the group's members, by node ID.
 	Replicas []ClusterReplica
+	// FirstIndex is the first index the answering node's log holds: the
+	// entries before it were compacted into a snapshot of the queue (1
+	// while none was; 0 from a node that does not report it).
+	FirstIndex uint64
 	// Quiesced is whether the group is idle on the answering node: not
 	// ticked and sending no heartbeats until a proposal, a message of
 	// the group or the loss of a node it needs wakes it. The meta group
@@ -538,7 +542,7 @@ func (a *Administrator) ClusterStatus(ctx context.Context) (*ClusterStatus, erro
 	for _, g := range r.Groups {
 		cg := ClusterGroup{
 			ID: g.GroupID, Queue: g.Queue, Leader: g.LeaderNodeID, Term: g.Term,
-			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced,
+			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced, FirstIndex: g.FirstIndex,
 		}
 		for _, rp := range g.Replicas {
 			cg.Replicas = append(cg.Replicas, ClusterReplica{NodeID: rp.NodeID, Known: rp.Known, Match: rp.Match, Lag: rp.Lag})

@@ -43,6 +43,9 @@ type GroupStatus struct {
 	// Commit and Applied are this node's commit and applied indexes;
 	// LastIndex the last index of its log.
 	Commit, Applied, LastIndex uint64
+	// FirstIndex is the first index its log holds: the entries before
+	// it were compacted into a snapshot (1 while none was).
+	FirstIndex uint64
 	// Quiesced is whether the group is idle on this node: not ticked,
 	// sending no heartbeats, until a proposal, a message or the loss of
 	// a node it needs wakes it.
@@ -123,10 +126,11 @@ func (n *Node) status() Status {
 	for _, g := range gs {
 		bs := g.rn.BasicStatus()
 		last, _ := g.log.LastIndex()
+		first, _ := g.log.FirstIndex()
 		st := GroupStatus{
 			ID: g.id, Queue: g.queue, Leader: bs.Lead, Term: bs.GetTerm(),
 			Commit: bs.GetCommit(), Applied: g.applied.Load(), LastIndex: last,
-			Quiesced: g.quiesced.Load(),
+			Quiesced: g.quiesced.Load(), FirstIndex: first,
 		}
 		for _, id := range g.replicas {
 			st.Replicas = append(st.Replicas, ReplicaStatus{NodeID: id})

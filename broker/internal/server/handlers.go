@@ -320,7 +320,7 @@ func clusterStatusFrame(st node.ClusterStatus) *wire.ClusterStatusResult {
 	for _, g := range st.Groups {
 		wg := wire.ClusterGroup{
 			GroupID: g.ID, Queue: g.Queue, LeaderNodeID: g.Leader, Term: g.Term,
-			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced,
+			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced, FirstIndex: g.FirstIndex,
 		}
 		for _, rs := range g.Replicas {
 			wg.Replicas = append(wg.Replicas, wire.ClusterReplica{NodeID: rs.NodeID, Known: rs.Known, Match: rs.Match, Lag: rs.Lag})

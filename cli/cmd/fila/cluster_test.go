@@ -29,7 +29,8 @@ type clusterStatus struct {
 			Known  bool   `json:"known"`
 			Lag    uint64 `json:"lag"`
 		} `json:"replicas"`
-		Quiesced bool `json:"quiesced"`
+		Quiesced   bool   `json:"quiesced"`
+		FirstIndex uint64 `json:"first_index"`
 	} `json:"groups"`
 }
 
@@ -94,8 +95,8 @@ func TestClusterStatus(t *testing.T) {
 			t.Errorf("node %d: groups %+v, %+v; want the meta group (1), then orders'", self, meta, q)
 		}
 		for _, gr := range st.Groups {
-			if gr.Leader < 1 || gr.Leader > 3 || gr.Term == 0 || gr.Commit == 0 || gr.Applied > gr.Commit || gr.Commit > gr.LastIndex || len(gr.Replicas) != 3 {
-				t.Errorf("node %d: group %+v; want a leader, a term, applied ≤ commit ≤ last index, 3 replicas", self, gr)
+			if gr.Leader < 1 || gr.Leader > 3 || gr.Term == 0 || gr.Commit == 0 || gr.Applied > gr.Commit || gr.Commit > gr.LastIndex || len(gr.Replicas) != 3 || gr.FirstIndex != 1 {
+				t.Errorf("node %d: group %+v; want a leader, a term, applied ≤ commit ≤ last index, 3 replicas, a log from index 1", self, gr)
 			}
 			for _, r := range gr.Replicas {
 				if r.Known != (gr.Leader == self) {
@@ -116,7 +117,7 @@ func TestClusterStatus(t *testing.T) {
 			if gr.Leader == self {
 				want = `1:\d+ 2:\d+ 3:\d+`
 			}
-			if !regexp.MustCompile(`(?m)^` + fmt.Sprint(gr.GroupID) + ` .*  ` + want + `  +(yes|no)$`).MatchString(out) {
+			if !regexp.MustCompile(`(?m)^` + fmt.Sprint(gr.GroupID) + ` .*  1-\d+  .*  ` + want + `  +(yes|no)$`).MatchString(out) {
 				t.Errorf("node %d: cluster status =\n%s\nwant %s in group %d's row", self, out, want, gr.GroupID)
 			}
 		}

@@ -76,6 +76,8 @@ type clusterGroupJSON struct {
 	LastIndex uint64               `json:"last_index"`
 	Replicas  []clusterReplicaJSON `json:"replicas"`
 	Quiesced  bool                 `json:"quiesced"`
+	// FirstIndex is the first index the log holds (1 until compacted).
+	FirstIndex uint64 `json:"first_index"`
 }
 
 // clusterStatusJSON is the -o json form of a cluster status: the
@@ -98,7 +100,7 @@ func clusterJSON(st *fila.ClusterStatus) clusterStatusJSON {
 		for j, r := range gr.Replicas {
 			rs[j] = clusterReplicaJSON{r.NodeID, r.Known, r.Match, r.Lag}
 		}
-		out.Groups[i] = clusterGroupJSON{gr.ID, gr.Queue, gr.Leader, gr.Term, gr.Commit, gr.Applied, gr.LastIndex, rs, gr.Quiesced}
+		out.Groups[i] = clusterGroupJSON{gr.ID, gr.Queue, gr.Leader, gr.Term, gr.Commit, gr.Applied, gr.LastIndex, rs, gr.Quiesced, gr.FirstIndex}
 	}
 	return out
 }
@@ -133,9 +135,21 @@ func (g *globals) printCluster(st *fila.ClusterStatus) error {
 		if gr.Leader != 0 {
 			leader = u(gr.Leader)
 		}
-		rows[i] = []string{u(gr.ID), queue, leader, u(gr.Term), u(gr.Commit), u(gr.Applied), replicaLag(st.NodeID, gr), yesNo(gr.Quiesced)}
+		rows[i] = []string{u(gr.ID), queue, leader, u(gr.Term), orDash(logRange(gr)), u(gr.Commit), u(gr.Applied), replicaLag(st.NodeID, gr), yesNo(gr.Quiesced)}
 	}
-	return g.table([]string{"GROUP", "QUEUE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAG", "QUIESCED"}, rows)
+	return g.table([]string{"GROUP", "QUEUE", "LEADER", "TERM", "LOG", "COMMIT", "APPLIED", "LAG", "QUIESCED"}, rows)
+}
+
+// logRange is the LOG cell of group gr: the indexes its log holds,
+// first-last ("" from a node that does not report its first index).
+func logRange(gr fila.ClusterGroup) string {
+	switch {
+	case gr.FirstIndex == 0:
+		return ""
+	case gr.FirstIndex > gr.LastIndex:
+		return "empty"
+	}
+	return u(gr.FirstIndex) + "-" + u(gr.LastIndex)
 }
 
 // replicaLag is the LAG cell of group gr as node self sees it:

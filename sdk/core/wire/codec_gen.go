@@ -597,8 +597,11 @@ func (m *ClusterGroup) appendTo(dst []byte) []byte {
 		dst = m.Replicas[i].appendTo(dst)
 	}
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Quiesced {
+	if m.Quiesced || m.FirstIndex != 0 {
 		dst = appendBool(dst, m.Quiesced)
+		if m.FirstIndex != 0 {
+			dst = appendU64(dst, m.FirstIndex)
+		}
 	}
 	return endStruct(dst, at)
 }
@@ -651,6 +654,9 @@ func (m *ClusterGroup) decodeFields(r *reader, prev *ClusterGroup) {
 	}
 	if r.more() {
 		m.Quiesced = r.bool("quiesced")
+	}
+	if r.more() {
+		m.FirstIndex = r.u64("first_index")
 	}
 }
 

@@ -223,6 +223,7 @@ func drawClusterGroup(t *rapid.T) *ClusterGroup {
 	return &ClusterGroup{
 		Applied:      rapid.Uint64().Draw(t, "applied"),
 		Commit:       rapid.Uint64().Draw(t, "commit"),
+		FirstIndex:   rapid.Uint64().Draw(t, "first_index"),
 		GroupID:      rapid.Uint64().Draw(t, "group_id"),
 		LastIndex:    rapid.Uint64().Draw(t, "last_index"),
 		LeaderNodeID: rapid.Uint64().Draw(t, "leader_node_id"),

@@ -1046,6 +1046,11 @@ type ClusterGroup struct {
 	// leader finds every entry committed and applied and every replica holding the
 	// whole log; the meta group never does.
 	Quiesced bool
+	// FirstIndex (u64) The first index the answering node's log of the group
+	// holds: the entries before it were compacted into a snapshot of the queue's
+	// state (cluster.snapshot_log_size). 1 while none was; the meta group's log is
+	// never compacted.
+	FirstIndex uint64
 }
 
 // Handshake is the body of a Handshake frame (opcode 0x0001, request). The
