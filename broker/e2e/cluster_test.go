@@ -339,12 +339,7 @@ func TestClusterFollowerReplaced(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		w.waitSent(ctx, w.sent.Load()+300)
-		lead = leaderOf(t, ctx, c, admin, "jobs")
-		if lead != f {
-			c.Nodes[lead].Kill()
-			w.waitSent(ctx, w.sent.Load()+100)
-			c.Nodes[lead].Restart(t)
-		}
+		leadAfter(t, ctx, c, admin, w, f)
 	})
 }
 
@@ -438,11 +433,18 @@ func TestClusterCorruptFollower(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		// Once rebuilt it can lead: the others lose their leader.
-		lead = leaderOf(t, ctx, c, admin, "jobs")
-		if lead != f {
-			c.Nodes[lead].Kill()
-			w.waitSent(ctx, w.sent.Load()+100)
-			c.Nodes[lead].Restart(t)
-		}
+		leadAfter(t, ctx, c, admin, w, f)
 	})
+}
+
+// leadAfter kills the queue's leader, unless node f leads it, so that f
+// (rebuilt or replaced) may be elected, and restarts it once enqueues go
+// on.
+func leadAfter(t *testing.T, ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload, f int) {
+	t.Helper()
+	if lead := leaderOf(t, ctx, c, admin, "jobs"); lead != f {
+		c.Nodes[lead].Kill()
+		w.waitSent(ctx, w.sent.Load()+100)
+		c.Nodes[lead].Restart(t)
+	}
 }

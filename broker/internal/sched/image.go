@@ -1622,57 +1622,52 @@ func (r *imageReader) timerHeap() {
 }
 
 func (r *imageReader) wakes() {
-	s := r.s
-	n := r.count("bucket timers", 2)
-	if r.err != nil {
-		return
-	}
-	s.wakes.a = make([]*tbucket, 0, n)
-	for i := range n {
-		j, ok := r.ref("bucket", len(r.buckets))
-		at := r.time("bucket wake")
-		if !ok || r.err != nil {
-			return
-		}
-		tb := r.buckets[j]
+	r.s.wakes.a = readHeap(r, "bucket timer", r.buckets, func(tb *tbucket, at Time, i int32) bool {
 		if tb.hidx >= 0 {
-			r.fail("bucket %q: two timers", tb.name)
-			return
+			return false
 		}
-		tb.wakeAt, tb.hidx = at, int32(i)
-		s.wakes.a = append(s.wakes.a, tb)
-		if i > 0 && tb.before(s.wakes.a[(i-1)/2]) {
-			r.fail("bucket timer %d: before its parent", i)
-			return
-		}
-	}
+		tb.wakeAt, tb.hidx = at, i
+		return true
+	})
 }
 
 func (r *imageReader) expiry() {
-	s := r.s
-	n := r.count("expiry timers", 2)
-	if r.err != nil {
-		return
-	}
-	s.expiry.a = make([]*queue, 0, n)
-	for i := range n {
-		j, ok := r.ref("queue", len(r.queues))
-		at := r.time("queue expiry")
-		if !ok || r.err != nil {
-			return
-		}
-		q := r.queues[j]
+	r.s.expiry.a = readHeap(r, "expiry timer", r.queues, func(q *queue, at Time, i int32) bool {
 		if q.dhidx >= 0 {
-			r.fail("queue %s: two expiry timers", q.name)
-			return
+			return false
 		}
-		q.dnext, q.dhidx = at, int32(i)
-		s.expiry.a = append(s.expiry.a, q)
-		if i > 0 && q.before(s.expiry.a[(i-1)/2]) {
-			r.fail("expiry timer %d: before its parent", i)
-			return
+		q.dnext, q.dhidx = at, i
+		return true
+	})
+}
+
+// readHeap reads a heap's array, written in array order as (item number
+// in items, time) pairs, and checks the heap's order. place gives an item
+// its time and heap index, and returns false when it already has one.
+func readHeap[T interface{ before(T) bool }](r *imageReader, what string, items []T, place func(T, Time, int32) bool) []T {
+	n := r.count(what+"s", 2)
+	if r.err != nil {
+		return nil
+	}
+	a := make([]T, 0, n)
+	for i := range n {
+		j, ok := r.ref(what, len(items))
+		at := r.time(what)
+		if !ok || r.err != nil {
+			return a
+		}
+		it := items[j]
+		if !place(it, at, int32(i)) {
+			r.fail("%s %d: an item with two timers", what, i)
+			return a
+		}
+		a = append(a, it)
+		if i > 0 && it.before(a[(i-1)/2]) {
+			r.fail("%s %d: before its parent", what, i)
+			return a
 		}
 	}
+	return a
 }
 
 func (r *imageReader) unsorted() {
