@@ -263,6 +263,14 @@ func (sh *Shard) maybeImage(index uint64) {
 		return
 	}
 	image := sh.s.AppendImage(nil)
+	if len(image)+8 > store.MaxValueSize {
+		// Too large for one record (some 11 million pending messages):
+		// no image, so the log is not compacted; try again after the
+		// next interval.
+		r.sinceImage = 0
+		sh.log.Warn("the queue's state is too large for an image; its log is not compacted", "bytes", len(image), "max", store.MaxValueSize)
+		return
+	}
 	b := &store.Batch{}
 	sh.putImage(b, index, image)
 	r.sinceImage = 0
