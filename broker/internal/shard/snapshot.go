@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -42,6 +43,12 @@ const snapshotVersion = 1
 // defaultImageEvery is Replication.ImageEvery's default, in bytes of
 // applied entries.
 const defaultImageEvery = 64 << 20
+
+// maxImageSize is the largest image stored: its record, with the index,
+// must fit in a store value. Tests lower it.
+var maxImageSize atomic.Int64
+
+func init() { maxImageSize.Store(store.MaxValueSize - 8) }
 
 // LoadImage reads the image stored under key: its index, and the image;
 // found is false when there is none. The error is the store's, or wraps
@@ -263,12 +270,12 @@ func (sh *Shard) maybeImage(index uint64) {
 		return
 	}
 	image := sh.s.AppendImage(nil)
-	if len(image)+8 > store.MaxValueSize {
+	if int64(len(image)) > maxImageSize.Load() {
 		// Too large for one record (some 11 million pending messages):
 		// no image, so the log is not compacted; try again after the
 		// next interval.
 		r.sinceImage = 0
-		sh.log.Warn("the queue's state is too large for an image; its log is not compacted", "bytes", len(image), "max", store.MaxValueSize)
+		sh.log.Warn("the queue's state is too large for an image; its log is not compacted", "bytes", len(image), "max", maxImageSize.Load())
 		return
 	}
 	b := &store.Batch{}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -93,4 +94,65 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, s)
 		}
 	})
+}
+
+// TestImageTooLarge: a replica whose image would not fit in a store
+// record writes none and goes on applying entries, rather than failing
+// its storage group and stopping; with room, it writes one.
+func TestImageTooLarge(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	rep := &Replication{
+		Queue: "q", NodeID: 1, AppliedKey: []byte("applied"), ImageKey: []byte("image"), ImageEvery: 1,
+		Propose:   func([]byte, func()) {},
+		NotLeader: func() error { return errors.New("not the leader") },
+	}
+	sh, err := Open(Config{Logger: quiet, Replication: rep}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	done := make(chan Result, 1)
+	if err := sh.Init(&CreateQueue{Spec: sched.QueueSpec{Name: "q"}}, func(r Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	commit := func(index uint64) {
+		t.Helper()
+		cmds := []Command{&Tick{Now: sched.Time(index)}, &Enqueue{Items: []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{ID: [16]byte{byte(index)}, Body: []byte("x"), PayloadSize: 1}}}}, &Deliver{}}
+		sh.Commit([]Entry{{Index: index, Data: appendEntry(nil, 2, index, cmds)}})
+		for {
+			if a, err := Applied(st, rep.AppliedKey); err != nil || a >= index {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := sh.Err(); err != nil {
+			t.Fatalf("entry %d: %v", index, err)
+		}
+	}
+	defer maxImageSize.Store(maxImageSize.Load())
+	maxImageSize.Store(10)
+	for i := uint64(1); i <= 3; i++ {
+		commit(i)
+	}
+	if _, _, found, _ := LoadImage(st, rep.ImageKey); found {
+		t.Fatal("an image larger than the limit was stored")
+	}
+	maxImageSize.Store(store.MaxValueSize - 8)
+	commit(4)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		index, _, found, err := LoadImage(st, rep.ImageKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found && index == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no image at entry 4 with room for it")
+		}
+	}
 }
