@@ -141,13 +141,11 @@ func (g *globals) printCluster(st *fila.ClusterStatus) error {
 }
 
 // logRange is the LOG cell of group gr: the indexes its log holds,
-// first-last ("" from a node that does not report its first index).
+// first-last; "" when it holds none (every entry is in the snapshot) or
+// the node does not report its first index.
 func logRange(gr fila.ClusterGroup) string {
-	switch {
-	case gr.FirstIndex == 0:
+	if gr.FirstIndex == 0 || gr.FirstIndex > gr.LastIndex {
 		return ""
-	case gr.FirstIndex > gr.LastIndex:
-		return "empty"
 	}
 	return u(gr.FirstIndex) + "-" + u(gr.LastIndex)
 }
