@@ -32,6 +32,11 @@ import (
 // If the node stops between the two, recoverReplica installs it again
 // from the log at the next start.
 
+// maxSnapshotSize bounds a snapshot's data: a follower stores it as one
+// record of its log (raftlog.ApplySnapshot), so it must fit in a store
+// value, with room for the metadata.
+const maxSnapshotSize = store.MaxValueSize - 4096
+
 // snapState is a leader's snapshot for its followers.
 type snapState struct {
 	mu    sync.Mutex
@@ -75,6 +80,9 @@ func (n *Node) makeSnapshot(g *group) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.busy = false
+	if err == nil && len(data) > maxSnapshotSize {
+		err = fmt.Errorf("%d bytes, over the %d a follower can store", len(data), maxSnapshotSize)
+	}
 	if err != nil {
 		n.log.Error("cannot make a snapshot for a follower", "group", g.id, "queue", g.queue, "err", err)
 		return
