@@ -854,7 +854,8 @@ func (s *subscription) Ended(_ node.SubID, err error) {
 		err = fmt.Errorf("subscription %s ended: %w", s.queue, fault.ErrQueueNotFound)
 	}
 	c.mu.Lock()
-	if c.subs[s.reqID] == s {
+	registered := c.subs[s.reqID] == s
+	if registered {
 		delete(c.subs, s.reqID)
 	}
 	if s.ended.Load() {
@@ -862,10 +863,14 @@ func (s *subscription) Ended(_ node.SubID, err error) {
 		return // already ended by the connection, and released
 	}
 	s.ended.Store(true)
-	if !s.open {
+	switch {
+	case !s.open:
 		s.endErr = err
-	} else {
+	case registered:
 		c.pushLocked(outItem{reqID: s.reqID, frame: errorFrame(err)})
+	default:
+		// The client unsubscribed (or the connection is closing): it
+		// is told nothing more of the subscription.
 	}
 	c.mu.Unlock()
 	c.wake()

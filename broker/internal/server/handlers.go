@@ -730,13 +730,21 @@ func (c *conn) unsubscribe(id uint32, f *wire.Unsubscribe) error {
 	if !ok {
 		return fmt.Errorf("subscription %d: %w", f.Subscription, fault.ErrSubscriptionNotFound)
 	}
-	return c.s.n.Unsubscribe(c.ctx, sub.id, sub.queue, false, func(r node.Result) {
-		if err := r.Err; err != nil {
+	// A queue deleted meanwhile took the subscription with it: closed
+	// either way. (In a cluster the queue leaves the routes before its
+	// replica ends its subscriptions.)
+	err := c.s.n.Unsubscribe(c.ctx, sub.id, sub.queue, false, func(r node.Result) {
+		if err := r.Err; err != nil && !errors.Is(err, fault.ErrQueueNotFound) {
 			c.respondErr(id, err)
 			return
 		}
 		c.respond(id, &wire.UnsubscribeOk{})
 	})
+	if errors.Is(err, fault.ErrQueueNotFound) {
+		c.respond(id, &wire.UnsubscribeOk{})
+		return nil
+	}
+	return err
 }
 
 func (c *conn) credit(f *wire.Credit) {

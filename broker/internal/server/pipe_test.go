@@ -58,6 +58,13 @@ func (pipeAddr) String() string  { return "pipe" }
 // the test ends.
 func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 	t.Helper()
+	_, dial := pipeServerOf(t, cfg)
+	return dial
+}
+
+// pipeServerOf is pipeServer, returning the server too.
+func pipeServerOf(t *testing.T, cfg Config) (*Server, func() *pipeClient) {
+	t.Helper()
 	var out io.Writer = io.Discard
 	if testing.Verbose() {
 		out = os.Stderr
@@ -86,7 +93,7 @@ func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 			t.Errorf("the server answered with codes the spec does not declare for their operations:\n%s", logged)
 		}
 	})
-	return func() *pipeClient {
+	return srv, func() *pipeClient {
 		client, server := net.Pipe()
 		ln.conns <- server
 		c := &pipeClient{t: t, nc: client, fr: wire.NewFrameReader(0, 0)}
