@@ -279,6 +279,13 @@ func (s *Sched) Advance(rd Ready) {
 	s.lastDeadline = rd.Deadline
 }
 
+// Deadline returns when the shell must call Tick next, as Ready's
+// Deadline does (Unix nanoseconds; 0: no timer), whether or not it has
+// changed since the last Ready. A shell whose timer was not armed for the
+// Readies it handled (a replica that follows its group's leader) arms it
+// from this when it starts leading.
+func (s *Sched) Deadline() Time { return s.deadline() }
+
 // deadline returns the earliest timer, 0 for none.
 func (s *Sched) deadline() Time {
 	var d Time

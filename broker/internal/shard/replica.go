@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/store"
 )
@@ -245,7 +246,12 @@ func (sh *Shard) proposeBatch(extra ...Command) {
 	data := appendEntry(nil, r.cfg.NodeID, seq, cmds)
 	r.cfg.Propose(data, func() {
 		// Not appended to the leader's log: fail its callbacks.
-		sh.post(func() { sh.failPending(seq) })
+		sh.post(func() {
+			sh.failPending(seq)
+			// Nothing else may come to propose what was due: try again
+			// shortly (see armTimer).
+			sh.armTimer(dropRetry)
+		})
 	})
 }
 
@@ -336,6 +342,25 @@ func (sh *Shard) applyEntry(e Entry) {
 	}
 }
 
+// dropRetry is how soon a leader proposes again after Raft dropped a
+// proposal (a leadership transfer is under way, or it is stepping down).
+const dropRetry = 50 * time.Millisecond
+
+// armTimer arms a leader's timer for the scheduler's next deadline, or in
+// at least wait. A flush arms it when a Ready's deadline changes; this
+// covers what no Ready shows: leading from state applied as a follower,
+// and a proposal for a deadline that Raft dropped. Loop goroutine.
+func (sh *Shard) armTimer(wait time.Duration) {
+	if !sh.rep.leading {
+		return
+	}
+	d := sh.s.Deadline()
+	if d == 0 {
+		return
+	}
+	sh.timer.Reset(max(time.Duration(int64(d)-int64(sh.now())), wait))
+}
+
 // setLeading handles a change of leadership.
 func (sh *Shard) setLeading(leading bool) {
 	r := sh.rep
@@ -373,6 +398,9 @@ func (sh *Shard) setLeading(leading bool) {
 		extra = append(extra, &Unsubscribe{Sub: sub})
 	}
 	sh.proposeBatch(extra...)
+	// As a follower this replica's timer was not armed for the Readies
+	// it handled, and a Ready brings a deadline only when it changes.
+	sh.armTimer(0)
 	// The old leader may have died before the on_failure hooks of some
 	// failed messages answered: run them here.
 	sh.s.Redecide()

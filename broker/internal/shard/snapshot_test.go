@@ -2,8 +2,11 @@ package shard
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,5 +157,149 @@ func TestImageTooLarge(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no image at entry 4 with room for it")
 		}
+	}
+}
+
+// loopback is a replicated shard whose group has no other replica:
+// every proposal commits at once.
+type loopback struct {
+	*Shard
+	st    *store.Mem
+	rep   *Replication
+	mu    sync.Mutex
+	index uint64
+	// drop, when set, says whether Raft drops a proposal.
+	drop atomic.Pointer[func() bool]
+}
+
+func openLoopback(t *testing.T) *loopback {
+	t.Helper()
+	l := &loopback{st: store.NewMem()}
+	t.Cleanup(func() { l.st.Close() })
+	l.rep = &Replication{
+		Queue: "q", NodeID: 1, AppliedKey: []byte("applied"), ImageKey: []byte("image"), ImageEvery: 1,
+		Propose: func(data []byte, dropped func()) {
+			if f := l.drop.Load(); f != nil && (*f)() {
+				dropped()
+				return
+			}
+			l.commit(data)
+		},
+		NotLeader: func() error { return errors.New("not the leader") },
+	}
+	sh, err := Open(Config{Logger: quiet, Replication: l.rep}, l.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	l.Shard = sh
+	return l
+}
+
+// commit appends data to the log and commits it.
+func (l *loopback) commit(data []byte) uint64 {
+	l.mu.Lock()
+	l.index++
+	e := Entry{Index: l.index, Data: data}
+	l.mu.Unlock()
+	l.Commit([]Entry{e})
+	return e.Index
+}
+
+// last returns the index of the last entry.
+func (l *loopback) last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.index
+}
+
+// waitApplied waits until the replica's state at index is durable.
+func (l *loopback) waitApplied(t *testing.T, index uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if a, err := Applied(l.st, l.rep.AppliedKey); err == nil && a >= index {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entry %d not applied", index)
+		}
+	}
+}
+
+func (l *loopback) stats(t *testing.T) sched.QueueStats {
+	t.Helper()
+	ch := make(chan Result, 1)
+	if err := l.QueueStats(context.Background(), "q", func(r Result) { ch <- r }); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	return r.Stats
+}
+
+// TestNewLeaderExpiresLeases: a replica that takes over the leadership
+// of its group proposes the expiry of the leases it holds when they fall
+// due, though nothing else happens in the group, also when Raft drops its
+// proposals for a while (a leadership transfer under way). As a follower
+// it applied the deliveries without arming its timer (the leader expires
+// leases), and neither taking over nor a dropped proposal changes a
+// deadline, which is what armed it: the leases stayed held until some
+// client request came. (The test watches the log, not the replica: any
+// request to the replica would arm its timer.)
+func TestNewLeaderExpiresLeases(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop bool
+	}{{"take-over", false}, {"proposals dropped", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openLoopback(t)
+			done := make(chan Result, 1)
+			spec := sched.QueueSpec{Name: "q", VisibilityTimeout: 300 * time.Millisecond}
+			if err := l.Init(&CreateQueue{Spec: spec}, func(r Result) { done <- r }); err != nil {
+				t.Fatal(err)
+			}
+			if r := <-done; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			// Node 2 leads: a message is delivered to a subscription
+			// of node 2's, whose consumer then goes, leaving the lease
+			// held.
+			now := time.Now()
+			last := l.commit(appendEntry(nil, 2, 1, []Command{
+				&Tick{Now: sched.Time(now.UnixNano())},
+				&Enqueue{Items: []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{ID: [16]byte{1}, Body: []byte("x"), PayloadSize: 1}}}},
+				&Subscribe{Sub: 7, Queue: "q", Credit: 1},
+				&Deliver{},
+				&Unsubscribe{Sub: 7},
+				&Deliver{},
+			}))
+			l.waitApplied(t, last)
+			if s := l.stats(t); s.Leased != 1 {
+				t.Fatalf("after the delivery: %+v, want 1 leased", s)
+			}
+
+			// This replica takes over before the lease is due. Its
+			// first proposal commits at once, or Raft drops its
+			// proposals until the lease is due.
+			due := now.Add(spec.VisibilityTimeout)
+			if tc.drop {
+				drop := func() bool { return time.Now().Before(due) }
+				l.drop.Store(&drop)
+			} else {
+				last++
+			}
+			l.SetLeader(true)
+			for deadline := time.Now().Add(10 * time.Second); l.last() <= last; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("10 s after a 300 ms lease, the new leader has proposed nothing")
+				}
+			}
+			l.waitApplied(t, l.last())
+			if s := l.stats(t); s.Leased != 0 || s.Ready+s.Delayed != 1 {
+				t.Fatalf("under the new leader, after the lease's deadline: %+v, want it expired", s)
+			}
+		})
 	}
 }
