@@ -191,6 +191,10 @@ type group struct {
 	// imaged is the index of the replica's previous image (driver
 	// goroutine).
 	imaged uint64
+	// granted holds, for each follower sent a snapshot, its index and
+	// the tick it went at: the leader keeps the entries after it while
+	// the follower installs it (driver goroutine; see compact).
+	granted map[uint64]grant
 	// quiesced: the group is idle and not ticked (quiesce.go); idle
 	// counts the leader's ticks in a row that found it idle (driver
 	// goroutine).
@@ -291,7 +295,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		SnapshotStatus: func(to, gid uint64, failed bool) {
 			n.post(func() {
 				if g := n.groups[gid]; g != nil {
-					g.snapshotSent()
+					g.snapshotSent(to, failed, n.ticks)
 					st := raft.SnapshotFinish
 					if failed {
 						st = raft.SnapshotFailure

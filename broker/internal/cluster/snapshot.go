@@ -3,9 +3,11 @@ package cluster
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fila-mq/fila/broker/internal/raftlog"
@@ -37,12 +39,38 @@ import (
 // value, with room for the metadata.
 const maxSnapshotSize = store.MaxValueSize - 4096
 
+// snapshotGrace is how long a leader keeps the entries a follower needs
+// after a snapshot: while it is being made and held for sending, and
+// while the follower installs it. Without it a leader under load could
+// compact its log past a snapshot before the follower had installed it,
+// and the follower would need another, and another: it never caught up
+// while the load lasted. After snapshotGrace the usual rule holds again,
+// so a follower that went away does not keep the log from compacting.
+const snapshotGrace = time.Minute
+
 // snapState is a leader's snapshot for its followers.
 type snapState struct {
 	mu    sync.Mutex
 	busy  bool   // being made
+	base  uint64 // the leader's image index when making started
 	index uint64 // of data, when not nil
 	data  []byte
+	// at is the driver tick at which the driver first saw data, once
+	// seen.
+	at   uint64
+	seen bool
+	// made counts the snapshots made.
+	made uint64
+}
+
+// slowSnapshots, set by tests before the cluster starts, is how long
+// making a snapshot takes at least, as it does for a large queue.
+var slowSnapshots time.Duration
+
+// grant is a snapshot sent to a follower: its index, and the driver tick
+// it went at.
+type grant struct {
+	index, tick uint64
 }
 
 // snapshotSource returns group g's raftlog source: the snapshot at the
@@ -66,7 +94,7 @@ func (n *Node) snapshotSource(g *group) func() (*pb.Snapshot, error) {
 			s.data = nil
 		}
 		if !s.busy {
-			s.busy = true
+			s.busy, s.base = true, g.imaged
 			go n.makeSnapshot(g)
 		}
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
@@ -76,6 +104,9 @@ func (n *Node) snapshotSource(g *group) func() (*pb.Snapshot, error) {
 // makeSnapshot reads group g's snapshot from the store, off the driver.
 func (n *Node) makeSnapshot(g *group) {
 	index, data, err := shard.SnapshotData(n.st, g.queue, imageKey(g.id))
+	if d := slowSnapshots; d > 0 {
+		time.Sleep(d)
+	}
 	s := &g.snap
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,16 +118,78 @@ func (n *Node) makeSnapshot(g *group) {
 		n.log.Error("cannot make a snapshot for a follower", "group", g.id, "queue", g.queue, "err", err)
 		return
 	}
-	s.index, s.data = index, data
+	s.index, s.data, s.seen = index, data, false
+	s.made++
 	n.log.Info("made a snapshot for a follower", "group", g.id, "queue", g.queue, "index", index, "bytes", len(data))
 }
 
 // snapshotSent lets group g's snapshot go once the transport has sent or
-// dropped it: it is made again if another follower needs one.
-func (g *group) snapshotSent() {
+// dropped it (it is made again if another follower needs one), and, if it
+// went to follower to, notes the grant at driver tick now. Driver
+// goroutine.
+func (g *group) snapshotSent(to uint64, failed bool, now uint64) {
 	g.snap.mu.Lock()
+	index := g.snap.index
 	g.snap.data = nil
 	g.snap.mu.Unlock()
+	if failed {
+		return
+	}
+	if g.granted == nil {
+		g.granted = map[uint64]grant{}
+	}
+	g.granted[to] = grant{index: index, tick: now}
+}
+
+// keep returns the index up to which group g's leader may compact its log
+// at most, given its latest image at index and the one before at prev:
+// the entries after it are still needed by a follower that is recently
+// active and at most one image interval behind (beyond that a snapshot is
+// cheaper), by a follower a snapshot is being sent to, or that got one
+// within snapshotGrace and has not caught up to the latest image since,
+// and by a snapshot being made or held for sending. Driver goroutine.
+func (n *Node) keep(g *group, index, prev uint64) uint64 {
+	to := index
+	grace := uint64(snapshotGrace / n.cfg.TickInterval)
+	for id, gr := range g.granted {
+		if n.ticks-gr.tick > grace {
+			delete(g.granted, id)
+		}
+	}
+	for id, pr := range g.rn.Status().Progress {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		need, kept := pr.Match, pr.RecentActive && pr.Match >= prev
+		if gr, ok := g.granted[id]; ok {
+			if pr.Match >= index {
+				delete(g.granted, id) // caught up
+			} else {
+				need, kept = max(need, gr.index), true
+			}
+		}
+		if pr.State == tracker.StateSnapshot {
+			need, kept = max(pr.Match, pr.PendingSnapshot), true
+		}
+		if kept {
+			to = min(to, need)
+		}
+	}
+	s := &g.snap
+	s.mu.Lock()
+	if s.data != nil && !s.seen {
+		s.at, s.seen = n.ticks, true
+	}
+	switch {
+	case s.busy:
+		to = min(to, s.base)
+	case s.data != nil && n.ticks-s.at > grace:
+		s.data = nil // no follower took it
+	case s.data != nil:
+		to = min(to, s.index)
+	}
+	s.mu.Unlock()
+	return to
 }
 
 // compact compacts group g's log once its replica's image at index is
@@ -109,13 +202,9 @@ func (n *Node) compact(g *group, index uint64) {
 	g.imaged = index
 	to := index
 	if g.rn.BasicStatus().RaftState == raft.StateLeader {
-		// Keep what a recently active follower still needs, up to one
-		// image interval: beyond that a snapshot is cheaper.
-		for id, pr := range g.rn.Status().Progress {
-			if id != n.cfg.NodeID && pr.RecentActive && pr.Match < to && pr.Match >= prev {
-				to = pr.Match
-			}
-		}
+		to = n.keep(g, index, prev)
+	} else {
+		clear(g.granted)
 	}
 	first, _ := g.log.FirstIndex()
 	if to < first {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
@@ -180,4 +181,107 @@ func TestSnapshotInstalledAtRestart(t *testing.T) {
 	c.start(2)
 	c.load("jobs", 1)
 	c.converged("jobs")
+}
+
+// TestFollowerCatchesUpUnderLoad: a node that lost its store is rebuilt
+// from a snapshot while producers keep the leader busy, though images
+// and compactions come faster than a snapshot is made and installed. The
+// leader kept no entries for a follower being sent a snapshot or
+// installing one, so by then its log had moved past the snapshot and the
+// follower needed another, and another (made and sent for nothing, each
+// larger than the last): it caught up only once the load stopped, or by
+// luck.
+func TestFollowerCatchesUpUnderLoad(t *testing.T) {
+	slowSnapshots = 500 * time.Millisecond
+	t.Cleanup(func() { slowSnapshots = 0 })
+	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 4 << 10 })
+	ctx := context.Background()
+	eventually(t, "create jobs", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	c.load("jobs", 20)
+	replaced := (c.leader("jobs") + 1) % 3
+	c.stop(replaced)
+	c.load("jobs", 20)
+
+	// A producer keeps the leader busy: an enqueue every 2 ms, an image
+	// every few hundred milliseconds.
+	stop := make(chan struct{})
+	loaded := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		<-loaded
+	})
+	body := []byte(strings.Repeat("x", 1024))
+	var others []*Node
+	for i, n := range c.nodes {
+		if i != replaced {
+			others = append(others, n)
+		}
+	}
+	go func() {
+		defer close(loaded)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var sh *shard.Shard
+			for _, n := range others {
+				if s, err := n.Route("jobs"); err == nil {
+					sh = s
+					break
+				}
+			}
+			if sh == nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			done := make(chan shard.Result, 1)
+			cmd := &shard.Enqueue{Items: []sched.EnqueueItem{{Queue: "jobs", Msg: sched.Message{Body: body, PayloadSize: 1024}}}}
+			if sh.Submit(ctx, cmd, func(r shard.Result) { done <- r }) == nil {
+				<-done
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	// The node comes back with an empty store, and catches up with the
+	// leader while the load goes on.
+	c.stores[replaced].Close()
+	c.stores[replaced] = store.NewMem()
+	c.rebuild[replaced] = true
+	c.start(replaced)
+	group := func(i int) *group {
+		n := c.nodes[i]
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+		return n.byQueue["jobs"]
+	}
+	target, _ := group(c.leader("jobs")).log.LastIndex()
+	eventually(t, "the rebuilt follower passes the leader's last index at its start", func() error {
+		g := group(replaced)
+		if g == nil {
+			return fmt.Errorf("node %d holds no replica yet", replaced+1)
+		}
+		if a := g.applied.Load(); a < target {
+			return fmt.Errorf("applied %d of %d", a, target)
+		}
+		return nil
+	})
+	// One snapshot for the rebuilt node; perhaps one more made while it
+	// was down, which could not be sent.
+	made := uint64(0)
+	for i := range c.nodes {
+		if g := group(i); g != nil {
+			g.snap.mu.Lock()
+			made += g.snap.made
+			g.snap.mu.Unlock()
+		}
+	}
+	if made > 2 {
+		t.Errorf("%d snapshots made for one rebuilt follower", made)
+	}
 }
