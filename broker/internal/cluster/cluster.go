@@ -734,8 +734,15 @@ func (n *Node) handleReadies() error {
 			if g.sh == nil {
 				return fmt.Errorf("group %d: a snapshot of the meta group, which is never compacted", g.id)
 			}
-			if err := g.log.ApplySnapshot(&b, rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+			pre, err := g.log.ApplySnapshot(&b, rd.Snapshot)
+			if err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				return fmt.Errorf("group %d: snapshot: %w", g.id, err)
+			}
+			// A large snapshot's data goes first, in chunks.
+			for _, p := range pre {
+				if err := n.st.Apply(p); err != nil {
+					return fmt.Errorf("group %d: snapshot: %w", g.id, err)
+				}
 			}
 		}
 		if err := g.log.Append(&b, rd.Entries); err != nil {

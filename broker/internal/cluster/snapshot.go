@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fila-mq/fila/broker/internal/peer"
 	"github.com/fila-mq/fila/broker/internal/raftlog"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -34,10 +35,9 @@ import (
 // If the node stops between the two, recoverReplica installs it again
 // from the log at the next start.
 
-// maxSnapshotSize bounds a snapshot's data: a follower stores it as one
-// record of its log (raftlog.ApplySnapshot), so it must fit in a store
-// value, with room for the metadata.
-const maxSnapshotSize = store.MaxValueSize - 4096
+// maxSnapshotSize bounds a snapshot's data: it goes to a follower as one
+// peer message, with room for the message's other fields.
+const maxSnapshotSize = peer.MaxMessageSize - 1<<20
 
 // snapshotGrace is how long a leader keeps the entries a follower needs
 // after a snapshot: while it is being made and held for sending, and

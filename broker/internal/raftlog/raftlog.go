@@ -12,7 +12,14 @@
 //	r/<g>/e/<index:8>   entry: type 1B, term uvarint, data
 //	r/<g>/hs            hard state: term, vote, commit as uvarints
 //	r/<g>/snap          latest snapshot: metadata length uvarint, metadata (protobuf), data
+//	r/<g>/sc            a received snapshot's data stored in chunks: count uvarint, total bytes uvarint
+//	r/<g>/sd/<index:8><n:4>  chunk n of the data of the snapshot at index
 //	r/<g>/cs            configuration applied since the snapshot (protobuf), if any
+//
+// A received snapshot whose data is larger than 64 MiB is stored in
+// chunks, each written in a storage group of its own before the group
+// that records the snapshot (ApplySnapshot), so that a snapshot may be
+// larger than a store value or a storage group.
 //
 // Writes go into a store.Batch the caller commits (Append, SetHardState,
 // ApplySnapshot, Compact); the Log's view changes at once, and reads of
@@ -21,6 +28,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,7 +70,17 @@ type Log struct {
 	source func() (*pb.Snapshot, error)
 	// scratch encodes an entry before the batch copies it.
 	scratch []byte
+	// chunks is how many chunk records hold the stored snapshot's data
+	// (0: none, the data is in the snap record); stale holds chunk keys
+	// found at Open that belong to no stored snapshot (a node that
+	// stopped while it wrote one), deleted with the next snapshot.
+	chunks int
+	stale  [][]byte
 }
+
+// chunkSize is the size of the chunks a received snapshot's data is
+// stored in when it is larger (64 MiB; tests lower it).
+var chunkSize = 64 << 20
 
 // Open reads group g's log from kv. A group with nothing stored starts
 // empty: no entries, no hard state, an empty snapshot. It fails with
@@ -87,6 +105,9 @@ func Open(kv KV, g uint64) (*Log, error) {
 		}
 		l.snap = snap
 	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if err := l.loadChunks(); err != nil {
 		return nil, err
 	}
 	if v, err := kv.Get(l.key("cs")); err == nil {
@@ -122,6 +143,57 @@ func Open(kv KV, g uint64) (*Log, error) {
 	return l, nil
 }
 
+// loadChunks reads the stored snapshot's data from its chunks, if it is
+// stored in chunks, and notes the chunk records of no stored snapshot.
+func (l *Log) loadChunks() error {
+	count, size := 0, 0
+	if v, err := l.kv.Get(l.key("sc")); err == nil {
+		c, k := binary.Uvarint(v)
+		n, k2 := binary.Uvarint(v[max(k, 0):])
+		if k <= 0 || k2 <= 0 || c > 1<<20 || n > c*uint64(chunkSize) {
+			return fmt.Errorf("%w: snapshot chunk count", ErrCorrupt)
+		}
+		count, size = int(c), int(n)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	var data []byte
+	if count > 0 {
+		data = make([]byte, 0, size)
+	}
+	si, next := l.snap.Metadata.GetIndex(), 0
+	start := l.chunkKey(0, 0)
+	end := append(l.key("sd"), '0') // after "sd/"
+	err := l.kv.Scan(start, end, func(k, v []byte) error {
+		if len(k) != len(start) {
+			l.stale = append(l.stale, bytes.Clone(k))
+			return nil
+		}
+		index := binary.BigEndian.Uint64(k[len(k)-12:])
+		n := int(binary.BigEndian.Uint32(k[len(k)-4:]))
+		if index != si || n >= count {
+			l.stale = append(l.stale, bytes.Clone(k))
+			return nil
+		}
+		if n != next {
+			return fmt.Errorf("%w: snapshot %d: chunk %d follows %d", ErrCorrupt, si, n, next-1)
+		}
+		next++
+		data = append(data, v...)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if next != count || len(data) != size {
+		return fmt.Errorf("%w: snapshot %d: %d of %d chunks, %d of %d bytes", ErrCorrupt, si, next, count, len(data), size)
+	}
+	if count > 0 {
+		l.snap.Data, l.chunks = data, count
+	}
+	return nil
+}
+
 func groupPrefix(g uint64) []byte {
 	p := append([]byte("r/"), make([]byte, 8)...)
 	binary.BigEndian.PutUint64(p[2:], g)
@@ -135,6 +207,27 @@ func (l *Log) key(name string) []byte {
 func (l *Log) entryKey(i uint64) []byte {
 	k := append(append(make([]byte, 0, len(l.prefix)+10), l.prefix...), 'e', '/')
 	return binary.BigEndian.AppendUint64(k, i)
+}
+
+func (l *Log) chunkKey(index uint64, n int) []byte {
+	k := append(l.key("sd"), '/')
+	k = binary.BigEndian.AppendUint64(k, index)
+	return binary.BigEndian.AppendUint32(k, uint32(n))
+}
+
+// dropChunks deletes the stored snapshot's chunks and the stale ones in b.
+// Called with l.mu held, before l.snap changes.
+func (l *Log) dropChunks(b *store.Batch) {
+	for n := range l.chunks {
+		b.Delete(l.chunkKey(l.snap.Metadata.GetIndex(), n))
+	}
+	if l.chunks > 0 {
+		b.Delete(l.key("sc"))
+	}
+	for _, k := range l.stale {
+		b.Delete(k)
+	}
+	l.chunks, l.stale = 0, nil
 }
 
 // first is the index of the first entry held; last the last one's.
@@ -320,21 +413,41 @@ func (l *Log) SetHardState(b *store.Batch, hs *pb.HardState) {
 // ApplySnapshot puts snap into b as the group's state, received from the
 // leader, and drops every entry: raft sends a snapshot only to a log that
 // does not hold its last entry, and from then on the log starts after it
-// (as raft's MemoryStorage does). It fails with raft.ErrSnapOutOfDate for
-// a snapshot older than the current one.
-func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) error {
+// (as raft's MemoryStorage does). Data larger than 64 MiB is
+// stored in chunks, one per batch in pre, which the caller commits, in
+// order, before b; until b is committed they belong to no snapshot, and a
+// later ApplySnapshot or Compact deletes them if the node stops before.
+// The Log keeps snap's Data (not a copy) until the next Compact. It fails
+// with raft.ErrSnapOutOfDate for a snapshot older than the current one.
+func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) (pre []*store.Batch, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	si := snap.GetMetadata().GetIndex()
 	if si <= l.snap.Metadata.GetIndex() {
-		return raft.ErrSnapOutOfDate
+		return nil, raft.ErrSnapOutOfDate
 	}
 	l.dropThrough(b, si, false)
-	l.snap = proto.CloneOf(snap)
-	b.Put(l.key("snap"), appendSnapshot(nil, snap))
+	l.dropChunks(b)
+	data := snap.GetData()
+	l.snap = &pb.Snapshot{Metadata: proto.CloneOf(snap.GetMetadata()), Data: data}
+	if len(data) <= chunkSize {
+		b.Put(l.key("snap"), appendSnapshot(nil, l.snap))
+	} else {
+		for n := 0; len(data) > 0; n++ {
+			c := data[:min(len(data), chunkSize)]
+			data = data[len(c):]
+			var p store.Batch
+			p.Put(l.chunkKey(si, n), c)
+			pre = append(pre, &p)
+			l.chunks++
+		}
+		b.Put(l.key("snap"), appendSnapshot(nil, &pb.Snapshot{Metadata: l.snap.Metadata}))
+		sc := binary.AppendUvarint(nil, uint64(l.chunks))
+		b.Put(l.key("sc"), binary.AppendUvarint(sc, uint64(len(snap.GetData()))))
+	}
 	l.cs = nil
 	b.Delete(l.key("cs"))
-	return nil
+	return pre, nil
 }
 
 // Compact makes a snapshot at applied index i, with the configuration cs
@@ -356,6 +469,7 @@ func (l *Log) Compact(b *store.Batch, i uint64, cs *pb.ConfState, data []byte) e
 		ConfState: proto.CloneOf(cs), Index: proto.Uint64(i), Term: proto.Uint64(l.terms[i-l.first()]),
 	}}
 	l.dropThrough(b, i, true)
+	l.dropChunks(b)
 	l.snap = snap
 	b.Put(l.key("snap"), appendSnapshot(nil, snap))
 	return nil

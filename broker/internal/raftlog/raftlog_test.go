@@ -123,7 +123,7 @@ func TestMatchesMemoryStorage(t *testing.T) {
 				if err := ms.ApplySnapshot(snap); err != nil {
 					t.Fatal(err)
 				}
-				if err := l.ApplySnapshot(&b, snap); err != nil {
+				if _, err := l.ApplySnapshot(&b, snap); err != nil {
 					t.Fatalf("%s: ApplySnapshot: %v", what, err)
 				}
 			default: // hard state
@@ -268,7 +268,7 @@ func (c *cluster) step() {
 		l := c.logs[id]
 		var b store.Batch
 		if !raft.IsEmptySnap(rd.Snapshot) {
-			if err := l.ApplySnapshot(&b, rd.Snapshot); err != nil {
+			if _, err := l.ApplySnapshot(&b, rd.Snapshot); err != nil {
 				c.t.Fatal(err)
 			}
 		}
@@ -484,7 +484,7 @@ func TestSnapshotSource(t *testing.T) {
 	}
 
 	got := &pb.Snapshot{Data: []byte("from the leader"), Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(9), Term: proto.Uint64(3), ConfState: cs}}
-	if err := l.ApplySnapshot(&b, got); err != nil {
+	if _, err := l.ApplySnapshot(&b, got); err != nil {
 		t.Fatal(err)
 	}
 	commit(t, st, l, &b)

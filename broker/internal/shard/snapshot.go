@@ -197,7 +197,25 @@ func (sh *Shard) installSnapshot(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
+	// The records go in storage groups of up to installGroup bytes, the
+	// image and the applied index in the last: a node that stops before
+	// that installs the snapshot again from its log (recoverReplica).
 	b := &store.Batch{}
+	next := func() {
+		if b.Size() < installGroup {
+			return
+		}
+		b.NoSync()
+		size := int64(b.Size())
+		sh.inflight.acquire(size)
+		sh.st.ApplyAsync(b, func(err error) {
+			sh.inflight.release(size)
+			if err != nil {
+				sh.storageFailed(fmt.Errorf("shard: snapshot %d of %s: %w", snap.index, r.cfg.Queue, err))
+			}
+		})
+		b = &store.Batch{}
+	}
 	for _, rg := range sched.QueueRanges(r.cfg.Queue) {
 		err := sh.st.Scan(rg.Start, rg.End, func(k, _ []byte) error {
 			b.Delete(k)
@@ -206,9 +224,11 @@ func (sh *Shard) installSnapshot(e Entry) error {
 		if err != nil {
 			return err
 		}
+		next() // not while scanning
 	}
 	for _, kv := range snap.records {
 		b.Put(kv[0], kv[1])
+		next()
 	}
 	sh.putImage(b, snap.index, snap.image)
 	// The replica's commands and callbacks were the old state's; a
@@ -225,6 +245,11 @@ func (sh *Shard) installSnapshot(e Entry) error {
 	sh.applyImage(b, snap.index)
 	return nil
 }
+
+// installGroup is the size from which an installed snapshot's records
+// go on in another storage group (a group holds at most
+// store.MaxGroupSize).
+var installGroup = 64 << 20
 
 // putImage puts the image record and the applied index into b.
 func (sh *Shard) putImage(b *store.Batch, index uint64, image []byte) {

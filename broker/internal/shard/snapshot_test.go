@@ -303,3 +303,65 @@ func TestNewLeaderExpiresLeases(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallInGroups: a snapshot whose records exceed one storage group
+// is installed over several, the image last, and the replica ends with
+// the state it was sent.
+func TestInstallInGroups(t *testing.T) {
+	old := openLoopback(t)
+	done := make(chan Result, 1)
+	if err := old.Init(&CreateQueue{Spec: sched.QueueSpec{Name: "q"}}, func(r Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	items := make([]sched.EnqueueItem, 50)
+	for i := range items {
+		items[i] = sched.EnqueueItem{Queue: "q", Msg: sched.Message{ID: [16]byte{byte(i + 1)}, Body: bytes.Repeat([]byte{'x'}, 100), PayloadSize: 100, FairnessKey: string(rune('a' + i%5))}}
+	}
+	last := old.commit(appendEntry(nil, 2, 1, []Command{&Tick{Now: 1}, &Enqueue{Items: items}, &Deliver{}}))
+	old.waitApplied(t, last)
+	var data []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		index, d, err := SnapshotData(old.st, "q", old.rep.ImageKey)
+		if err == nil && index == last {
+			data = d
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no image at entry %d: %v", last, err)
+		}
+	}
+
+	defer func(n int) { installGroup = n }(installGroup)
+	installGroup = 1000 // some ten groups
+	l := openLoopback(t)
+	l.index = last
+	l.Install(last, data)
+	l.waitApplied(t, last)
+	want, _, err := old.QueueDigest("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := l.QueueDigest("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatal("the installed replica's state differs from the one it was sent")
+	}
+	if s := l.stats(t); s.Ready != 50 {
+		t.Fatalf("installed: %+v, want 50 ready", s)
+	}
+	// The records are in the store: the replica reopened from it agrees.
+	l.Close()
+	sh, err := Open(Config{Logger: quiet, Replication: l.rep}, l.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	if got, _, err := sh.QueueDigest("q"); err != nil || got != want {
+		t.Fatalf("reopened after the install: differs (%v)", err)
+	}
+}
