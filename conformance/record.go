@@ -30,7 +30,8 @@ type RecordOptions struct {
 // message ID and lease, so a lease reused by another message is another
 // placeholder); each timestamp (fields ending _at_ms: $enqueued1,
 // $deadline1, ...) on its own; node IDs, server names, API key IDs and
-// secrets, leader addresses and bucket token counts; and the client's
+// secrets, leader addresses, bucket token counts, a queue's stats window
+// and its keys' dwells ($window1, $dwell1, $dwell_p991); and the client's
 // name. UUIDs and leases inside strings become ${name}.
 func Record(ctx context.Context, sc Scenario, addr string, opts RecordOptions) (*Transcript, error) {
 	if opts.CloseWait <= 0 {
@@ -266,6 +267,9 @@ func (n *recNamer) placeholder(name string, parent, v reflect.Value) (string, bo
 		return n.fresh(prefix, v, name, ""), true
 	case name == "tokens" && k == kF64 && !n.client:
 		return n.fresh("tokens", v, name, ""), true
+	case (name == "window_ms" || name == "dwell_p50_ms" || name == "dwell_p99_ms") && !n.client:
+		// How long the broker has run, how long messages waited.
+		return n.fresh(strings.TrimSuffix(strings.TrimSuffix(name, "_ms"), "_p50"), v, name, ""), true
 	case name == "nonce":
 		// Clients draw Ping nonces as they like (the Go SDK from the
 		// clock); a Pong echoes its Ping's.

@@ -166,9 +166,23 @@ type QueueStats struct {
 	Policy                 string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
 	// LatencyBudget (deliveries per key) and LatencyIdle are a PolicySTFQ
 	// queue's latency lane; zeros when it has none.
-	LatencyBudget                uint32
-	LatencyIdle                  time.Duration
-	FairnessKeys                 []FairnessKeyStats
+	LatencyBudget uint32
+	LatencyIdle   time.Duration
+	// FairnessKeys lists the most pending fairness keys (WithTopKeys),
+	// most pending first; BackloggedKeys counts all keys with pending
+	// messages.
+	FairnessKeys   []FairnessKeyStats
+	BackloggedKeys uint64
+	// Window is the length of the stats window the window figures and
+	// dwell percentiles cover (the last 30 to 60 s); WindowDelivered
+	// counts the queue's deliveries over it.
+	Window          time.Duration
+	WindowDelivered uint64
+	// JainIndex is Jain's fairness index over the backlogged keys
+	// delivered to in the window, of each key's window share over its
+	// entitled share: 1 when every key got its entitled share, 1/n when
+	// one got everything; 0 when none was delivered to.
+	JainIndex                    float64
 	ThrottleKeys                 []ThrottleKeyStats
 	OnEnqueueCalls, OnEnqueueErr uint64
 	OnFailureCalls, OnFailureErr uint64
@@ -176,14 +190,60 @@ type QueueStats struct {
 	CircuitTrips                 uint64
 }
 
-// FairnessKeyStats is the DRR state of one fairness key with pending
-// messages. Deficit is in cost units (payload bytes).
+// FairnessKeyStats is the state of one fairness key with pending
+// messages. Deficit is in cost units (payload bytes), drr queues only;
+// Delivered counts deliveries since the key last became backlogged.
 type FairnessKeyStats struct {
 	Key       string
 	Pending   uint64
 	Weight    uint32
 	Deficit   int64
 	Delivered uint64
+	// EntitledShare is the key's weight over the sum of the backlogged
+	// keys' weights; WindowShare its share of the queue's deliveries over
+	// the stats window (WindowDelivered of them). Both 0 to 1.
+	EntitledShare   float64
+	WindowShare     float64
+	WindowDelivered uint64
+	// Lane is where the key waits: LaneLatency, LaneFair or LaneBlocked
+	// ("" from a broker that predates it).
+	Lane string
+	// Lag is, in a PolicySTFQ queue, how far the key's start tag is ahead
+	// of the queue's virtual time, in messages at weight 1.
+	Lag float64
+	// DwellP50 and DwellP99 estimate the median and 99th percentile time
+	// from enqueue to delivery of the key's messages over the window (to
+	// within a factor of two, at millisecond resolution).
+	DwellP50, DwellP99 time.Duration
+}
+
+// The lanes of FairnessKeyStats.Lane.
+const (
+	// LaneLatency is a PolicySTFQ queue's latency lane: a key that was
+	// idle, served its latency budget ahead of the others.
+	LaneLatency = "latency"
+	// LaneFair is the fair order across keys.
+	LaneFair = "fair"
+	// LaneBlocked is a key whose ready messages all wait for a throttle
+	// token or behind a message of their ordering key.
+	LaneBlocked = "blocked"
+)
+
+// MaxTopKeys is the most fairness keys QueueStats lists.
+const MaxTopKeys = 1000
+
+// A StatsOption changes what QueueStats asks for.
+type StatsOption func(*wire.QueueStats)
+
+// WithTopKeys makes QueueStats list the n most pending fairness keys, 1
+// to MaxTopKeys (default MaxTopKeys; 0 or more than MaxTopKeys means
+// MaxTopKeys).
+func WithTopKeys(n int) StatsOption {
+	return func(f *wire.QueueStats) {
+		if n > 0 && n <= MaxTopKeys {
+			f.TopKeys = uint32(n)
+		}
+	}
 }
 
 // ThrottleKeyStats is the state of one token bucket: Rate in tokens per
@@ -196,8 +256,12 @@ type ThrottleKeyStats struct {
 
 // QueueStats inspects a queue. It returns *QueueStatsError
 // (QUEUE_NOT_FOUND) or *StatusError.
-func (a *Administrator) QueueStats(ctx context.Context, name string) (*QueueStats, error) {
-	resp, err := a.c.request(ctx, &wire.QueueStats{Name: name}, name)
+func (a *Administrator) QueueStats(ctx context.Context, name string, opts ...StatsOption) (*QueueStats, error) {
+	req := &wire.QueueStats{Name: name}
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := a.c.request(ctx, req, name)
 	if err != nil {
 		return nil, err
 	}
@@ -211,9 +275,16 @@ func (a *Administrator) QueueStats(ctx context.Context, name string) (*QueueStat
 		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,
+		BackloggedKeys: r.BackloggedKeys, Window: time.Duration(r.WindowMS) * time.Millisecond,
+		WindowDelivered: r.WindowDelivered, JainIndex: r.JainIndex,
 	}
 	for _, k := range r.FairnessKeys {
-		st.FairnessKeys = append(st.FairnessKeys, FairnessKeyStats{Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered})
+		st.FairnessKeys = append(st.FairnessKeys, FairnessKeyStats{
+			Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered,
+			EntitledShare: k.EntitledShare, WindowShare: k.WindowShare, WindowDelivered: k.WindowDelivered,
+			Lane: k.Lane, Lag: k.Lag,
+			DwellP50: time.Duration(k.DwellP50MS) * time.Millisecond, DwellP99: time.Duration(k.DwellP99MS) * time.Millisecond,
+		})
 	}
 	for _, k := range r.ThrottleKeys {
 		st.ThrottleKeys = append(st.ThrottleKeys, ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})

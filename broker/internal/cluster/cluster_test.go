@@ -323,7 +323,7 @@ func TestReplicatedQueue(t *testing.T) {
 			return err
 		}
 		ch := make(chan shard.Result, 1)
-		if err := sh.QueueStats(ctx, "orders", func(r shard.Result) { ch <- r }); err != nil {
+		if err := sh.QueueStats(ctx, "orders", 0, func(r shard.Result) { ch <- r }); err != nil {
 			return err
 		}
 		r := <-ch

@@ -532,7 +532,7 @@ func (n *Node) ListQueues(ctx context.Context, p Principal, done func(Result)) e
 
 // QueueStats reads a queue's statistics for p (stats permission). done
 // receives Result.Stats or Result.Err.
-func (n *Node) QueueStats(ctx context.Context, p Principal, name string, done func(Result)) error {
+func (n *Node) QueueStats(ctx context.Context, p Principal, name string, top int, done func(Result)) error {
 	if err := p.Authorize(auth.OpQueueStats, name); err != nil {
 		return err
 	}
@@ -540,7 +540,7 @@ func (n *Node) QueueStats(ctx context.Context, p Principal, name string, done fu
 	if err != nil {
 		return err
 	}
-	return sh.QueueStats(ctx, name, done)
+	return sh.QueueStats(ctx, name, top, done)
 }
 
 // Explain says why message id of queue is not delivered yet, for p (the
@@ -608,7 +608,7 @@ func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(
 		done(l, nil)
 		return nil
 	}
-	return n.sh.QueueStats(ctx, queue, func(r Result) { done(LeaderInfo{NodeID: n.cfg.NodeID}, r.Err) })
+	return n.sh.QueueStats(ctx, queue, 1, func(r Result) { done(LeaderInfo{NodeID: n.cfg.NodeID}, r.Err) })
 }
 
 // ClusterStatus returns, for p (admin on "*"), this node's view of the

@@ -99,7 +99,7 @@ func TestNodeChecksPermissions(t *testing.T) {
 	if err := n.AddCredit(ctx, worker, 1, "billing", 1); !errors.Is(err, fault.ErrForbidden) {
 		t.Errorf("AddCredit on billing = %v; want FORBIDDEN", err)
 	}
-	if err := n.QueueStats(ctx, worker, "jobs", nil); !errors.Is(err, fault.ErrForbidden) {
+	if err := n.QueueStats(ctx, worker, "jobs", 0, nil); !errors.Is(err, fault.ErrForbidden) {
 		t.Errorf("QueueStats by the worker = %v; want FORBIDDEN", err)
 	}
 	if _, err := n.ListKeys(worker); !errors.Is(err, fault.ErrForbidden) {

@@ -354,7 +354,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		h.s.HasReady()
 		return "ok"
 	case "stats":
-		h.s.QueueStats(ref, a.str("queue", ""))
+		h.s.QueueStats(ref, a.str("queue", ""), 0)
 	case "list-queues":
 		h.s.ListQueues(ref)
 	case "restart":

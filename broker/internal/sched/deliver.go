@@ -51,6 +51,7 @@ func (s *Sched) pick(q *queue) *msg {
 			k.pending--
 			q.ready--
 			k.delivered++
+			s.noteDelivery(q, k, m)
 			k.run = l.next
 			q.fair.charge(k, int64(m.cost))
 			s.laneSync(l)

@@ -108,7 +108,7 @@ func FuzzRestore(f *testing.F) {
 		}
 		for name := range s.queues {
 			s.Subscribe(1, SubID(len(name)+int(s.lease)), name, 100, nil)
-			s.QueueStats(2, name)
+			s.QueueStats(2, name, 0)
 		}
 		for i := 0; i < 3 && s.HasReady(); i++ {
 			if err := checkInvariants(s, true); err != nil {

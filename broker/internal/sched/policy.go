@@ -305,6 +305,25 @@ func (f *fair) forget(k *fkey, now Time) {
 	k.idleSince = now
 }
 
+// weight returns k's weight, at least 1.
+func (f *fair) weight(k *fkey) uint32 {
+	if f.stfq {
+		return k.sflow.Weight()
+	}
+	return k.flow.Weight()
+}
+
+// lane names where backlogged key k waits (FairnessKeyStats.Lane).
+func (f *fair) lane(k *fkey) string {
+	switch {
+	case k.inLat:
+		return LaneLatency
+	case k.nrun == 0:
+		return LaneBlocked
+	}
+	return LaneFair
+}
+
 // setWeight sets k's weight.
 func (f *fair) setWeight(k *fkey, w uint32) {
 	f.drr.SetWeight(k, w)

@@ -263,9 +263,14 @@ func (s *Sched) ListQueues(ref Ref) {
 	s.reply(ref, out)
 }
 
-// QueueStats replies with the QueueStats of a queue or DLQ, or an error
-// wrapping fault.ErrQueueNotFound. It costs O(fairness keys + lanes).
-func (s *Sched) QueueStats(ref Ref, name string) {
+// QueueStats replies with the QueueStats of a queue or DLQ, listing its
+// top most pending fairness keys (0, or over MaxStatsKeys: MaxStatsKeys),
+// or an error wrapping fault.ErrQueueNotFound. It costs O(fairness keys
+// × log top + lanes).
+func (s *Sched) QueueStats(ref Ref, name string, top int) {
+	if top <= 0 || top > MaxStatsKeys {
+		top = MaxStatsKeys
+	}
 	q := s.queues[name]
 	if q == nil {
 		s.reply(ref, fmt.Errorf("queue stats %s: %w", name, fault.ErrQueueNotFound))
@@ -287,17 +292,9 @@ func (s *Sched) QueueStats(ref Ref, name string) {
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())
 	}
+	s.fairnessStats(q, &st, top)
 	waiting := make(map[*tbucket]uint64)
 	for _, k := range q.keys {
-		if k.pending > 0 {
-			st.FairnessKeys = append(st.FairnessKeys, FairnessKeyStats{
-				Key:       k.name,
-				Pending:   uint64(k.pending),
-				Weight:    k.flow.Weight(),
-				Deficit:   k.flow.Deficit(),
-				Delivered: k.delivered,
-			})
-		}
 		for l := range k.allLanes() {
 			if l.ts == nil || l.n == 0 || q.parent != nil { // DLQs are not throttled
 				continue
@@ -309,12 +306,6 @@ func (s *Sched) QueueStats(ref Ref, name string) {
 				waiting[l.tb] += uint64(l.n)
 			}
 		}
-	}
-	slices.SortFunc(st.FairnessKeys, func(a, b FairnessKeyStats) int {
-		return cmp.Or(cmp.Compare(b.Pending, a.Pending), strings.Compare(a.Key, b.Key))
-	})
-	if len(st.FairnessKeys) > MaxStatsKeys {
-		st.FairnessKeys = st.FairnessKeys[:MaxStatsKeys]
 	}
 	now := int64(s.now)
 	for b, w := range waiting {

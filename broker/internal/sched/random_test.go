@@ -221,7 +221,7 @@ func (r *randomRun) step(i int) {
 		s.Tick(s.Now().Add(d))
 	case op < 88:
 		r.last = "stats"
-		s.QueueStats(ref, randQueues[r.pick(len(randQueues))])
+		s.QueueStats(ref, randQueues[r.pick(len(randQueues))], 0)
 		s.ListQueues(ref)
 	case op < 89:
 		// Deliveries are decided here; commands may still come before

@@ -157,6 +157,9 @@ type Sched struct {
 	bi           int
 	cur          *readyBuf
 	lastDeadline Time
+	// statsFrom is the time of the first Tick: the stats window starts
+	// there (window.go).
+	statsFrom Time
 
 	free    []*msg          // recycled message structs
 	reasons map[*msg]string // last failure reason of messages with fReason
@@ -198,6 +201,9 @@ func (s *Sched) StartLeaseEpoch(base uint64) {
 func (s *Sched) Tick(now Time) {
 	if now > s.now {
 		s.now = now
+	}
+	if s.statsFrom == 0 {
+		s.statsFrom = s.now
 	}
 	for {
 		m, ok := s.timers.top()

@@ -191,7 +191,7 @@ func TestCommandErrors(t *testing.T) {
 	s.Subscribe(7, 1, "q", 0, nil)
 	s.Subscribe(8, 1, "q", 0, nil)
 	s.Unsubscribe(9, 2, false)
-	s.QueueStats(10, "nope")
+	s.QueueStats(10, "nope", 0)
 	s.CreateQueue(11, QueueSpec{Name: "neg", VisibilityTimeout: -1})
 	rd := takeReady(t, s)
 	var got []error

@@ -208,6 +208,9 @@ type fkey struct {
 	dflt         lane // the lane without throttle keys or ordering key
 	lanes        map[laneID]*lane
 	img          uint32 // its number in the image being written
+	// win counts its deliveries over the stats window, from its first
+	// delivery on (window.go).
+	win *window
 }
 
 // DRR returns the key's DRR flow (drr.Node).
@@ -322,6 +325,8 @@ type sub struct {
 
 // A queue is a queue or a DLQ.
 type queue struct {
+	// win counts the queue's deliveries over the stats window.
+	win    window
 	name   string
 	spec   QueueSpec
 	parent *queue // set for a DLQ

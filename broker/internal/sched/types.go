@@ -383,8 +383,22 @@ type QueueStats struct {
 	LatencyBudget uint32
 	LatencyIdle   time.Duration
 	// FairnessKeys lists keys with pending messages, most pending first
-	// (then by key), at most 1000.
+	// (then by key), at most the top asked for (MaxStatsKeys).
 	FairnessKeys []FairnessKeyStats
+	// BackloggedKeys counts the keys with pending messages, all of them.
+	BackloggedKeys uint64
+	// Window is the length of the stats window the window fields cover:
+	// the last 30 to 60 s, or since the scheduler started (its first
+	// Tick) if less. WindowDelivered counts the queue's deliveries
+	// over it.
+	Window          time.Duration
+	WindowDelivered uint64
+	// JainIndex is Jain's fairness index (Jain, Chiu & Hawe, DEC-TR-301,
+	// 1984) over the backlogged keys delivered to in the window:
+	// (Σx)² / (n Σx²), x a key's WindowShare over its EntitledShare. 1
+	// when each got its entitled share, 1/n when one got everything; 0
+	// when none was delivered to.
+	JainIndex float64
 	// ThrottleKeys lists the buckets the queue's pending messages use,
 	// by key (none for a DLQ, which is not throttled).
 	ThrottleKeys []ThrottleKeyStats
@@ -404,7 +418,38 @@ type FairnessKeyStats struct {
 	Deficit int64
 	// Delivered counts deliveries since the key last became backlogged.
 	Delivered uint64
+	// EntitledShare is the key's weight over the sum of the weights of
+	// the queue's backlogged keys (0 to 1).
+	EntitledShare float64
+	// WindowDelivered counts the key's deliveries over the stats window
+	// (QueueStats.Window); WindowShare is its share of the queue's.
+	WindowDelivered uint64
+	WindowShare     float64
+	// Lane is where the key waits: LaneLatency, LaneFair or LaneBlocked.
+	Lane string
+	// Lag is, in an stfq queue, how far the key's start tag is ahead of
+	// the queue's virtual time, in messages at weight 1; 0 in a drr
+	// queue (see Deficit).
+	Lag float64
+	// DwellP50 and DwellP99 estimate the median and 99th percentile of
+	// the time from enqueue to delivery of the key's messages delivered
+	// over the window (power-of-two buckets, interpolated: within a
+	// factor of two).
+	DwellP50, DwellP99 time.Duration
 }
+
+// The lanes of FairnessKeyStats.Lane.
+const (
+	// LaneLatency is an stfq queue's latency lane: a key that was idle,
+	// served its budget ahead of the others.
+	LaneLatency = "latency"
+	// LaneFair is the fair order across keys: drr's round, stfq's
+	// virtual time.
+	LaneFair = "fair"
+	// LaneBlocked is a key whose ready messages all wait for a throttle
+	// token or behind a message of their ordering key.
+	LaneBlocked = "blocked"
+)
 
 // ThrottleKeyStats is the state of one token bucket. An unconfigured key
 // is unlimited and reports +Inf rate, burst and tokens.

@@ -91,7 +91,7 @@ func (b *authBroker) createQueue(t *testing.T, spec node.QueueSpec) {
 func (b *authBroker) stats(t *testing.T, queue string) sched.QueueStats {
 	t.Helper()
 	done := make(chan shard.Result, 1)
-	if err := b.sh.QueueStats(context.Background(), queue, func(r shard.Result) { done <- r }); err != nil {
+	if err := b.sh.QueueStats(context.Background(), queue, 0, func(r shard.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
 	return (<-done).Stats

@@ -246,7 +246,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			c.respond(id, &wire.ListQueuesResult{Queues: out})
 		})
 	case *wire.QueueStats:
-		return n.QueueStats(ctx, p, f.Name, func(r node.Result) {
+		return n.QueueStats(ctx, p, f.Name, int(f.TopKeys), func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
@@ -820,9 +820,16 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
 		Policy: st.Policy, LatencyBudget: st.LatencyBudget, LatencyIdleMS: uint64(st.LatencyIdle / time.Millisecond),
+		BackloggedKeys: st.BackloggedKeys, WindowMS: uint64(st.Window / time.Millisecond),
+		WindowDelivered: st.WindowDelivered, JainIndex: st.JainIndex,
 	}
 	for _, k := range st.FairnessKeys {
-		r.FairnessKeys = append(r.FairnessKeys, wire.FairnessKeyStats{Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered})
+		r.FairnessKeys = append(r.FairnessKeys, wire.FairnessKeyStats{
+			Key: k.Key, Pending: k.Pending, Weight: k.Weight, Deficit: k.Deficit, Delivered: k.Delivered,
+			EntitledShare: k.EntitledShare, WindowShare: k.WindowShare, WindowDelivered: k.WindowDelivered,
+			Lane: k.Lane, Lag: k.Lag,
+			DwellP50MS: uint64(k.DwellP50 / time.Millisecond), DwellP99MS: uint64(k.DwellP99 / time.Millisecond),
+		})
 	}
 	for _, k := range st.ThrottleKeys {
 		r.ThrottleKeys = append(r.ThrottleKeys, wire.ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})

@@ -21,6 +21,8 @@ type op struct {
 // Query names a read of the scheduler's state.
 type Query struct {
 	Stats string // QueueStats of this queue; "" lists the queues
+	// Top is how many fairness keys QueueStats lists (0: the most).
+	Top int
 	// Explain, if Queue is set, explains message ID of that queue
 	// instead (Stats is then ignored).
 	Explain struct {
@@ -62,10 +64,11 @@ func (sh *Shard) ListQueues(ctx context.Context, done func(Result)) error {
 	return sh.do(ctx, op{read: func() Query { return Query{} }, done: done})
 }
 
-// QueueStats reads one queue's statistics into Result.Stats, or an Err
+// QueueStats reads one queue's statistics, with its top most pending
+// fairness keys (0: sched.MaxStatsKeys), into Result.Stats, or an Err
 // wrapping fault.ErrQueueNotFound.
-func (sh *Shard) QueueStats(ctx context.Context, name string, done func(Result)) error {
-	return sh.do(ctx, op{read: func() Query { return Query{Stats: name} }, done: done})
+func (sh *Shard) QueueStats(ctx context.Context, name string, top int, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query { return Query{Stats: name, Top: top} }, done: done})
 }
 
 // Explain reads why message id of queue is not delivered yet into
@@ -117,7 +120,7 @@ func (sh *Shard) run1(o op) {
 		case q.Explain.Queue != "":
 			sh.s.Explain(ref, q.Explain.Queue, q.Explain.ID)
 		case q.Stats != "":
-			sh.s.QueueStats(ref, q.Stats)
+			sh.s.QueueStats(ref, q.Stats, q.Top)
 		default:
 			sh.s.ListQueues(ref)
 		}

@@ -81,7 +81,7 @@ func call(t *testing.T, sh *Shard, cmd Command) Result {
 func stats(t *testing.T, sh *Shard, queue string) Result {
 	t.Helper()
 	reply := make(chan Result, 1)
-	if err := sh.QueueStats(context.Background(), queue, func(r Result) { reply <- r }); err != nil {
+	if err := sh.QueueStats(context.Background(), queue, 0, func(r Result) { reply <- r }); err != nil {
 		t.Fatal(err)
 	}
 	return <-reply

@@ -229,7 +229,7 @@ func (l *loopback) waitApplied(t *testing.T, index uint64) {
 func (l *loopback) stats(t *testing.T) sched.QueueStats {
 	t.Helper()
 	ch := make(chan Result, 1)
-	if err := l.QueueStats(context.Background(), "q", func(r Result) { ch <- r }); err != nil {
+	if err := l.QueueStats(context.Background(), "q", 0, func(r Result) { ch <- r }); err != nil {
 		t.Fatal(err)
 	}
 	r := <-ch

@@ -203,6 +203,38 @@ func TestQueueCommands(t *testing.T) {
 		!strings.Contains(out, "latency lane: 20 deliveries per key after 1s idle") {
 		t.Errorf("queue inspect fair = %q; want policy stfq, its latency lane and no DEFICIT column", out)
 	}
+	// Fairness you can see: each key's entitled share against what it
+	// got over the window, its lane and dwell; Jain's index.
+	c.ok("queue", "create", "shares", "--policy", "stfq")
+	for range 8 {
+		c.ok("enqueue", "shares", "x", "--fairness-key", "light", "--weight", "1")
+		c.ok("enqueue", "shares", "x", "--fairness-key", "heavy", "--weight", "3")
+	}
+	c.ok("consume", "shares", "--count", "8", "--prefetch", "1")
+	var shares struct {
+		BackloggedKeys  uint64  `json:"backlogged_keys"`
+		WindowDelivered uint64  `json:"window_delivered"`
+		JainIndex       float64 `json:"jain_index"`
+		FairnessKeys    []struct {
+			Key           string  `json:"key"`
+			EntitledShare float64 `json:"entitled_share"`
+			WindowShare   float64 `json:"window_share"`
+			Lane          string  `json:"lane"`
+			DwellP99      int64   `json:"dwell_p99_ms"`
+		} `json:"fairness_keys"`
+	}
+	c.json(&shares, "queue", "inspect", "shares", "--top", "1")
+	// (The consumer may have been delivered one more before it closed.)
+	if shares.BackloggedKeys != 2 || shares.WindowDelivered < 8 || shares.JainIndex <= 0 || len(shares.FairnessKeys) != 1 {
+		t.Errorf("queue inspect shares --top 1 -o json = %+v; want 2 backlogged, 8 delivered, a Jain's index, one key listed", shares)
+	} else if k := shares.FairnessKeys[0]; k.EntitledShare != map[string]float64{"light": 0.25, "heavy": 0.75}[k.Key] || k.WindowShare <= 0 || k.Lane == "" || k.DwellP99 <= 0 {
+		t.Errorf("most pending key = %+v; want its entitled share (light 0.25, heavy 0.75), a share of the deliveries, a lane, a dwell", k)
+	}
+	if out := c.ok("queue", "inspect", "shares"); !strings.Contains(out, "2 backlogged keys") || !strings.Contains(out, "Jain's index") ||
+		!strings.Contains(out, "ENTITLED") || !strings.Contains(out, "25.0%") || !strings.Contains(out, "75.0%") {
+		t.Errorf("queue inspect shares = %q; want the keys' entitled shares and Jain's index", out)
+	}
+	c.fails(2, "--top 0: want 1 to 1000", "queue", "inspect", "shares", "--top", "0")
 	c.fails(1, `policy "fifo": want "drr" or "stfq"`, "queue", "create", "odd", "--policy", "fifo")
 	c.fails(1, "latency_budget 2000000", "queue", "create", "odd", "--policy", "stfq", "--latency-budget", "2000000")
 	c.ok("queue", "delete", "fair")

@@ -16,7 +16,7 @@ import (
 // blocks, in order, through sh against a fresh broker with the fila
 // binary first on PATH. A command must exit 0, and when the page shows
 // output under it, print that output, where <id> stands for any message
-// ID. Blocks of other languages (the SDK snippets, starting the broker)
+// ID and <time> for any duration. Blocks of other languages (the SDK snippets, starting the broker)
 // are not run.
 func TestTutorials(t *testing.T) {
 	page := filepath.Join("..", "..", "..", "docs", "tutorials.md")
@@ -103,7 +103,10 @@ func trimLines(s string) []string {
 	return lines
 }
 
-var idPlaceholder = regexp.QuoteMeta("<id>")
+var (
+	idPlaceholder   = regexp.QuoteMeta("<id>")
+	timePlaceholder = regexp.QuoteMeta("<time>")
+)
 
 func matchLines(got, want []string) bool {
 	if len(got) != len(want) {
@@ -111,6 +114,7 @@ func matchLines(got, want []string) bool {
 	}
 	for i := range want {
 		pat := strings.ReplaceAll(regexp.QuoteMeta(want[i]), idPlaceholder, `[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}`)
+		pat = strings.ReplaceAll(pat, timePlaceholder, `[0-9.hmsµn]+`)
 		if !regexp.MustCompile("^" + pat + "$").MatchString(got[i]) {
 			return false
 		}

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -162,14 +163,29 @@ func newQueueListCmd(g *globals) *cobra.Command {
 func u(n uint64) string { return strconv.FormatUint(n, 10) }
 
 func newQueueInspectCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:               "inspect NAME",
-		Short:             "Depths, per-key fairness and throttle state, hook counters of a queue",
+	var top int
+	cmd := &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Depths, per-key fairness and throttle state, hook counters of a queue",
+		Long: `Depths, per-key fairness and throttle state, hook counters of a queue.
+
+For each of the --top most pending fairness keys: its pending messages and
+weight; its entitled share (its weight over the backlogged keys' weights)
+against the share of deliveries it got over the stats window (the last 30
+to 60 s); its lane (latency, fair, or blocked on throttle tokens or its
+ordering key); in an stfq queue its lag behind the virtual time, in
+messages; and the median and 99th percentile time from enqueue to
+delivery over the window. For the queue: Jain's fairness index over the
+backlogged keys (1: each got its entitled share; 1/n: one got everything).`,
+		Example:           "  fila queue inspect orders\n  fila queue inspect orders --top 20 --output json",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if top < 1 || top > fila.MaxTopKeys {
+				return usageError{fmt.Errorf("--top %d: want 1 to %d", top, fila.MaxTopKeys)}
+			}
 			return g.admin(cmd, "queue stats", func(ctx context.Context, a *fila.Administrator) error {
-				st, err := a.QueueStats(ctx, args[0])
+				st, err := a.QueueStats(ctx, args[0], fila.WithTopKeys(top))
 				if err != nil {
 					return err
 				}
@@ -180,14 +196,23 @@ func newQueueInspectCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().IntVar(&top, "top", 20, fmt.Sprintf("how many fairness keys to show, most pending first (1 to %d)", fila.MaxTopKeys))
+	return cmd
 }
 
 type fairnessJSON struct {
-	Key       string `json:"key"`
-	Pending   uint64 `json:"pending"`
-	Weight    uint32 `json:"weight"`
-	Deficit   int64  `json:"deficit"`
-	Delivered uint64 `json:"delivered"`
+	Key             string  `json:"key"`
+	Pending         uint64  `json:"pending"`
+	Weight          uint32  `json:"weight"`
+	Deficit         int64   `json:"deficit"`
+	Delivered       uint64  `json:"delivered"`
+	EntitledShare   float64 `json:"entitled_share"`
+	WindowShare     float64 `json:"window_share"`
+	WindowDelivered uint64  `json:"window_delivered"`
+	Lane            string  `json:"lane"`
+	Lag             float64 `json:"lag"`
+	DwellP50MS      int64   `json:"dwell_p50_ms"`
+	DwellP99MS      int64   `json:"dwell_p99_ms"`
 }
 
 type throttleJSON struct {
@@ -201,7 +226,8 @@ type throttleJSON struct {
 func statsJSON(st *fila.QueueStats) any {
 	fk := make([]fairnessJSON, len(st.FairnessKeys))
 	for i, k := range st.FairnessKeys {
-		fk[i] = fairnessJSON{k.Key, k.Pending, k.Weight, k.Deficit, k.Delivered}
+		fk[i] = fairnessJSON{k.Key, k.Pending, k.Weight, k.Deficit, k.Delivered, k.EntitledShare, k.WindowShare,
+			k.WindowDelivered, k.Lane, k.Lag, k.DwellP50.Milliseconds(), k.DwellP99.Milliseconds()}
 	}
 	tk := make([]throttleJSON, len(st.ThrottleKeys))
 	for i, k := range st.ThrottleKeys {
@@ -220,6 +246,10 @@ func statsJSON(st *fila.QueueStats) any {
 		"latency_budget":        st.LatencyBudget,
 		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
 		"fairness_keys":         fk,
+		"backlogged_keys":       st.BackloggedKeys,
+		"window_ms":             st.Window.Milliseconds(),
+		"window_delivered":      st.WindowDelivered,
+		"jain_index":            st.JainIndex,
 		"throttle_keys":         tk,
 		"hooks": map[string]any{
 			"on_enqueue_calls":    st.OnEnqueueCalls,
@@ -244,19 +274,26 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)
 	if len(st.FairnessKeys) > 0 {
 		fmt.Fprintln(w)
-		// A deficit is DRR's; an stfq queue has none to show.
+		fmt.Fprintf(w, "fairness: %d backlogged keys (%d shown); over the last %v, %d deliveries", st.BackloggedKeys, len(st.FairnessKeys), st.Window.Round(time.Second), st.WindowDelivered)
+		if st.JainIndex > 0 {
+			fmt.Fprintf(w, ", Jain's index %.3f", st.JainIndex)
+		}
+		fmt.Fprintln(w)
+		// A deficit is DRR's, a lag STFQ's.
 		drr := st.Policy == fila.PolicyDRR
 		rows := make([][]string, len(st.FairnessKeys))
 		for i, k := range st.FairnessKeys {
 			rows[i] = []string{k.Key, u(k.Pending), strconv.FormatUint(uint64(k.Weight), 10)}
 			if drr {
 				rows[i] = append(rows[i], strconv.FormatInt(k.Deficit, 10))
+			} else {
+				rows[i] = append(rows[i], strconv.FormatFloat(k.Lag, 'f', 1, 64))
 			}
-			rows[i] = append(rows[i], u(k.Delivered))
+			rows[i] = append(rows[i], pct(k.EntitledShare), pct(k.WindowShare), cmp.Or(k.Lane, "-"), ms(k.DwellP50), ms(k.DwellP99))
 		}
-		head := []string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DELIVERED"}
+		head := []string{"FAIRNESS KEY", "PENDING", "WEIGHT", "LAG", "ENTITLED", "SHARE", "LANE", "DWELL P50", "DWELL P99"}
 		if drr {
-			head = []string{"FAIRNESS KEY", "PENDING", "WEIGHT", "DEFICIT", "DELIVERED"}
+			head[3] = "DEFICIT"
 		}
 		if err := g.table(head, rows); err != nil {
 			return err
@@ -274,6 +311,17 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 }
 
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// pct formats a share (0 to 1) as a percentage.
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+// ms formats a dwell in milliseconds, "-" for none.
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
 
 func newRedriveCmd(g *globals) *cobra.Command {
 	var count uint64

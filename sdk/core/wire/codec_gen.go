@@ -2,6 +2,8 @@
 
 package wire
 
+import "math"
+
 func (m *MessageHeader) appendTo(dst []byte) []byte {
 	dst, at := beginStruct(dst)
 	dst = appendString(dst, m.Key)
@@ -370,6 +372,28 @@ func (m *FairnessKeyStats) appendTo(dst []byte) []byte {
 	dst = appendU32(dst, m.Weight)
 	dst = appendI64(dst, m.Deficit)
 	dst = appendU64(dst, m.Delivered)
+	// Optional fields: sent up to the last one that is not zero.
+	if math.Float64bits(m.EntitledShare) != 0 || math.Float64bits(m.WindowShare) != 0 || m.WindowDelivered != 0 || m.Lane != "" || math.Float64bits(m.Lag) != 0 || m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+		dst = appendF64(dst, m.EntitledShare)
+		if math.Float64bits(m.WindowShare) != 0 || m.WindowDelivered != 0 || m.Lane != "" || math.Float64bits(m.Lag) != 0 || m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+			dst = appendF64(dst, m.WindowShare)
+			if m.WindowDelivered != 0 || m.Lane != "" || math.Float64bits(m.Lag) != 0 || m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+				dst = appendU64(dst, m.WindowDelivered)
+				if m.Lane != "" || math.Float64bits(m.Lag) != 0 || m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+					dst = appendString(dst, m.Lane)
+					if math.Float64bits(m.Lag) != 0 || m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+						dst = appendF64(dst, m.Lag)
+						if m.DwellP50MS != 0 || m.DwellP99MS != 0 {
+							dst = appendU64(dst, m.DwellP50MS)
+							if m.DwellP99MS != 0 {
+								dst = appendU64(dst, m.DwellP99MS)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 	return endStruct(dst, at)
 }
 
@@ -384,6 +408,27 @@ func (m *FairnessKeyStats) decodeFields(r *reader, prev *FairnessKeyStats) {
 	m.Weight = r.u32("weight")
 	m.Deficit = r.i64("deficit")
 	m.Delivered = r.u64("delivered")
+	if r.more() {
+		m.EntitledShare = r.f64("entitled_share")
+	}
+	if r.more() {
+		m.WindowShare = r.f64("window_share")
+	}
+	if r.more() {
+		m.WindowDelivered = r.u64("window_delivered")
+	}
+	if r.more() {
+		m.Lane = r.strLike("lane", prev.Lane)
+	}
+	if r.more() {
+		m.Lag = r.f64("lag")
+	}
+	if r.more() {
+		m.DwellP50MS = r.u64("dwell_p50_ms")
+	}
+	if r.more() {
+		m.DwellP99MS = r.u64("dwell_p99_ms")
+	}
 }
 
 func (m *ThrottleKeyStats) appendTo(dst []byte) []byte {
@@ -2002,6 +2047,10 @@ func (m *ListQueuesResult) Decode(body []byte) error {
 // AppendTo appends m's encoded body to dst.
 func (m *QueueStats) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Name)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.TopKeys != 0 {
+		dst = appendU32(dst, m.TopKeys)
+	}
 	return dst
 }
 
@@ -2012,6 +2061,9 @@ func (m *QueueStats) decodeFields(r *reader, prev *QueueStats) {
 		prev = &QueueStats{}
 	}
 	m.Name = r.strLike("name", prev.Name)
+	if r.more() {
+		m.TopKeys = r.u32("top_keys")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
@@ -2043,12 +2095,24 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 {
+			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
 				dst = appendU64(dst, m.LatencyIdleMS)
+				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+					dst = appendU64(dst, m.BackloggedKeys)
+					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+						dst = appendU64(dst, m.WindowMS)
+						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+							dst = appendU64(dst, m.WindowDelivered)
+							if math.Float64bits(m.JainIndex) != 0 {
+								dst = appendF64(dst, m.JainIndex)
+							}
+						}
+					}
+				}
 			}
 		}
 	}
@@ -2148,6 +2212,18 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.LatencyIdleMS = r.u64("latency_idle_ms")
+	}
+	if r.more() {
+		m.BackloggedKeys = r.u64("backlogged_keys")
+	}
+	if r.more() {
+		m.WindowMS = r.u64("window_ms")
+	}
+	if r.more() {
+		m.WindowDelivered = r.u64("window_delivered")
+	}
+	if r.more() {
+		m.JainIndex = r.f64("jain_index")
 	}
 }
 

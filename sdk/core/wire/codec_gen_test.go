@@ -138,11 +138,18 @@ func drawQueueSummary(t *rapid.T) *QueueSummary {
 
 func drawFairnessKeyStats(t *rapid.T) *FairnessKeyStats {
 	return &FairnessKeyStats{
-		Deficit:   rapid.Int64().Draw(t, "deficit"),
-		Delivered: rapid.Uint64().Draw(t, "delivered"),
-		Key:       rapid.StringN(0, 12, -1).Draw(t, "key"),
-		Pending:   rapid.Uint64().Draw(t, "pending"),
-		Weight:    rapid.Uint32().Draw(t, "weight"),
+		Deficit:         rapid.Int64().Draw(t, "deficit"),
+		Delivered:       rapid.Uint64().Draw(t, "delivered"),
+		DwellP50MS:      rapid.Uint64().Draw(t, "dwell_p50_ms"),
+		DwellP99MS:      rapid.Uint64().Draw(t, "dwell_p99_ms"),
+		EntitledShare:   rapid.Float64Range(-1e+12, 1e+12).Draw(t, "entitled_share"),
+		Key:             rapid.StringN(0, 12, -1).Draw(t, "key"),
+		Lag:             rapid.Float64Range(-1e+12, 1e+12).Draw(t, "lag"),
+		Lane:            rapid.StringN(0, 12, -1).Draw(t, "lane"),
+		Pending:         rapid.Uint64().Draw(t, "pending"),
+		Weight:          rapid.Uint32().Draw(t, "weight"),
+		WindowDelivered: rapid.Uint64().Draw(t, "window_delivered"),
+		WindowShare:     rapid.Float64Range(-1e+12, 1e+12).Draw(t, "window_share"),
 	}
 }
 
@@ -445,17 +452,22 @@ func drawListQueuesResult(t *rapid.T) *ListQueuesResult {
 }
 
 func drawQueueStats(t *rapid.T) *QueueStats {
-	return &QueueStats{Name: rapid.StringN(0, 12, -1).Draw(t, "name")}
+	return &QueueStats{
+		Name:    rapid.StringN(0, 12, -1).Draw(t, "name"),
+		TopKeys: rapid.Uint32().Draw(t, "top_keys"),
+	}
 }
 
 func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 	return &QueueStatsResult{
-		DeadLettered: rapid.Uint64().Draw(t, "dead_lettered"),
-		Delayed:      rapid.Uint64().Draw(t, "delayed"),
+		BackloggedKeys: rapid.Uint64().Draw(t, "backlogged_keys"),
+		DeadLettered:   rapid.Uint64().Draw(t, "dead_lettered"),
+		Delayed:        rapid.Uint64().Draw(t, "delayed"),
 		FairnessKeys: drawList(t, "fairness_keys", 3, func(t *rapid.T, label string) FairnessKeyStats {
 			return *drawFairnessKeyStats(t)
 		}),
 		Hooks:         *drawHookStats(t),
+		JainIndex:     rapid.Float64Range(-1e+12, 1e+12).Draw(t, "jain_index"),
 		LatencyBudget: rapid.Uint32().Draw(t, "latency_budget"),
 		LatencyIdleMS: rapid.Uint64().Draw(t, "latency_idle_ms"),
 		Leased:        rapid.Uint64().Draw(t, "leased"),
@@ -468,6 +480,8 @@ func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 			return *drawThrottleKeyStats(t)
 		}),
 		VisibilityTimeoutMS: rapid.Uint64().Draw(t, "visibility_timeout_ms"),
+		WindowDelivered:     rapid.Uint64().Draw(t, "window_delivered"),
+		WindowMS:            rapid.Uint64().Draw(t, "window_ms"),
 	}
 }
 

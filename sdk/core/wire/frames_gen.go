@@ -87,7 +87,9 @@ var OptionalFrom = map[string]int{
 	"ClusterGroup":     8,
 	"CreateQueue":      8,
 	"Enqueue":          1,
+	"FairnessKeyStats": 5,
 	"HandshakeOk":      5,
+	"QueueStats":       1,
 	"QueueStatsResult": 11,
 }
 
@@ -908,6 +910,32 @@ type FairnessKeyStats struct {
 	Deficit int64
 	// Delivered (u64) Deliveries since the key last became backlogged.
 	Delivered uint64
+	// EntitledShare (f64) The share of the queue's deliveries the key is entitled
+	// to now: its weight over the sum of the weights of the backlogged keys (0 to
+	// 1).
+	EntitledShare float64
+	// WindowShare (f64) The share of the queue's deliveries the key received over
+	// the stats window (0 to 1): window_delivered over the queue's
+	// window_delivered.
+	WindowShare float64
+	// WindowDelivered (u64) Deliveries of the key over the stats window, while it
+	// was backlogged.
+	WindowDelivered uint64
+	// Lane (string) Where the key waits: `latency` (an stfq queue's latency lane),
+	// `fair` (the fair order across keys), or `blocked` (every message it has
+	// ready waits for a throttle token or behind a message of its ordering key).
+	// Empty from a server that predates this field.
+	Lane string
+	// Lag (f64) stfq queues: how far the key's start tag is ahead of the queue's
+	// virtual time, in messages at weight 1 (0: it is next in line at its weight).
+	// 0 for drr queues, whose deficit says the same.
+	Lag float64
+	// DwellP50MS (u64) Median time from enqueue to delivery of the key's messages
+	// delivered over the stats window, in milliseconds, estimated from
+	// power-of-two buckets (to within a factor of about 1.4).
+	DwellP50MS uint64
+	// DwellP99MS (u64) 99th percentile of the same.
+	DwellP99MS uint64
 }
 
 // ThrottleKeyStats is the state of one token bucket.
@@ -1579,6 +1607,9 @@ func (*ListQueuesResult) Opcode() Opcode {
 type QueueStats struct {
 	// Name (string) Queue name.
 	Name string
+	// TopKeys (u32) How many fairness keys to report, most pending first: 1 to
+	// 1000; 0 means 1000.
+	TopKeys uint32
 }
 
 // Opcode returns OpQueueStats.
@@ -1608,7 +1639,7 @@ type QueueStatsResult struct {
 	// dead-lettering, the queue's own or the broker's [queue] max_attempts.
 	MaxAttempts uint32
 	// FairnessKeys ([]FairnessKeyStats) Keys with pending messages, most pending
-	// first, at most 1000.
+	// first, at most top_keys (ties by key).
 	FairnessKeys []FairnessKeyStats
 	// ThrottleKeys ([]ThrottleKeyStats) Buckets this queue's pending messages use.
 	ThrottleKeys []ThrottleKeyStats
@@ -1623,6 +1654,21 @@ type QueueStatsResult struct {
 	// LatencyIdleMS (u64) stfq queues: the latency lane's idle time in effect; 0
 	// when there is no latency lane.
 	LatencyIdleMS uint64
+	// BackloggedKeys (u64) Fairness keys with pending messages, all of them
+	// (fairness_keys lists at most top_keys).
+	BackloggedKeys uint64
+	// WindowMS (u64) Length of the stats window the window_ fields and the dwell
+	// percentiles cover, in milliseconds: the last 30 to 60 seconds (since the
+	// replica started, if less).
+	WindowMS uint64
+	// WindowDelivered (u64) Deliveries of the queue over the stats window.
+	WindowDelivered uint64
+	// JainIndex (f64) Jain's fairness index (Jain, Chiu & Hawe, DEC-TR-301, 1984)
+	// over the backlogged keys delivered to in the window: (sum x)^2 / (n sum
+	// x^2), where x is a key's window_share over its entitled_share. 1 when every
+	// key got its entitled share, 1/n when one key got everything; 0 when no key
+	// was delivered to in the window.
+	JainIndex float64
 }
 
 // Opcode returns OpQueueStatsResult.
