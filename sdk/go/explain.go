@@ -53,6 +53,12 @@ type Explanation struct {
 	// Lane is where its key waits (WhyKeyWaiting): "latency" or
 	// "throughput" in an stfq queue, "round" in a drr queue.
 	Lane string
+	// ETA is the broker's estimate of when it will be delivered: for
+	// WhyBehindKey and WhyKeyWaiting, at the pace its key and its queue
+	// were delivered at over the last 30 to 60 s, if consumers keep it;
+	// for WhyDelayed and WhyThrottled, Until. Zero when there is no
+	// estimate.
+	ETA time.Time
 }
 
 // String says it in one sentence, times relative to now.
@@ -77,15 +83,24 @@ func (e *Explanation) String() string {
 	case WhyOrdering:
 		return "waiting for the message before it with the same ordering key to be acked"
 	case WhyBehindKey:
-		return fmt.Sprintf("behind %s of its own fairness key %q", count(e.Ahead, "message"), e.FairnessKey)
+		return fmt.Sprintf("behind %s of its own fairness key %q", count(e.Ahead, "message"), e.FairnessKey) + e.eta()
 	case WhyThrottled:
 		return fmt.Sprintf("waiting for a token of throttle key %v, next", e.ThrottleKeys) + in()
 	case WhyKeyWaiting:
-		return fmt.Sprintf("next of fairness key %q, which waits in the %s lane behind %s", e.FairnessKey, e.Lane, count(e.Ahead, "key"))
+		return fmt.Sprintf("next of fairness key %q, which waits in the %s lane behind %s", e.FairnessKey, e.Lane, count(e.Ahead, "key")) + e.eta()
 	case WhyNoCredit:
 		return "ready, next to go: no subscription of the queue has credit"
 	}
 	return e.Reason
+}
+
+// eta says when the broker expects the delivery, if it has an estimate.
+func (e *Explanation) eta() string {
+	if e.ETA.IsZero() {
+		return ""
+	}
+	d := max(time.Until(e.ETA), 0)
+	return fmt.Sprintf("; expected by %s (in %v) at the recent delivery rate", e.ETA.UTC().Format(time.RFC3339Nano), d.Round(time.Millisecond))
 }
 
 func count(n uint64, noun string) string {
@@ -110,6 +125,9 @@ func (a *Administrator) Explain(ctx context.Context, queue string, id ID) (*Expl
 		Ahead: r.Ahead, ThrottleKeys: r.ThrottleKeys, Lane: r.Lane}
 	if r.UntilMS > 0 {
 		e.Until = time.UnixMilli(int64(r.UntilMS))
+	}
+	if r.EtaAtMS > 0 {
+		e.ETA = time.UnixMilli(int64(r.EtaAtMS))
 	}
 	return e, nil
 }

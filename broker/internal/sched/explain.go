@@ -54,6 +54,11 @@ type Explanation struct {
 	// Lane is where the key waits (WhyKeyWaiting): "latency" or
 	// "throughput" in an stfq queue, "round" in a drr queue.
 	Lane string
+	// ETA estimates when it is delivered: for WhyBehindKey and
+	// WhyKeyWaiting, at the rates its key and its queue were delivered at
+	// over the stats window (window.go); for WhyDelayed and
+	// WhyThrottled, Until, its earliest. 0 when there is no estimate.
+	ETA Time
 }
 
 // Explain says why message id of queue (a queue or a DLQ) is not
@@ -78,7 +83,7 @@ func (s *Sched) Explain(ref Ref, queue string, id [16]byte) {
 	e := Explanation{Queue: queue, ID: id, FairnessKey: k.name, Attempts: m.attempts}
 	switch m.state {
 	case stDelayed:
-		e.Reason, e.Until = WhyDelayed, m.due
+		e.Reason, e.Until, e.ETA = WhyDelayed, m.due, m.due
 	case stDeciding:
 		e.Reason = WhyDeciding
 	case stLeased:
@@ -103,6 +108,13 @@ func (s *Sched) explainReady(q *queue, m *msg, e *Explanation) {
 	}
 	if ahead > 0 {
 		e.Reason, e.Ahead = WhyBehindKey, ahead
+		// Its key's pace: its own over the window, else its entitled
+		// share of the queue's.
+		rate := s.windowRate(k.win)
+		if rate == 0 {
+			rate = s.windowRate(&q.win) * q.fair.entitled(q, k)
+		}
+		e.ETA = s.eta(ahead+1, rate)
 		return
 	}
 	if l.ts != nil && q.parent == nil { // DLQs are not throttled
@@ -111,7 +123,7 @@ func (s *Sched) explainReady(q *queue, m *msg, e *Explanation) {
 			if next := b.b.Peek(now, 1); b.limited && next > now {
 				e.Reason, e.ThrottleKeys = WhyThrottled, []string{b.name}
 				if next != bucket.Never {
-					e.Until = Time(next)
+					e.Until, e.ETA = Time(next), Time(next)
 				}
 				return
 			}
@@ -123,4 +135,29 @@ func (s *Sched) explainReady(q *queue, m *msg, e *Explanation) {
 		return
 	}
 	e.Reason = WhyKeyWaiting
+	// About one delivery per key ahead, at the queue's pace.
+	e.ETA = s.eta(e.Ahead+1, s.windowRate(&q.win))
+}
+
+// windowRate returns the deliveries per nanosecond w counted over the
+// stats window; 0 for nil or none.
+func (s *Sched) windowRate(w *window) float64 {
+	if w == nil {
+		return 0
+	}
+	n, _ := w.view(epochOf(s.now))
+	span := s.windowSpan()
+	if n == 0 || span <= 0 {
+		return 0
+	}
+	return float64(n) / float64(span)
+}
+
+// eta returns when n more deliveries at rate (per nanosecond) are done;
+// 0 for no rate.
+func (s *Sched) eta(n uint64, rate float64) Time {
+	if rate <= 0 {
+		return 0
+	}
+	return s.now + Time(float64(n)/rate)
 }

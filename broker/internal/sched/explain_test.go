@@ -126,3 +126,56 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainETA: behind messages of its key or keys of its queue, a
+// message's estimated delivery follows the pace of the stats window: a
+// consumer that took 10 messages a second, one key of two at equal
+// weights, delivers the 5th message of a key in about 1 s and the next of
+// a waiting key in about 0.2 s. Delayed and throttled messages go at the
+// earliest at Until; without deliveries in the window there is no
+// estimate.
+func TestExplainETA(t *testing.T) {
+	p := newPropSched(Config{VisibilityTimeout: time.Hour, LatencyBudget: -1})
+	p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q", Policy: PolicySTFQ})
+	var a, b [][16]byte
+	for range 100 {
+		a = append(a, p.enqueue(nil, "q", Message{FairnessKey: "a", PayloadSize: 1}).ID)
+		b = append(b, p.enqueue(nil, "q", Message{FairnessKey: "b", PayloadSize: 1}).ID)
+	}
+	p.drain(nil)
+	if e, _ := p.explain(t, "q", a[5]); e.Reason != WhyBehindKey || e.ETA != 0 {
+		t.Fatalf("before any delivery: %+v; want behind-key, no estimate", e)
+	}
+	// 10 deliveries a second for 10 s.
+	p.s.Subscribe(p.cmdRef(), 1, "q", 0, nil)
+	now := t0
+	for range 100 {
+		now = now.Add(100 * time.Millisecond)
+		p.s.Tick(now)
+		p.s.AddCredit(1, 1)
+		p.ack(p.drain(nil)...)
+	}
+	p.drain(nil)
+	e, _ := p.explain(t, "q", a[54])
+	if e.Reason != WhyBehindKey || e.Ahead != 4 {
+		t.Fatalf("a's 5th pending: %+v; want behind 4 of its key", e)
+	}
+	// 5 more of a, at a's 5 a second: 1 s.
+	if d := time.Duration(e.ETA - now); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+		t.Fatalf("a's 5th pending expected in %v; want about 1 s", d)
+	}
+	// The next of whichever key goes second: one key ahead, at 10 a
+	// second, 0.2 s.
+	next := a[50]
+	if e, _ := p.explain(t, "q", next); e.Reason != WhyKeyWaiting {
+		next = b[50]
+	}
+	e, _ = p.explain(t, "q", next)
+	if d := time.Duration(e.ETA - now); e.Reason != WhyKeyWaiting || d < 150*time.Millisecond || d > 250*time.Millisecond {
+		t.Fatalf("the waiting key's next: %+v, expected in %v; want key-waiting, about 0.2 s", e, d)
+	}
+	delayed := p.enqueue(nil, "q", Message{FairnessKey: "d", Delay: time.Minute}).ID
+	if e, _ := p.explain(t, "q", delayed); e.ETA != e.Until || e.Until != now.Add(time.Minute) {
+		t.Fatalf("delayed: %+v; want ETA = Until, a minute on", e)
+	}
+}

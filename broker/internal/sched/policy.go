@@ -313,6 +313,19 @@ func (f *fair) weight(k *fkey) uint32 {
 	return k.flow.Weight()
 }
 
+// entitled returns k's weight over the sum of the weights of q's
+// backlogged keys, k's included (O(keys)).
+func (f *fair) entitled(q *queue, k *fkey) float64 {
+	var sum float64
+	for _, o := range q.keys {
+		if o.pending > 0 && o != k {
+			sum += float64(f.weight(o))
+		}
+	}
+	w := float64(f.weight(k))
+	return w / (sum + w)
+}
+
 // lane names where backlogged key k waits (FairnessKeyStats.Lane).
 func (f *fair) lane(k *fkey) string {
 	switch {

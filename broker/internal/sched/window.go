@@ -102,6 +102,15 @@ func percentile(h *[dwellBuckets]uint32, n uint64, p float64) time.Duration {
 	return 0
 }
 
+// windowSpan returns how long the stats window is now: the previous
+// epoch and the current one so far, or since the first Tick if less.
+func (s *Sched) windowSpan() time.Duration {
+	if s.statsFrom == 0 {
+		return 0
+	}
+	return min(statsEpoch+time.Duration(int64(s.now)%int64(statsEpoch)), time.Duration(s.now-s.statsFrom))
+}
+
 // noteDelivery counts m's delivery from key k of q.
 func (s *Sched) noteDelivery(q *queue, k *fkey, m *msg) {
 	e := epochOf(s.now)
@@ -144,9 +153,7 @@ func (s *Sched) fairnessStats(q *queue, st *QueueStats, top int) {
 	e := epochOf(s.now)
 	qn, _ := q.win.view(e)
 	st.WindowDelivered = qn
-	if s.statsFrom != 0 {
-		st.Window = min(statsEpoch+time.Duration(int64(s.now)%int64(statsEpoch)), time.Duration(s.now-s.statsFrom))
-	}
+	st.Window = s.windowSpan()
 	var weights float64
 	h := make(keyStats, 0, min(top, len(q.keys)))
 	for _, k := range q.keys {

@@ -265,6 +265,9 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			if e.Until > 0 {
 				res.UntilMS = uint64(e.Until) / uint64(time.Millisecond)
 			}
+			if e.ETA > 0 {
+				res.EtaAtMS = uint64(e.ETA) / uint64(time.Millisecond)
+			}
 			c.respond(id, res)
 		})
 	case *wire.Redrive:

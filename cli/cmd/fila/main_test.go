@@ -693,6 +693,23 @@ func TestExplain(t *testing.T) {
 	if c.json(&e, "explain", "jobs", second); e.Reason != "behind-key" || e.Ahead != 1 || e.FairnessKey != "acme" || !strings.Contains(e.Explanation, "behind 1 message of") {
 		t.Errorf("explain -o json of the second = %+v; want behind-key, 1 ahead, acme", e)
 	}
+	// Once the queue has been delivered from, a message behind others of
+	// its key has an expected delivery time.
+	for range 3 {
+		c.ok("enqueue", "jobs", "c", "--fairness-key", "acme")
+	}
+	last := strings.TrimSpace(c.ok("enqueue", "jobs", "d", "--fairness-key", "acme"))
+	c.ok("consume", "jobs", "--count", "2", "--prefetch", "1")
+	var eta struct {
+		Reason string `json:"reason"`
+		ETA    int64  `json:"eta_ms"`
+	}
+	if c.json(&eta, "explain", "jobs", last); eta.Reason != "behind-key" || eta.ETA <= 0 {
+		t.Errorf("explain -o json of the last of acme after deliveries = %+v; want behind-key with an eta_ms", eta)
+	}
+	if out := c.ok("explain", "jobs", last); !strings.Contains(out, "at the recent delivery rate") {
+		t.Errorf("explain of the last of acme = %q; want its expected delivery", out)
+	}
 	c.fails(3, "message not found", "explain", "jobs", "01933b5e-6f9c-7a4e-9d1f-2b8c4a0e5d71")
 	c.fails(3, "queue not found", "explain", "nope", first)
 	c.fails(2, "message ID", "explain", "jobs", "not-an-id")

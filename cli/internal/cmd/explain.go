@@ -19,7 +19,8 @@ consumer until T; waiting for the message before it with the same
 ordering key; behind N messages of its own fairness key; waiting for a
 token of a throttle key (next at T); next of its fairness key, which
 waits in a lane behind N keys; or ready, with no subscription holding
-credit. A dead-lettered message is in QUEUE.dlq. Needs the admin
+credit. Behind messages or keys, it adds when the broker expects to
+deliver it at the pace of the last 30 to 60 s. A dead-lettered message is in QUEUE.dlq. Needs the admin
 permission on the queue, as queue inspect does.`,
 		Example: `  fila explain orders 01933b5e-6f9c-7a4e-9d1f-2b8c4a0e5d71
   fila explain orders.dlq 01933b5e-6f9c-7a4e-9d1f-2b8c4a0e5d71 -o json`,
@@ -43,6 +44,9 @@ permission on the queue, as queue inspect does.`,
 					}
 					if !e.Until.IsZero() {
 						out["until_ms"] = e.Until.UnixMilli()
+					}
+					if !e.ETA.IsZero() {
+						out["eta_ms"] = e.ETA.UnixMilli()
 					}
 					return g.printJSON(out)
 				}

@@ -2903,6 +2903,10 @@ func (m *ExplainResult) AppendTo(dst []byte) []byte {
 		dst = appendString(dst, m.ThrottleKeys[i])
 	}
 	dst = appendString(dst, m.Lane)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.EtaAtMS != 0 {
+		dst = appendU64(dst, m.EtaAtMS)
+	}
 	return dst
 }
 
@@ -2919,6 +2923,9 @@ func (m *ExplainResult) decodeFields(r *reader, prev *ExplainResult) {
 	m.Ahead = r.u64("ahead")
 	m.ThrottleKeys = r.strList("throttle_keys", prev.ThrottleKeys, MaxExplainResultThrottleKeys)
 	m.Lane = r.strLike("lane", prev.Lane)
+	if r.more() {
+		m.EtaAtMS = r.u64("eta_at_ms")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.

@@ -604,6 +604,7 @@ func drawExplainResult(t *rapid.T) *ExplainResult {
 	return &ExplainResult{
 		Ahead:       rapid.Uint64().Draw(t, "ahead"),
 		Attempts:    rapid.Uint32().Draw(t, "attempts"),
+		EtaAtMS:     rapid.Uint64().Draw(t, "eta_at_ms"),
 		FairnessKey: rapid.StringN(0, 12, -1).Draw(t, "fairness_key"),
 		Lane:        rapid.StringN(0, 12, -1).Draw(t, "lane"),
 		Reason:      rapid.StringN(0, 12, -1).Draw(t, "reason"),

@@ -87,6 +87,7 @@ var OptionalFrom = map[string]int{
 	"ClusterGroup":     8,
 	"CreateQueue":      8,
 	"Enqueue":          1,
+	"ExplainResult":    7,
 	"FairnessKeyStats": 5,
 	"HandshakeOk":      5,
 	"QueueStats":       1,
@@ -1973,6 +1974,14 @@ type ExplainResult struct {
 	// Lane (string) key-waiting: where the key waits: `latency` or `throughput` in
 	// an stfq queue, `round` in a drr queue.
 	Lane string
+	// EtaAtMS (u64) An estimate of when the message will be delivered, Unix
+	// milliseconds: for behind-key and key-waiting, from the rate its key and its
+	// queue were delivered at over the stats window (see
+	// QueueStatsResult.window_ms), assuming consumers keep that pace; for delayed
+	// and throttled, until_ms, when it can go at the earliest. 0 when there is no
+	// estimate (no delivery in the window, or a reason that depends on a consumer
+	// or a hook).
+	EtaAtMS uint64
 }
 
 // Opcode returns OpExplainResult.
