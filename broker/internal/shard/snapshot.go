@@ -216,15 +216,19 @@ func (sh *Shard) installSnapshot(e Entry) error {
 		})
 		b = &store.Batch{}
 	}
+	var old [][]byte // the replica's records, deleted after the scan
 	for _, rg := range sched.QueueRanges(r.cfg.Queue) {
 		err := sh.st.Scan(rg.Start, rg.End, func(k, _ []byte) error {
-			b.Delete(k)
+			old = append(old, bytes.Clone(k))
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		next() // not while scanning
+	}
+	for _, k := range old {
+		b.Delete(k)
+		next()
 	}
 	for _, kv := range snap.records {
 		b.Put(kv[0], kv[1])

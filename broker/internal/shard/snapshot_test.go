@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,8 +306,9 @@ func TestNewLeaderExpiresLeases(t *testing.T) {
 }
 
 // TestInstallInGroups: a snapshot whose records exceed one storage group
-// is installed over several, the image last, and the replica ends with
-// the state it was sent.
+// is installed over several, the image last, over a replica with records
+// of its own, and the replica ends with the state it was sent, in memory
+// and in its store.
 func TestInstallInGroups(t *testing.T) {
 	old := openLoopback(t)
 	done := make(chan Result, 1)
@@ -336,7 +338,27 @@ func TestInstallInGroups(t *testing.T) {
 
 	defer func(n int) { installGroup = n }(installGroup)
 	installGroup = 1000 // some ten groups
+	// The replica installed over holds records of its own, which go.
 	l := openLoopback(t)
+	if err := l.Init(&CreateQueue{Spec: sched.QueueSpec{Name: "q"}}, func(r Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	stale := make([]sched.EnqueueItem, 30)
+	for i := range stale {
+		stale[i] = sched.EnqueueItem{Queue: "q", Msg: sched.Message{ID: [16]byte{0xee, byte(i)}, Body: bytes.Repeat([]byte{'y'}, 100), PayloadSize: 100}}
+	}
+	if err := l.Init(&Enqueue{Items: stale}, func(r Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s := l.stats(t); s.Ready != 30 {
+		t.Fatalf("before the install: %+v, want 30 ready", s)
+	}
 	l.index = last
 	l.Install(last, data)
 	l.waitApplied(t, last)
@@ -353,6 +375,17 @@ func TestInstallInGroups(t *testing.T) {
 	}
 	if s := l.stats(t); s.Ready != 50 {
 		t.Fatalf("installed: %+v, want 50 ready", s)
+	}
+	// The store holds the records sent, and none of its own.
+	records := func(st *store.Mem) map[string]string {
+		m := map[string]string{}
+		for _, rg := range sched.QueueRanges("q") {
+			st.Scan(rg.Start, rg.End, func(k, v []byte) error { m[string(k)] = string(v); return nil })
+		}
+		return m
+	}
+	if got, want := records(l.st), records(old.st); !maps.Equal(got, want) {
+		t.Fatalf("the installed replica's store holds %d records; want the %d sent", len(got), len(want))
 	}
 	// The records are in the store: the replica reopened from it agrees.
 	l.Close()
