@@ -1,12 +1,7 @@
 package server
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,12 +16,7 @@ import (
 // routed by queue through cluster.Node, as on every node of a cluster.
 func pipeClusterServer(t *testing.T) (*Server, func() *pipeClient) {
 	t.Helper()
-	var out io.Writer = io.Discard
-	if testing.Verbose() {
-		out = os.Stderr
-	}
-	logged := &lockedBuffer{}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(out, logged), nil))
+	log, logged := pipeLog()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -51,30 +41,11 @@ func pipeClusterServer(t *testing.T) (*Server, func() *pipeClient) {
 		t.Fatal(err)
 	}
 	srv := New(Config{NodeID: "pipe", Logger: log}, node.New(node.Config{NodeID: "pipe", Logger: log, Hooks: hooks, Cluster: cn}, nil))
-	ln := &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-served
+	dial := servePipe(t, srv, logged, func() {
 		cn.Close()
 		st.Close()
-		if strings.Contains(logged.String(), UndeclaredCodeMsg) {
-			t.Errorf("the server answered with codes the spec does not declare for their operations:\n%s", logged)
-		}
 	})
-	return srv, func() *pipeClient {
-		client, server := net.Pipe()
-		ln.conns <- server
-		c := &pipeClient{t: t, nc: client, fr: wire.NewFrameReader(0, 0)}
-		t.Cleanup(func() { client.Close() })
-		return c
-	}
+	return srv, dial
 }
 
 // TestUnsubscribeFromDeletedQueue: a client may unsubscribe while its

@@ -58,25 +58,32 @@ func (pipeAddr) String() string  { return "pipe" }
 // the test ends.
 func pipeServer(t *testing.T, cfg Config) func() *pipeClient {
 	t.Helper()
-	_, dial := pipeServerOf(t, cfg)
-	return dial
-}
-
-// pipeServerOf is pipeServer, returning the server too.
-func pipeServerOf(t *testing.T, cfg Config) (*Server, func() *pipeClient) {
-	t.Helper()
-	var out io.Writer = io.Discard
-	if testing.Verbose() {
-		out = os.Stderr
-	}
-	logged := &lockedBuffer{}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(out, logged), nil))
+	log, logged := pipeLog()
 	sh, err := shard.Open(shard.Config{Logger: log}, store.NewMem())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.NodeID, cfg.Logger = "pipe", log
 	srv := New(cfg, node.New(node.Config{NodeID: "pipe", Logger: log}, sh))
+	return servePipe(t, srv, logged, sh.Close)
+}
+
+// pipeLog returns a logger for a pipe server, writing to stderr with -v,
+// and what it logged.
+func pipeLog() (*slog.Logger, *lockedBuffer) {
+	var out io.Writer = io.Discard
+	if testing.Verbose() {
+		out = os.Stderr
+	}
+	logged := &lockedBuffer{}
+	return slog.New(slog.NewTextHandler(io.MultiWriter(out, logged), nil)), logged
+}
+
+// servePipe serves srv over pipes and returns a dialer of connections to
+// it. When the test ends it shuts srv down, calls stop, and fails the test
+// if srv logged (into logged) an answer code its operation does not
+// declare.
+func servePipe(t *testing.T, srv *Server, logged *lockedBuffer, stop func()) func() *pipeClient {
 	ln := &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {
@@ -88,12 +95,12 @@ func pipeServerOf(t *testing.T, cfg Config) (*Server, func() *pipeClient) {
 		defer cancel()
 		srv.Shutdown(ctx)
 		<-served
-		sh.Close()
+		stop()
 		if strings.Contains(logged.String(), UndeclaredCodeMsg) {
 			t.Errorf("the server answered with codes the spec does not declare for their operations:\n%s", logged)
 		}
 	})
-	return srv, func() *pipeClient {
+	return func() *pipeClient {
 		client, server := net.Pipe()
 		ln.conns <- server
 		c := &pipeClient{t: t, nc: client, fr: wire.NewFrameReader(0, 0)}
