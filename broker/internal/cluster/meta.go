@@ -504,10 +504,12 @@ func (n *Node) ProposeConfig(ctx context.Context, change []byte) error {
 // last index it knows the follower holds (its match), and never sends it
 // entries at or below it again: a follower that lost its log could never
 // catch up under the same leader. A new leader starts from no such
-// knowledge. The leadership goes to another replica this node is
-// connected to; with none, the group waits until one is back (the
-// rebuilding replica does not vote before it has caught up). Driver
-// goroutine.
+// knowledge. An announcement older than what the leader has since sent
+// the replica (it replicates to it, or sent it a snapshot past the
+// announced index) is ignored. The leadership goes to another replica
+// this node is connected to; with none, the group waits until one is
+// back (the rebuilding replica does not vote before it has caught up).
+// Driver goroutine.
 func (n *Node) handOver(id uint64, groups map[uint64]uint64) {
 	if id == n.cfg.NodeID {
 		return
@@ -518,13 +520,22 @@ func (n *Node) handOver(id uint64, groups map[uint64]uint64) {
 			continue
 		}
 		var match uint64
+		var state tracker.StateType
 		g.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
 			if pid == id {
-				match = pr.Match
+				match, state = pr.Match, pr.State
 			}
 		})
 		if match <= last {
 			continue // the leader's view holds: it catches the replica up
+		}
+		// An announcement made before the replica caught up, applied
+		// after: the leader replicates to it (a replica that lost its
+		// log rejects every append, which leaves it probing), or sent
+		// it a snapshot past what it announced. Handing over would only
+		// make the next leader send another snapshot.
+		if gr, ok := g.granted[id]; state == tracker.StateReplicate || ok && gr.index > last {
+			continue
 		}
 		for _, to := range g.replicas {
 			if to != n.cfg.NodeID && to != id && n.tr.Connected(to) {

@@ -285,3 +285,52 @@ func TestFollowerCatchesUpUnderLoad(t *testing.T) {
 		t.Errorf("%d snapshots made for one rebuilt follower", made)
 	}
 }
+
+// TestStaleRebuiltAnnouncement: a rebuilt node announces how far its
+// replicas got, and a leader that believes a replica holds more hands the
+// leadership over (its match would never let the replica catch up). An
+// announcement applied after the replica caught up, from before it did,
+// must not: the leader replicates to it, and a new leader would have to
+// send it another snapshot.
+func TestStaleRebuiltAnnouncement(t *testing.T) {
+	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 4 << 10 })
+	ctx := context.Background()
+	eventually(t, "create jobs", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	c.load("jobs", 30)
+	lead := c.leader("jobs")
+	rebuilt := (lead + 1) % 3
+	c.stop(rebuilt)
+	c.stores[rebuilt].Close()
+	c.stores[rebuilt] = store.NewMem()
+	c.rebuild[rebuilt] = true
+	c.start(rebuilt)
+	c.load("jobs", 1)
+	c.converged("jobs")
+	lead = c.leader("jobs")
+	before, err := c.groupStatus(lead, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The replica announces the empty log it started from, late.
+	n := c.nodes[rebuilt]
+	n.mu.RLock()
+	gid := n.byQueue["jobs"].id
+	n.mu.RUnlock()
+	if _, err := n.proposeMeta(ctx, metaRebuilt, appendRebuilt(nil, uint64(rebuilt+1), map[uint64]uint64{gid: 0})); err != nil {
+		t.Fatal(err)
+	}
+	// A hand-over would start a new term within an election timeout.
+	time.Sleep(time.Second)
+	c.load("jobs", 1)
+	after, err := c.groupStatus(lead, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Leader != before.Leader || after.Term != before.Term {
+		t.Fatalf("leader %d term %d after a stale announcement; want %d, term %d, unchanged", after.Leader, after.Term, before.Leader, before.Term)
+	}
+}
