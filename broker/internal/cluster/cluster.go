@@ -250,6 +250,9 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		waiters: map[uint64]chan metaResult{},
 		heard:   map[uint64]uint64{},
 	}
+	if err := checkIdentity(st, cfg.ClusterID, cfg.NodeID); err != nil {
+		return nil, err
+	}
 	if cfg.Rebuild {
 		if err := n.wipe(); err != nil {
 			return nil, err
@@ -986,6 +989,36 @@ func (n *Node) Local(queue string) (*shard.Shard, error) {
 
 // wipe deletes every group's log, hard state and applied index, the meta
 // state and the queues' state from this node's store (Config.Rebuild).
+// identityKey holds the node ID (uvarint) and the cluster ID a data
+// directory belongs to. A rebuild keeps it.
+var identityKey = []byte("c/identity")
+
+// checkIdentity records, at a data directory's first start in a cluster,
+// which node of which cluster it belongs to, and refuses, with an error
+// naming both, one recorded for another node or cluster: a node started
+// on another node's data would claim votes and log entries it never had.
+func checkIdentity(st Storage, clusterID string, node uint64) error {
+	want := append(binary.AppendUvarint(nil, node), clusterID...)
+	v, err := st.Get(identityKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		var b store.Batch
+		b.Put(identityKey, want)
+		return st.Apply(&b)
+	case err != nil:
+		return err
+	}
+	id, k := binary.Uvarint(v)
+	if k <= 0 {
+		return fmt.Errorf("cluster: the data directory's identity record (%d bytes) does not decode", len(v))
+	}
+	if id != node || string(v[k:]) != clusterID {
+		return fmt.Errorf("cluster: this data directory belongs to node %d of cluster %q, not node %d of cluster %q: "+
+			"start each node on its own data directory, or on an empty one to replace a node", id, v[k:], node, clusterID)
+	}
+	return nil
+}
+
 func (n *Node) wipe() error {
 	var b store.Batch
 	for _, prefix := range []string{"r/", "m/", sched.Prefix} {

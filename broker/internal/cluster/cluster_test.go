@@ -541,3 +541,40 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 		})
 	}
 }
+
+// TestDataDirectoryIdentity: a data directory belongs to the node, and
+// the cluster, that first started on it; another node or cluster is
+// refused with an error naming both, even to rebuild.
+func TestDataDirectoryIdentity(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.stop(1)
+	open := func(node uint64, cluster string, rebuild bool) error {
+		n, err := Open(Config{
+			NodeID: node, ClusterID: cluster, PeerListenAddr: c.peers[node], AdvertiseAddr: "client:5555",
+			Peers: c.peers, Rebuild: rebuild, Shard: shard.Config{Sched: c.sched(1)}, Effects: noEffects(),
+		}, c.stores[1])
+		if err == nil {
+			n.Close()
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		node    uint64
+		cluster string
+		rebuild bool
+		want    string
+	}{
+		{3, "test", false, `belongs to node 2 of cluster "test", not node 3 of cluster "test"`},
+		{2, "other", false, `belongs to node 2 of cluster "test", not node 2 of cluster "other"`},
+		{3, "test", true, "belongs to node 2"},
+	} {
+		if err := open(tc.node, tc.cluster, tc.rebuild); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("node %d of %q (rebuild %v) on node 2's data: %v; want %q", tc.node, tc.cluster, tc.rebuild, err, tc.want)
+		}
+	}
+	// Its own node starts on it again, as does a rebuild of it.
+	if err := open(2, "test", true); err != nil {
+		t.Fatalf("node 2 on its own data, rebuilding: %v", err)
+	}
+	c.start(1)
+}
