@@ -50,23 +50,20 @@ func (w *window) roll(e int64) {
 	w.epoch = e
 }
 
-// view returns w's counts as of epoch e (w unchanged).
+// view returns w's counts as of epoch e (w unchanged): both of its
+// epochs while e is its current one, only the current one (now the
+// previous) an epoch later, nothing after that.
 func (w *window) view(e int64) (n uint64, dwell [dwellBuckets]uint32) {
-	var from int // the first of w's epochs still in the window
-	switch d := e - w.epoch; {
-	case d == 0:
-		from = 0
-	case d == 1:
-		from = -1 // w.n[0] is now the previous epoch
-	default:
-		return 0, dwell
+	var epochs int
+	switch e - w.epoch {
+	case 0:
+		epochs = 2
+	case 1:
+		epochs = 1
 	}
-	for i := range 2 {
-		if i+from < 0 || i+from > 1 {
-			continue
-		}
-		n += uint64(w.n[i+from])
-		for b, c := range w.dwell[i+from] {
+	for i := range epochs {
+		n += uint64(w.n[i])
+		for b, c := range w.dwell[i] {
 			dwell[b] += uint32(c)
 		}
 	}
