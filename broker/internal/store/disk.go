@@ -211,10 +211,13 @@ type Disk struct {
 	hooks    hooks
 	// log is swapped by the committer after a failed write (restore),
 	// holding logMu; the compactor reads it holding logMu for reading.
-	logMu  sync.RWMutex
-	log    *wal.Log
-	marker *markerFile
-	rec    recoveryState // during Open only
+	logMu sync.RWMutex
+	log   *wal.Log
+	// tailSized: roomyTail ran on the log's tail segment; committer
+	// only.
+	tailSized bool
+	marker    *markerFile
+	rec       recoveryState // during Open only
 
 	// mu guards index and segs and the segments' accounting. The committer
 	// is the only goroutine that changes index or appends to segs.
@@ -713,6 +716,14 @@ func (d *Disk) write(sync bool) error {
 	}
 	d.stats.commits.Add(1)
 	started := d.writes[1:]
+	if len(started) > 0 || !d.tailSized {
+		// Once per segment: if the log's layout is not the known one,
+		// the segment is written as the log grows it.
+		d.logMu.Lock()
+		roomyTail(d.log, int(d.opts.SegmentSize+d.opts.SegmentSize/8))
+		d.logMu.Unlock()
+		d.tailSized = true
+	}
 	if len(started) > 0 {
 		for i, w := range d.writes[:len(d.writes)-1] {
 			if fi, err := os.Stat(w.s.path); err != nil || fi.Size() != w.size {

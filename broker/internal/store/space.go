@@ -134,6 +134,7 @@ func (d *Disk) restore() error {
 		return fmt.Errorf("reopened log ends at record %d, want %d: %v", last, d.lastIndex, err)
 	}
 	d.log = log
+	d.tailSized = false
 	return nil
 }
 
