@@ -131,6 +131,7 @@ type Config struct {
 type Node struct {
 	cfg Config
 	st  Storage
+	rb  store.Batch // the driver's storage group, reused (handleReadies)
 	tr  *peer.Transport
 	log *slog.Logger
 
@@ -469,6 +470,7 @@ func (n *Node) openGroup(g *group) error {
 			return err
 		}
 	}
+	l.CommitAtLeast(applied)
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        n.cfg.NodeID,
 		ElectionTick:              n.cfg.ElectionTicks,
@@ -718,6 +720,10 @@ func (n *Node) propose(p proposal) {
 	}
 }
 
+// maxKeptBatch bounds the buffer of the driver's storage group kept
+// between rounds.
+const maxKeptBatch = 8 << 20
+
 type readyOf struct {
 	g    *group
 	rd   raft.Ready
@@ -726,18 +732,34 @@ type readyOf struct {
 
 // handleReadies persists, sends and applies every group's Ready.
 func (n *Node) handleReadies() error {
-	var b store.Batch
+	// One group's worth of log writes per round: the batch's buffer is
+	// kept for the next round (up to maxKeptBatch), as its size is about
+	// the same from round to round.
+	b := &n.rb
+	b.Reset()
+	defer func() {
+		if b.Cap() > maxKeptBatch {
+			n.rb = store.Batch{}
+		}
+	}()
 	var rds []readyOf
+	// sync: some group's Ready has entries, a new term or vote, or a
+	// snapshot to make durable before its messages go out. A Ready whose
+	// only change is the commit index needs no fsync (Raft recovers the
+	// commit index from its leader; CommitAtLeast covers the applied
+	// index at restart), which saves the leader an fsync per commit.
+	sync := false
 	for _, g := range n.groups {
 		if !g.rn.HasReady() {
 			continue
 		}
 		rd := g.rn.Ready()
+		sync = sync || rd.MustSync || !raft.IsEmptySnap(rd.Snapshot)
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if g.sh == nil {
 				return fmt.Errorf("group %d: a snapshot of the meta group, which is never compacted", g.id)
 			}
-			pre, err := g.log.ApplySnapshot(&b, rd.Snapshot)
+			pre, err := g.log.ApplySnapshot(b, rd.Snapshot)
 			if err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				return fmt.Errorf("group %d: snapshot: %w", g.id, err)
 			}
@@ -748,7 +770,7 @@ func (n *Node) handleReadies() error {
 				}
 			}
 		}
-		if err := g.log.Append(&b, rd.Entries); err != nil {
+		if err := g.log.Append(b, rd.Entries); err != nil {
 			return fmt.Errorf("group %d: %w", g.id, err)
 		}
 		early := false
@@ -759,7 +781,7 @@ func (n *Node) handleReadies() error {
 			hs := rd.HardState
 			early = g.rn.BasicStatus().RaftState == raft.StateLeader && hs.GetTerm() == g.hsTerm && hs.GetVote() == g.hsVote
 			g.hsTerm, g.hsVote = hs.GetTerm(), hs.GetVote()
-			g.log.SetHardState(&b, rd.HardState)
+			g.log.SetHardState(b, rd.HardState)
 		} else {
 			early = g.rn.BasicStatus().RaftState == raft.StateLeader
 		}
@@ -772,7 +794,10 @@ func (n *Node) handleReadies() error {
 		return nil
 	}
 	if b.Len() > 0 {
-		if err := n.st.Apply(&b); err != nil {
+		if !sync {
+			b.NoSync()
+		}
+		if err := n.st.Apply(b); err != nil {
 			return err
 		}
 	}

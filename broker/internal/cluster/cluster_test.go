@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fila-mq/fila/broker/internal/fault"
+	"github.com/fila-mq/fila/broker/internal/raftlog"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -28,6 +31,9 @@ type testCluster struct {
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
+	// wrap, if set, gives node i the storage it opens with in place of
+	// stores[i].
+	wrap func(i int, st *store.Mem) Storage
 }
 
 func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluster {
@@ -85,11 +91,19 @@ func (c *testCluster) start(i int) {
 		SnapshotEvery:  c.snap,
 		Shard:          shard.Config{Sched: c.sched(i)},
 		Effects:        noEffects(),
-	}, c.stores[i])
+	}, c.storage(i))
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
 	c.nodes[i] = n
+}
+
+// storage returns what node i opens with.
+func (c *testCluster) storage(i int) Storage {
+	if c.wrap != nil {
+		return c.wrap(i, c.stores[i])
+	}
+	return c.stores[i]
 }
 
 // sched returns node i's scheduler configuration.
@@ -577,4 +591,94 @@ func TestDataDirectoryIdentity(t *testing.T) {
 		t.Fatalf("node 2 on its own data, rebuilding: %v", err)
 	}
 	c.start(1)
+}
+
+// syncCounter counts the driver's storage groups of one mutation (an
+// entry alone, or a hard state alone) by whether they wait for an fsync.
+type syncCounter struct {
+	*store.Mem
+	synced, unsynced atomic.Int64
+}
+
+func (s *syncCounter) Apply(b *store.Batch) error {
+	if b.Len() == 1 {
+		if b.Synced() {
+			s.synced.Add(1)
+		} else {
+			s.unsynced.Add(1)
+		}
+	}
+	return s.Mem.Apply(b)
+}
+
+// TestCommitIndexWithoutFsync: a Ready whose only change is the commit
+// index (a single node's commit of what it just wrote, a leader's commit
+// once followers answer) is written without an fsync; and a node whose
+// stored commit index lags behind what it applied, as after a crash that
+// lost such a write, opens and goes on serving.
+func TestCommitIndexWithoutFsync(t *testing.T) {
+	counter := &syncCounter{}
+	c := newTestCluster(t, 1, func(c *testCluster) {
+		c.wrap = func(_ int, st *store.Mem) Storage {
+			counter.Mem = st
+			return counter
+		}
+	})
+	ctx := context.Background()
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	c.submit("jobs", enqueueCmd("jobs", "warm-up"))
+	counter.synced.Store(0)
+	counter.unsynced.Store(0)
+	for i := range 20 {
+		if res := c.submit("jobs", enqueueCmd("jobs", fmt.Sprint("m", i))); res.Err != nil {
+			t.Fatalf("enqueue %d: %v", i, res.Err)
+		}
+	}
+	// Each enqueue is one group holding its entry (fsynced) and one
+	// holding the new commit index alone (not fsynced).
+	if s, u := counter.synced.Load(), counter.unsynced.Load(); s > 20 || u < 20 {
+		t.Errorf("single-mutation groups: %d with an fsync, %d without; want at most 20 with (the entries), at least 20 without (the commits)", s, u)
+	}
+
+	// Lose the commit index of every group: restart from hard states
+	// with commit 0, below the meta group's applied index.
+	c.stop(0)
+	for _, g := range []uint64{MetaGroup, 2} {
+		l, err := raftlog.Open(c.stores[0], g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs, _, err := l.InitialState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hs.GetCommit() == 0 {
+			t.Fatalf("group %d: no commit index stored", g)
+		}
+		hs.Commit = proto.Uint64(0)
+		var b store.Batch
+		l.SetHardState(&b, hs)
+		if err := c.stores[0].Apply(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.start(0)
+	if res := c.submit("jobs", enqueueCmd("jobs", "after")); res.Err != nil {
+		t.Fatalf("enqueue after the restart: %v", res.Err)
+	}
+	sh, err := c.nodes[0].Local("jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := make(chan shard.Result, 1)
+	if err := sh.QueueStats(ctx, "jobs", 0, func(r shard.Result) { reply <- r }); err != nil {
+		t.Fatal(err)
+	}
+	res := <-reply
+	if res.Err != nil || res.Stats.Ready != 22 {
+		t.Fatalf("stats after the restart: %+v, want 22 ready (21 before, 1 after)", res)
+	}
 }

@@ -246,6 +246,20 @@ func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return proto.CloneOf(l.hs), proto.CloneOf(l.snap.Metadata.ConfState), nil
 }
 
+// CommitAtLeast raises the stored hard state's commit index to i, in
+// memory only, when it is lower and i is at most LastIndex. A hard state
+// whose only change is its commit index is written without an fsync
+// (raft's Ready.MustSync), so after a crash it may lag behind what the
+// application durably applied; every applied entry was committed, and
+// raft refuses an applied index above the commit index it starts from.
+func (l *Log) CommitAtLeast(i uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i > l.hs.GetCommit() && i <= l.last() {
+		l.hs.Commit = proto.Uint64(i)
+	}
+}
+
 // SetConfState puts cs into b: the configuration the application has
 // applied (the result of RawNode.ApplyConfChange). A group that restarts
 // with an applied index above its configuration changes needs it.
@@ -393,6 +407,12 @@ func (l *Log) Append(b *store.Batch, ents []*pb.Entry) error {
 		delete(l.recent, i)
 	}
 	l.terms = l.terms[:from-l.first()]
+	size := 0
+	for _, e := range ents {
+		// key, type and term, data, and Put's own overhead
+		size += len(l.prefix) + 10 + 1 + binary.MaxVarintLen64 + len(e.GetData()) + 21
+	}
+	b.Grow(size)
 	for _, e := range ents {
 		l.scratch = appendEntryValue(l.scratch[:0], e)
 		b.Put(l.entryKey(e.GetIndex()), l.scratch)

@@ -179,6 +179,31 @@ func TestAppendRefusesAGap(t *testing.T) {
 	}
 }
 
+// TestCommitAtLeast: the commit index rises to an applied index the log
+// holds, never falls, and never passes the last entry.
+func TestCommitAtLeast(t *testing.T) {
+	l, _ := Open(store.NewMem(), 1)
+	var b store.Batch
+	l.Append(&b, []*pb.Entry{entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 1, "c")})
+	l.SetHardState(&b, &pb.HardState{Term: proto.Uint64(1), Vote: proto.Uint64(1), Commit: proto.Uint64(1)})
+	commitOf := func() uint64 {
+		hs, _, _ := l.InitialState()
+		return hs.GetCommit()
+	}
+	l.CommitAtLeast(2)
+	if c := commitOf(); c != 2 {
+		t.Fatalf("commit after CommitAtLeast(2) = %d; want 2", c)
+	}
+	l.CommitAtLeast(1)
+	if c := commitOf(); c != 2 {
+		t.Fatalf("commit after CommitAtLeast(1) = %d; want 2 (never lowered)", c)
+	}
+	l.CommitAtLeast(4)
+	if c := commitOf(); c != 2 {
+		t.Fatalf("commit after CommitAtLeast(4), beyond the last entry = %d; want 2", c)
+	}
+}
+
 // TestOpenFindsAGap: a group whose stored entries skip an index is
 // corrupt.
 func TestOpenFindsAGap(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -75,17 +76,60 @@ const entryVersion = 1
 
 // appendEntry encodes a proposal.
 func appendEntry(b []byte, proposer, seq uint64, cmds []Command) []byte {
+	var e entryEncoder
+	return e.append(b, proposer, seq, cmds)
+}
+
+// An entryEncoder encodes proposals with one allocation each: it encodes
+// the commands into a scratch buffer it keeps, then copies them into an
+// entry of the exact size (a batch's entry is as large as its payloads,
+// which growing it by appending would copy several times over).
+type entryEncoder struct {
+	scratch []byte
+	ends    []int
+}
+
+// maxKeptScratch bounds the scratch buffer an entryEncoder keeps between
+// proposals.
+const maxKeptScratch = 4 << 20
+
+func (e *entryEncoder) append(b []byte, proposer, seq uint64, cmds []Command) []byte {
+	e.scratch, e.ends = e.scratch[:0], e.ends[:0]
+	for _, c := range cmds {
+		e.scratch = AppendCommand(e.scratch, c)
+		e.ends = append(e.ends, len(e.scratch))
+	}
+	n := 1 + uvarintLen(proposer) + uvarintLen(seq) + uvarintLen(uint64(len(cmds))) + len(e.scratch)
+	start := 0
+	for _, end := range e.ends {
+		n += uvarintLen(uint64(end - start))
+		start = end
+	}
+	b = slices.Grow(b, n)
 	b = append(b, entryVersion)
 	b = binary.AppendUvarint(b, proposer)
 	b = binary.AppendUvarint(b, seq)
 	b = binary.AppendUvarint(b, uint64(len(cmds)))
-	var tmp []byte
-	for _, c := range cmds {
-		tmp = AppendCommand(tmp[:0], c)
-		b = binary.AppendUvarint(b, uint64(len(tmp)))
-		b = append(b, tmp...)
+	start = 0
+	for _, end := range e.ends {
+		b = binary.AppendUvarint(b, uint64(end-start))
+		b = append(b, e.scratch[start:end]...)
+		start = end
+	}
+	if cap(e.scratch) > maxKeptScratch {
+		e.scratch = nil
 	}
 	return b
+}
+
+// uvarintLen is the length of x's uvarint encoding.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
 }
 
 // DecodeEntry decodes an entry's data: its proposer, the proposer's
@@ -139,7 +183,8 @@ type replicaState struct {
 	batch   []Command      // commands taken this iteration, to propose
 	cbs     []func(Result) // their callbacks, aligned with batch
 	pending map[uint64][]func(Result)
-	applied uint64 // index of the last entry applied
+	enc     entryEncoder // encodes the proposals
+	applied uint64       // index of the last entry applied
 	// sinceImage counts the bytes of entries applied since the last
 	// image, of imageSize bytes.
 	sinceImage int64
@@ -243,7 +288,7 @@ func (sh *Shard) proposeBatch(extra ...Command) {
 	r.seq++
 	seq := r.seq
 	r.pending[seq] = cbs
-	data := appendEntry(nil, r.cfg.NodeID, seq, cmds)
+	data := r.enc.append(nil, r.cfg.NodeID, seq, cmds)
 	r.cfg.Propose(data, func() {
 		// Not appended to the leader's log: fail its callbacks.
 		sh.post(func() {

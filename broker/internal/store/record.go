@@ -263,6 +263,10 @@ func (b *Batch) RefuseWhenFull() { b.growth = true }
 // rebuild.
 func (b *Batch) NoSync() { b.nosync = true }
 
+// Synced reports whether the batch waits for an fsync: false once NoSync
+// was called (until Reset).
+func (b *Batch) Synced() bool { return !b.nosync }
+
 func (b *Batch) grow() {
 	if b.data == nil {
 		b.data = make([]byte, headerRoom, headerRoom+256)
