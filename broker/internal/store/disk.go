@@ -213,9 +213,10 @@ type Disk struct {
 	// holding logMu; the compactor reads it holding logMu for reading.
 	logMu sync.RWMutex
 	log   *wal.Log
-	// tailSized: roomyTail ran on the log's tail segment; committer
-	// only.
+	// tailSized: roomyTail ran on the log's tail segment; tailBuf: the
+	// buffer it gave it. Committer only.
 	tailSized bool
+	tailBuf   []byte
 	marker    *markerFile
 	rec       recoveryState // during Open only
 
@@ -716,14 +717,6 @@ func (d *Disk) write(sync bool) error {
 	}
 	d.stats.commits.Add(1)
 	started := d.writes[1:]
-	if len(started) > 0 || !d.tailSized {
-		// Once per segment: if the log's layout is not the known one,
-		// the segment is written as the log grows it.
-		d.logMu.Lock()
-		roomyTail(d.log, int(d.opts.SegmentSize+d.opts.SegmentSize/8))
-		d.logMu.Unlock()
-		d.tailSized = true
-	}
 	if len(started) > 0 {
 		for i, w := range d.writes[:len(d.writes)-1] {
 			if fi, err := os.Stat(w.s.path); err != nil || fi.Size() != w.size {
@@ -739,6 +732,15 @@ func (d *Disk) write(sync bool) error {
 		if err := d.log.ClearCache(); err != nil {
 			return fmt.Errorf("clear log cache: %w", err)
 		}
+	}
+	if len(started) > 0 || !d.tailSized {
+		// Once per segment, after the log dropped the closed segment's
+		// buffer, which the new tail then reuses. If the log's layout is
+		// not the known one, the segment is written as the log grows it.
+		d.logMu.Lock()
+		d.tailBuf = roomyTail(d.log, int(d.opts.SegmentSize+d.opts.SegmentSize/8), d.tailBuf)
+		d.logMu.Unlock()
+		d.tailSized = true
 	}
 	if d.hooks.afterWrite != nil {
 		if err := d.hooks.afterWrite(); err != nil {

@@ -19,24 +19,30 @@ import (
 //
 // roomyTail gives the tail segment's buffer, once per segment, the
 // capacity of a whole segment, with its bytes unchanged: the records of a
-// segment then go into it without reallocating. It reaches the buffer by
-// its field names and types through reflect, checking both, and does
-// nothing (reports false) if the log's layout is not the one it knows; a
-// test keeps the known layout in sync with the version in go.mod.
+// segment then go into it without reallocating. It returns the tail's
+// buffer. spare is the buffer it gave the previous tail, which it reuses
+// if it is large enough: the caller passes it only once the log has let
+// go of it (ClearCache drops a closed segment's buffer). It reaches the
+// buffer by its field names and types through reflect, checking both, and
+// does nothing (returns nil) if the log's layout is not the one it knows;
+// a test keeps the known layout in sync with the version in go.mod.
 //
 // The caller excludes every other use of the log (the committer, holding
 // logMu for writing).
-func roomyTail(l *wal.Log, capacity int) bool {
+func roomyTail(l *wal.Log, capacity int, spare []byte) []byte {
 	p := tailBuffer(l)
 	if p == nil {
-		return false
+		return nil
 	}
-	if cap(*p) < capacity {
-		b := make([]byte, len(*p), capacity)
-		copy(b, *p)
-		*p = b
+	if cap(*p) >= capacity {
+		return *p
 	}
-	return true
+	b := spare[:0]
+	if cap(b) < capacity {
+		b = make([]byte, 0, capacity)
+	}
+	*p = append(b, *p...)
+	return *p
 }
 
 // tailBuffer returns the address of the log's tail segment buffer, or nil

@@ -19,7 +19,8 @@ func TestRoomyTail(t *testing.T) {
 	if err := l.Write(1, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	if !roomyTail(l, 1<<20) {
+	buf := roomyTail(l, 1<<20, nil)
+	if buf == nil {
 		t.Fatal("roomyTail does not know this tidwall/wal's layout")
 	}
 	if p := tailBuffer(l); p == nil || cap(*p) < 1<<20 {
@@ -42,7 +43,26 @@ func TestRoomyTail(t *testing.T) {
 			t.Fatalf("entry %d: %q, %v; want %q", i, got, err, want)
 		}
 	}
-	if roomyTail(nil, 1) {
-		t.Error("roomyTail(nil) = true")
+	if roomyTail(nil, 1, nil) != nil {
+		t.Error("roomyTail(nil) returned a buffer")
+	}
+
+	// A new log's tail takes the spare buffer, once the first log no
+	// longer uses it, and keeps its bytes.
+	l.Close()
+	l2, err := wal.Open(t.TempDir(), &wal.Options{NoSync: true, SegmentSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if err := l2.Write(1, []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	got := roomyTail(l2, 1<<20, buf)
+	if &got[:1][0] != &buf[:1][0] {
+		t.Error("the spare buffer was not reused")
+	}
+	if data, err := l2.Read(1); err != nil || string(data) != "second" {
+		t.Errorf("entry 1 of the second log: %q, %v", data, err)
 	}
 }
