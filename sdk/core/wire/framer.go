@@ -24,6 +24,11 @@ type FrameReader struct {
 
 	buf   []byte // buf[start:] holds unread bytes
 	start int
+	// small is the buffer of at most keepBuffer bytes that buf replaced
+	// when it grew into a pooled one, taken back when that one is given
+	// up: a stream of frames that now and then overflows keepBuffer does
+	// not regrow the reader's buffer from nothing each time.
+	small []byte
 
 	// cont holds copies of the bodies of a continuation so far, contLen
 	// their total: they are joined once, at the last frame, so a long
@@ -115,7 +120,7 @@ func (fr *FrameReader) Feed(p []byte) {
 	if fr.start > 0 && fr.start == len(fr.buf) {
 		if cap(fr.buf) > keepBuffer {
 			putLarge(fr.buf)
-			fr.buf = nil
+			fr.buf, fr.small = fr.small, nil
 		}
 		fr.buf = fr.buf[:0]
 		fr.start = 0
@@ -150,6 +155,8 @@ func (fr *FrameReader) grow(need int) {
 	copy(nb, fr.buf)
 	if cap(fr.buf) > keepBuffer {
 		putLarge(fr.buf)
+	} else if cap(nb) > keepBuffer && cap(fr.buf) > 0 {
+		fr.small = fr.buf[:0]
 	}
 	fr.buf = nb
 }
@@ -272,6 +279,6 @@ func (fr *FrameReader) Next() (h Header, body []byte, ok bool, err error) {
 
 func (fr *FrameReader) fail(err *ConnError) (Header, []byte, bool, error) {
 	fr.err = err
-	fr.buf, fr.cont, fr.contLen, fr.start = nil, nil, 0, 0
+	fr.buf, fr.small, fr.cont, fr.contLen, fr.start = nil, nil, nil, 0, 0
 	return Header{}, nil, false, err
 }

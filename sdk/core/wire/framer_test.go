@@ -227,6 +227,43 @@ func TestFrameReaderDropsLargeBuffer(t *testing.T) {
 	}
 }
 
+// TestFrameReaderKeepsItsBuffer: frames of 66 KiB fed in reads of 64
+// KiB, now and then piling up past keepBuffer, leave the reader with the
+// buffer it had before the pile-up, not one regrown from nothing: after
+// the first round, a round allocates nothing but (now and then) the
+// pooled buffer.
+func TestFrameReaderKeepsItsBuffer(t *testing.T) {
+	frame := AppendFrame(nil, 1, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: make([]byte, 66<<10)}}})
+	stream := bytes.Repeat(frame, 5) // 330 KiB: more than keepBuffer at once
+	ping := AppendFrame(nil, 2, &Ping{})
+	fr := NewFrameReader(0, 0)
+	round := func() {
+		for off := 0; off < len(stream); off += 64 << 10 {
+			fr.Feed(stream[off:min(off+64<<10, len(stream))])
+		}
+		for {
+			_, _, ok, err := fr.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+		}
+		fr.Feed(ping) // the reader is empty: gives up the pooled buffer
+		if _, _, ok, _ := fr.Next(); !ok {
+			t.Fatal("no Ping")
+		}
+	}
+	round()
+	if c := cap(fr.buf); c == 0 || c > keepBuffer {
+		t.Fatalf("buffer capacity %d after a pile-up; want the small buffer back (at most %d)", c, keepBuffer)
+	}
+	if allocs := testing.AllocsPerRun(20, round); allocs > 2 {
+		t.Errorf("%.1f allocations per round; want at most 2 (the pooled buffer, when the pool is empty)", allocs)
+	}
+}
+
 // TestFrameReaderLargeFrameBuffer: a large frame fed in small reads ends in
 // a buffer of its own size (rounded up to its size class, at most an
 // eighth more), and Held reports the frame while it arrives.
