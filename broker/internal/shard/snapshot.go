@@ -260,6 +260,7 @@ func (sh *Shard) putImage(b *store.Batch, index uint64, image []byte) {
 	r := sh.rep
 	v := make([]byte, 8, 8+len(image))
 	binary.BigEndian.PutUint64(v, index)
+	b.Grow(len(r.cfg.ImageKey) + len(v) + len(r.cfg.AppliedKey) + 8 + 2*21 + len(image))
 	b.Put(r.cfg.ImageKey, append(v, image...))
 	var a [8]byte
 	binary.BigEndian.PutUint64(a[:], index)
@@ -298,7 +299,9 @@ func (sh *Shard) maybeImage(index uint64) {
 	if every < 0 || r.sinceImage < every || r.sinceImage < 2*int64(r.imageSize) || sh.s.HasReady() {
 		return
 	}
-	image := sh.s.AppendImage(nil)
+	// Sized from the last image, so that a large image is not copied
+	// over and over as it grows.
+	image := sh.s.AppendImage(make([]byte, 0, r.imageSize+r.imageSize/4+4096))
 	if int64(len(image)) > maxImageSize.Load() {
 		// Too large for one record (some 11 million pending messages):
 		// no image, so the log is not compacted; try again after the
