@@ -237,10 +237,11 @@ func (c ClusterConfig) Enabled() bool { return c.NodeID != 0 }
 // consumers among fairness keys.
 type SchedulerConfig struct {
 	// Policy is the fair scheduling policy of queues created without one
-	// (policy, default "drr"): "drr", deficit round robin, whose shares
-	// hold over whole rounds, in payload bytes; or "stfq", start-time fair
-	// queueing (Goyal, Vin & Cheng, SIGCOMM 1996), whose shares hold at
-	// every time scale, in messages. A queue keeps the policy it was
+	// (policy, default "stfq"): "stfq", start-time fair queueing (Goyal,
+	// Vin & Cheng, SIGCOMM 1996) with a latency lane for keys that were
+	// idle, whose shares hold at every time scale, in messages; or "drr",
+	// deficit round robin, whose shares hold over whole rounds, in payload
+	// bytes. A queue keeps the policy it was
 	// created with, or follows this setting when it was created without
 	// one.
 	Policy string
@@ -398,7 +399,7 @@ func Default() Config {
 			HeartbeatTicks:    1,
 			SnapshotLogSize:   64 * Megabyte,
 		},
-		Scheduler: SchedulerConfig{Policy: "drr", LatencyBudget: 10, LatencyIdle: 100 * time.Millisecond, Quantum: 1000},
+		Scheduler: SchedulerConfig{Policy: "stfq", LatencyBudget: 10, LatencyIdle: 100 * time.Millisecond, Quantum: 1000},
 		Queue: QueueConfig{
 			VisibilityTimeout: 30 * time.Second,
 			MaxAttempts:       3,

@@ -111,7 +111,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"cluster.election_ticks":             `10`,
 		"cluster.heartbeat_ticks":            `1`,
 		"cluster.snapshot_log_size":          `"64MB"`,
-		"scheduler.policy":                   `"drr"`,
+		"scheduler.policy":                   `"stfq"`,
 		"scheduler.latency_budget":           `10`,
 		"scheduler.latency_idle":             `"100ms"`,
 		"scheduler.quantum":                  `1000`,

@@ -51,7 +51,9 @@ func TestDataDriven(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			h := newHarness(Config{})
+			// The scripts print DRR's deficits: a queue they create
+			// without a policy is a drr queue.
+			h := newHarness(Config{Policy: PolicyDRR})
 			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 				out := h.handle(t, d)
 				if err := checkInvariants(h.s, d.Cmd == "ready"); err != nil {
@@ -213,6 +215,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			MaxLeaseExtension: a.dur("max-lease", 0),
 			MaxUnsettled:      int(a.int("max-unsettled", 0)),
 			ProducerSeqs:      int(a.int("producer-seqs", 0)),
+			Policy:            PolicyDRR, // as above
 		}
 		*h = *newHarness(h.cfg)
 		return "ok"

@@ -530,7 +530,7 @@ func richState(t fataler) *harness {
 	t.Helper()
 	h := newHarness(Config{MaxDeliveryBatch: 3, MaxUnsettled: 50, ProducerSeqs: 4, LatencyIdle: 10 * time.Millisecond})
 	s := h.s
-	s.CreateQueue(1, QueueSpec{Name: "d", DedupWindow: time.Minute, MaxAttempts: 2})
+	s.CreateQueue(1, QueueSpec{Name: "d", Policy: PolicyDRR, DedupWindow: time.Minute, MaxAttempts: 2})
 	s.CreateQueue(2, QueueSpec{Name: "f", Policy: PolicySTFQ, LatencyBudget: 3})
 	s.CreateQueue(3, QueueSpec{Name: "h", OnFailure: "function on_failure(m) end"})
 	s.CreateQueue(4, QueueSpec{Name: "gone"})

@@ -75,7 +75,7 @@ func (p *propSched) drainT(t *testing.T) []Delivered {
 // TestWeightedShares measures the bandwidth shares of keys of weights 1,
 // 2 and 3 with different message sizes, all backlogged.
 func TestWeightedShares(t *testing.T) {
-	p := newPropSched(Config{})
+	p := newPropSched(Config{Policy: PolicyDRR})
 	p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q"})
 	type key struct {
 		name   string

@@ -23,7 +23,7 @@ const (
 	// weight, within 1/w_i + 1/w_j messages of each other.
 	PolicySTFQ = "stfq"
 	// DefaultPolicy is the policy of queues when Config.Policy is empty.
-	DefaultPolicy = PolicyDRR
+	DefaultPolicy = PolicySTFQ
 )
 
 // Policies lists the accepted policy names.

@@ -164,7 +164,7 @@ func TestPropertyFairShare(t *testing.T) {
 func TestPropertyQuietKey(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		quantum := rapid.Int64Range(1, 5000).Draw(t, "quantum")
-		p := newPropSched(Config{Quantum: quantum})
+		p := newPropSched(Config{Quantum: quantum, Policy: PolicyDRR})
 		p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "q"})
 		p.s.SetThrottle("slow", 1, 1)
 		nkeys := rapid.IntRange(1, 40).Draw(t, "keys")

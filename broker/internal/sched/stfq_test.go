@@ -131,7 +131,7 @@ func TestPropertySTFQNoStarvation(t *testing.T) {
 // and QueueStats reports it; a queue without one follows Config.Policy;
 // an unknown policy is refused.
 func TestSTFQPolicyRecorded(t *testing.T) {
-	p := newPropSched(Config{})
+	p := newPropSched(Config{Policy: PolicyDRR})
 	p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "fair", Policy: PolicySTFQ})
 	p.s.CreateQueue(p.cmdRef(), QueueSpec{Name: "plain"})
 	ref := p.cmdRef()

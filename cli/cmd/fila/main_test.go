@@ -185,8 +185,14 @@ func TestQueueCommands(t *testing.T) {
 	if st.Ready != 1 || st.VisibilityTimeout != 45000 || st.MaxAttempts != 5 || len(st.FairnessKeys) != 1 || st.FairnessKeys[0].Key != "acme" || st.Hooks.OnEnqueueCalls != 1 {
 		t.Errorf("queue inspect orders -o json = %+v; want ready 1, 45s, 5 attempts, key acme, 1 hook call", st)
 	}
-	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") || !strings.Contains(out, "policy drr") {
-		t.Errorf("queue inspect orders = %q; want policy drr and the fairness key table", out)
+	if out := c.ok("queue", "inspect", "orders"); !strings.Contains(out, "FAIRNESS KEY") || !strings.Contains(out, "acme") || !strings.Contains(out, "policy stfq") {
+		t.Errorf("queue inspect orders = %q; want policy stfq (the default) and the fairness key table", out)
+	}
+	// A drr queue shows it, and each key's DRR deficit.
+	c.ok("queue", "create", "rounds", "--policy", "drr")
+	c.ok("enqueue", "rounds", "x", "--fairness-key", "acme")
+	if out := c.ok("queue", "inspect", "rounds"); !strings.Contains(out, "policy drr") || !strings.Contains(out, "DEFICIT") || strings.Contains(out, "latency lane") {
+		t.Errorf("queue inspect rounds = %q; want policy drr, a DEFICIT column and no latency lane", out)
 	}
 	// A queue with the stfq policy shows it, and no DRR deficit.
 	c.ok("queue", "create", "fair", "--policy", "stfq", "--latency-budget", "20", "--latency-idle", "1s")

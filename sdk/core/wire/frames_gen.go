@@ -1524,8 +1524,9 @@ type CreateQueue struct {
 	// `drr` (deficit round robin: weighted shares over whole rounds, in payload
 	// bytes) or `stfq` (start-time fair queueing: weighted shares at every time
 	// scale, in messages). Empty means the broker's [scheduler] policy (default
-	// `drr`), which a single node reads when the queue is used and a cluster fixes
-	// when the queue is created. Any other value fails with INVALID_ARGUMENT.
+	// `stfq`), which a single node reads when the queue is used and a cluster
+	// fixes when the queue is created. Any other value fails with
+	// INVALID_ARGUMENT.
 	Policy string
 	// LatencyBudget (u32) stfq queues: deliveries a fairness key gets in the
 	// latency lane, ahead of the backlogged keys, when it becomes backlogged after
