@@ -124,12 +124,8 @@ func (e *entryEncoder) append(b []byte, proposer, seq uint64, cmds []Command) []
 
 // uvarintLen is the length of x's uvarint encoding.
 func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], x)
 }
 
 // DecodeEntry decodes an entry's data: its proposer, the proposer's
