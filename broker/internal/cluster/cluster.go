@@ -308,6 +308,9 @@ func Open(cfg Config, st Storage) (*Node, error) {
 				}
 			})
 		},
+		Down: func(id uint64) {
+			n.post(func() { n.peerDown(id) })
+		},
 		Logger: cfg.Logger.With("component", "peer"),
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type testCluster struct {
 	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
 	lane    [2]int64       // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
 	snap    int64          // Config.SnapshotEvery of every node
+	ticks   int            // Config.ElectionTicks of every node; 0: 10
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
@@ -85,7 +87,7 @@ func (c *testCluster) start(i int) {
 		AdvertiseAddr:  fmt.Sprintf("client-%d:5555", id),
 		Peers:          c.peers,
 		TickInterval:   20 * time.Millisecond,
-		ElectionTicks:  10,
+		ElectionTicks:  cmp.Or(c.ticks, 10),
 		HeartbeatTicks: 1,
 		Rebuild:        c.rebuild[i],
 		SnapshotEvery:  c.snap,
@@ -680,5 +682,39 @@ func TestCommitIndexWithoutFsync(t *testing.T) {
 	res := <-reply
 	if res.Err != nil || res.Stats.Ready != 22 {
 		t.Fatalf("stats after the restart: %+v, want 22 ready (21 before, 1 after)", res)
+	}
+}
+
+// TestLeaderDownTakeOver: when a queue group's leader stops, its
+// connections fail and the follower next in line takes over at once,
+// long before any election timeout (here 6 to 12 s) could have elected
+// one; the queue keeps its messages.
+func TestLeaderDownTakeOver(t *testing.T) {
+	c := newTestCluster(t, 3, func(c *testCluster) { c.ticks = 300 })
+	ctx := context.Background()
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
+		return err
+	})
+	c.submit("jobs", enqueueCmd("jobs", "a", "b"))
+	c.converged("jobs")
+	old := c.leader("jobs")
+	want := uint64(1)
+	if old == 0 {
+		want = 2
+	}
+	c.stop(old)
+	deadline := time.Now().Add(4 * time.Second)
+	for {
+		if _, err := c.nodes[want-1].Route("jobs"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d did not take over from node %d within 4s of its stop", want, old+1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := c.submit("jobs", enqueueCmd("jobs", "c")); res.Err != nil {
+		t.Fatalf("enqueue after the take-over: %v", res.Err)
 	}
 }

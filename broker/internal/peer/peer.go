@@ -523,6 +523,9 @@ func (p *peer) detach(c *conn, err error) {
 	p.mu.Unlock()
 	if current && p.ctx.Err() == nil {
 		p.log.Info("peer disconnected", "err", err)
+		if down := p.t.cfg.Down; down != nil {
+			down(p.id)
+		}
 	}
 }
 

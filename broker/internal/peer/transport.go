@@ -64,6 +64,11 @@ type Config struct {
 	// goroutine of the transport, never inside Send. They must not block
 	// for long: the calls due wait meanwhile, and Close waits for them.
 	SnapshotStatus func(to, group uint64, failed bool)
+	// Down, if not nil, is called when the connection to a peer fails
+	// (the peer's process ended, or the network between them failed),
+	// not when Close or a replaced connection closes it. It runs on the
+	// connection's reader goroutine and must not block.
+	Down func(id uint64)
 	// Logger receives connection events and refusals; nil means
 	// slog.Default().
 	Logger *slog.Logger
