@@ -39,9 +39,9 @@ func (n *Node) peerDown(id uint64) {
 // before it (peerDown).
 const takeOverStep = 250 * time.Millisecond
 
-// takeOver campaigns in g, which dead led, when this node's turn has come
-// (now: its turn is now or, if not, it schedules itself for its turn)
-// and the group still has no other leader. Driver goroutine.
+// takeOver campaigns in g, which dead led, if the group still has no
+// other leader. On the first call, from peerDown, a node whose turn is
+// later schedules a second call for then instead. Driver goroutine.
 func (n *Node) takeOver(g *group, dead uint64, first bool) {
 	if n.groups[g.id] != g || g.rebuilding.Load() {
 		return
@@ -54,12 +54,14 @@ func (n *Node) takeOver(g *group, dead uint64, first bool) {
 		if g.leader.Load() != dead || st.Lead != dead {
 			return // not the group's leader as this node knows it
 		}
-		if turn := rank(g.replicas, dead, n.cfg.NodeID); turn > 0 {
+		turn := rank(g.replicas, dead, n.cfg.NodeID)
+		if turn < 0 {
+			return // not a voter of the group
+		}
+		if turn > 0 {
 			time.AfterFunc(time.Duration(turn)*takeOverStep, func() {
 				n.post(func() { n.takeOver(g, dead, false) })
 			})
-			return
-		} else if turn < 0 {
 			return
 		}
 	}

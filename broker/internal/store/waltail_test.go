@@ -11,14 +11,7 @@ import (
 // and gives the tail segment's buffer a segment's capacity with its bytes
 // unchanged, so that the log still reads back every entry.
 func TestRoomyTail(t *testing.T) {
-	l, err := wal.Open(t.TempDir(), &wal.Options{NoSync: true, SegmentSize: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := l.Write(1, []byte("first")); err != nil {
-		t.Fatal(err)
-	}
+	l := openWal(t, "first")
 	buf := roomyTail(l, 1<<20, nil)
 	if buf == nil {
 		t.Fatal("roomyTail does not know this tidwall/wal's layout")
@@ -50,14 +43,7 @@ func TestRoomyTail(t *testing.T) {
 	// A new log's tail takes the spare buffer, once the first log no
 	// longer uses it, and keeps its bytes.
 	l.Close()
-	l2, err := wal.Open(t.TempDir(), &wal.Options{NoSync: true, SegmentSize: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
-	if err := l2.Write(1, []byte("second")); err != nil {
-		t.Fatal(err)
-	}
+	l2 := openWal(t, "second")
 	got := roomyTail(l2, 1<<20, buf)
 	if &got[:1][0] != &buf[:1][0] {
 		t.Error("the spare buffer was not reused")
@@ -65,4 +51,19 @@ func TestRoomyTail(t *testing.T) {
 	if data, err := l2.Read(1); err != nil || string(data) != "second" {
 		t.Errorf("entry 1 of the second log: %q, %v", data, err)
 	}
+}
+
+// openWal opens a log of 64 KiB segments in a new directory, closed at the
+// end of the test, holding one entry, first.
+func openWal(t *testing.T, first string) *wal.Log {
+	t.Helper()
+	l, err := wal.Open(t.TempDir(), &wal.Options{NoSync: true, SegmentSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := l.Write(1, []byte(first)); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
