@@ -226,3 +226,86 @@ type atomicCount struct{ n atomic.Int64 }
 
 func (c *atomicCount) add() int64  { return c.n.Add(1) }
 func (c *atomicCount) load() int64 { return c.n.Load() }
+
+// TestTenantHierarchyEndToEnd: on a real server, a queue created with a
+// tenant separator (and no policy: it becomes stfq) gives a tenant that
+// spreads 4,000 messages over 1,000 fairness keys its single share against
+// a tenant with one key, across a kill -9 and a restart: of 2,000
+// deliveries taken one at a time, 50% ± 1% each. QueueStats reports the
+// separator and each key's entitled share, its tenant's split among the
+// tenant's keys; a separator on a drr queue is refused with
+// INVALID_ARGUMENT.
+func TestTenantHierarchyEndToEnd(t *testing.T) {
+	srv := filatest.Start(t)
+	ctx := ctxT(t, 3*time.Minute)
+	admin := connect(t, srv.Addr).Admin()
+	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("flat").Policy(fila.PolicyDRR).TenantSeparator("/")); !errors.Is(err, fila.ErrInvalidArgument) {
+		t.Fatalf("a tenant separator on a drr queue: %v; want INVALID_ARGUMENT", err)
+	}
+	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("reports").TenantSeparator("/")); err != nil {
+		t.Fatal(err)
+	}
+	prod := connect(t, srv.Addr).Producer()
+	var batch []*fila.Message
+	for i := range 4000 {
+		batch = append(batch,
+			fila.NewMessage("reports", []byte("s")).FairnessKey(fmt.Sprint("sybil/", i%1000)),
+			fila.NewMessage("reports", []byte("h")).FairnessKey("honest"))
+		if len(batch) == 1000 {
+			res, err := prod.SendBatch(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			batch = batch[:0]
+		}
+	}
+	srv.Kill()
+	srv.Restart(t)
+	admin = connect(t, srv.Addr).Admin()
+	st, err := admin.QueueStats(ctx, "reports", fila.WithTopKeys(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Policy != fila.PolicySTFQ || st.TenantSeparator != "/" || st.Ready != 8000 || st.BackloggedKeys != 1001 {
+		t.Fatalf("after kill -9: policy %q, separator %q, ready %d, %d keys; want stfq, /, 8000, 1001", st.Policy, st.TenantSeparator, st.Ready, st.BackloggedKeys)
+	}
+	for _, k := range st.FairnessKeys {
+		want := 0.5 / 1000
+		if k.Key == "honest" {
+			want = 0.5
+		}
+		if math.Abs(k.EntitledShare-want) > 1e-9 {
+			t.Fatalf("key %s: entitled share %v; want %v", k.Key, k.EntitledShare, want)
+		}
+	}
+
+	sub, err := connect(t, srv.Addr).Consumer().Subscribe(ctx, "reports", fila.Prefetch(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sybil, n := 0, 0
+	for d, err := range sub.Messages(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.FairnessKey() != "honest" {
+			sybil++
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 2000 {
+			break
+		}
+	}
+	share := float64(sybil) / float64(n)
+	t.Logf("the tenant with 1,000 keys got %.4f of %d deliveries", share, n)
+	if math.Abs(share-0.5) > 0.01 {
+		t.Fatalf("the tenant with 1,000 keys got %.4f of the deliveries; want 0.5 ± 0.01", share)
+	}
+}

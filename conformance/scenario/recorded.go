@@ -365,6 +365,39 @@ broker must be fresh.`,
 		},
 	},
 	{
+		Name: "admin/tenants",
+		Doc: `A queue with a tenant separator: created without a policy (it is
+stfq), three messages of tenant acme over two keys and one of tenant
+solo; QueueStats reports the separator, and each key's entitled share is
+its tenant's half split among the tenant's keys.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			a, q := c.Admin(), "adm.tenants"
+			var st steps
+			st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q).TenantSeparator("/")), nil)
+			for _, k := range []string{"acme/a", "acme/b", "acme/a", "solo"} {
+				st.want("send "+k, second(c.Producer().Send(ctx, fila.NewMessage(q, []byte("x")).FairnessKey(k))), nil)
+			}
+			qs, err := a.QueueStats(ctx, q)
+			st.want("stats", err, nil)
+			if qs != nil {
+				shares := map[string]float64{}
+				for _, k := range qs.FairnessKeys {
+					shares[k.Key] = k.EntitledShare
+				}
+				st.check("stats", qs.Policy == fila.PolicySTFQ && qs.TenantSeparator == "/" &&
+					shares["acme/a"] == 0.25 && shares["acme/b"] == 0.25 && shares["solo"] == 0.5,
+					"got policy %q, separator %q, shares %v; want stfq, /, acme/a and acme/b 0.25, solo 0.5", qs.Policy, qs.TenantSeparator, shares)
+			}
+			st.want("delete", a.DeleteQueue(ctx, q), nil)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
 		Name: "admin/explain",
 		Doc: `Explain says why a message waits: the first of a key with no
 subscription (no-credit), the second behind it (behind-key, 1 ahead); a
@@ -398,8 +431,9 @@ message that is not there (MESSAGE_NOT_FOUND) and a queue that is not
 	{
 		Name: "admin/create_queue_errors",
 		Doc: `CreateQueue refuses a name with a space and a name ending in .dlq
-(INVALID_ARGUMENT), and a hook that does not compile (SCRIPT_ERROR, with
-the line number).`,
+(INVALID_ARGUMENT), a hook that does not compile (SCRIPT_ERROR, with
+the line number), and a tenant separator on a drr queue
+(INVALID_ARGUMENT).`,
 		Run: func(ctx context.Context, s *conformance.Session) error {
 			c, err := connect(ctx, s)
 			if err != nil {
@@ -410,6 +444,7 @@ the line number).`,
 			st.want("bad name", a.CreateQueue(ctx, fila.NewQueueSpec("adm bad name")), fila.ErrInvalidArgument)
 			st.want("dlq name", a.CreateQueue(ctx, fila.NewQueueSpec("adm.errors.dlq")), fila.ErrInvalidArgument)
 			st.want("bad script", a.CreateQueue(ctx, fila.NewQueueSpec("adm.errors").OnEnqueue("function on_enqueue(msg)\n  return {\nend")), fila.ErrScriptError)
+			st.want("separator on drr", a.CreateQueue(ctx, fila.NewQueueSpec("adm.errors").Policy(fila.PolicyDRR).TenantSeparator("/")), fila.ErrInvalidArgument)
 			st.want("close", c.Close(), nil)
 			return st.err
 		},

@@ -525,9 +525,14 @@ func TestRebuiltReplicaNeverLeads(t *testing.T) {
 // TestQueuePolicyFixedAtCreation: replicas decide deliveries themselves,
 // so they must share a queue's policy whatever their own [scheduler]
 // policy: a queue created without one takes the proposing node's default,
-// and every node records that; a queue that names one keeps it.
+// and every node records that; a queue that names one keeps it; a queue
+// with a tenant separator is stfq, whatever the proposer's default, with
+// its separator on every node.
 func TestQueuePolicyFixedAtCreation(t *testing.T) {
-	c := newTestCluster(t, 3, func(c *testCluster) { c.policy[0] = sched.PolicySTFQ; c.lane = [2]int64{7, int64(time.Second)} })
+	c := newTestCluster(t, 3, func(c *testCluster) {
+		c.policy[0], c.policy[1] = sched.PolicySTFQ, sched.PolicyDRR
+		c.lane = [2]int64{7, int64(time.Second)}
+	})
 	ctx := context.Background()
 	eventually(t, "create queue", func() error {
 		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "plain"})
@@ -537,14 +542,21 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 		_, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "named", Policy: sched.PolicyDRR})
 		return err
 	})
+	eventually(t, "create queue", func() error {
+		_, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "tenants", TenantSeparator: "/"})
+		return err
+	})
 	if _, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "odd", Policy: "fifo"}); !errors.Is(err, fault.ErrInvalidArgument) {
 		t.Fatalf("policy fifo: %v; want INVALID_ARGUMENT", err)
+	}
+	if _, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "odd", Policy: sched.PolicyDRR, TenantSeparator: "/"}); !errors.Is(err, fault.ErrInvalidArgument) {
+		t.Fatalf("a tenant separator on a drr queue: %v; want INVALID_ARGUMENT", err)
 	}
 	for i, n := range c.nodes {
 		eventually(t, "every node records the policies", func() error {
 			n.mu.RLock()
 			defer n.mu.RUnlock()
-			for name, want := range map[string]string{"plain": sched.PolicySTFQ, "named": sched.PolicyDRR} {
+			for name, want := range map[string]string{"plain": sched.PolicySTFQ, "named": sched.PolicyDRR, "tenants": sched.PolicySTFQ} {
 				q := n.meta.queueOf(name)
 				if q == nil || q.spec.Policy != want {
 					return fmt.Errorf("node %d: queue %s: %+v; want policy %s", i+1, name, q, want)
@@ -552,6 +564,9 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 			}
 			if q := n.meta.queueOf("plain"); q.spec.LatencyBudget != 7 || q.spec.LatencyIdle != time.Second {
 				return fmt.Errorf("node %d: queue plain: latency lane %d, %v; want the proposer's 7, 1s", i+1, q.spec.LatencyBudget, q.spec.LatencyIdle)
+			}
+			if q := n.meta.queueOf("tenants"); q.spec.TenantSeparator != "/" {
+				return fmt.Errorf("node %d: queue tenants: separator %q", i+1, q.spec.TenantSeparator)
 			}
 			return nil
 		})

@@ -42,19 +42,29 @@ func BenchmarkSchedule(b *testing.B) {
 	for _, run := range []struct {
 		policy string
 		keys   int
-	}{{PolicyDRR, 1}, {PolicyDRR, 10}, {PolicyDRR, 10_000}, {PolicyDRR, 1_000_000},
-		{PolicySTFQ, 10}, {PolicySTFQ, 10_000}, {PolicySTFQ, 1_000_000}} {
+		sep    string // keys spread over 1,000 tenants with it
+	}{{PolicyDRR, 1, ""}, {PolicyDRR, 10, ""}, {PolicyDRR, 10_000, ""}, {PolicyDRR, 1_000_000, ""},
+		{PolicySTFQ, 10, ""}, {PolicySTFQ, 10_000, ""}, {PolicySTFQ, 1_000_000, ""},
+		{PolicySTFQ, 10_000, "/"}, {PolicySTFQ, 1_000_000, "/"}} {
 		nkeys := run.keys
 		name := fmt.Sprintf("keys=%d", nkeys)
 		if run.policy != PolicyDRR {
 			name = fmt.Sprintf("%s/keys=%d", run.policy, nkeys)
 		}
+		if run.sep != "" {
+			name = fmt.Sprintf("%s/tenants=1000/keys=%d", run.policy, nkeys)
+		}
 		b.Run(name, func(b *testing.B) {
 			keys := benchKeys(nkeys)
+			if run.sep != "" {
+				for i := range keys {
+					keys[i] = "t" + strconv.Itoa(i%1000) + run.sep + keys[i]
+				}
+			}
 			// Nothing is acked: lift the cap on unsettled deliveries.
 			s := New(Config{MaxDeliveryBatch: 4096, MaxUnsettled: math.MaxUint32})
 			s.Tick(t0)
-			s.CreateQueue(1, QueueSpec{Name: "q", Policy: run.policy})
+			s.CreateQueue(1, QueueSpec{Name: "q", Policy: run.policy, TenantSeparator: run.sep})
 			// Every key backlogged for the whole run: b.N messages, at
 			// least one per key.
 			n := max(b.N, nkeys)

@@ -146,6 +146,28 @@ func (d *digester) queue(s *Sched, q *queue) {
 		for k := f.lhead; k != nil; k = k.lnext {
 			d.str(k.name)
 		}
+		// Tenants: the top scheduler and each tenant's (nothing without,
+		// as before tenants).
+		if f.sep != "" {
+			d.str(f.sep)
+			d.uint(f.top.V())
+			d.uint(f.top.Seq())
+			d.uint(uint64(f.top.Len()))
+			for _, name := range sortedKeys(f.tenants, cmp.Compare) {
+				t := f.tenants[name]
+				d.str(name)
+				d.uint(t.sflow.Tag())
+				d.uint(t.sflow.Seq())
+				d.uint(uint64(t.sflow.Weight()))
+				d.bool(t.sflow.Active())
+				d.uint(t.keys.V())
+				d.uint(t.keys.Seq())
+				d.uint(uint64(t.keys.Len()))
+				d.int(int64(t.nkeys))
+				d.int(int64(t.nback))
+				d.int(int64(t.idleSince))
+			}
+		}
 		// Keys that left a moment ago, remembered for their return.
 		d.uint(uint64(len(f.recent)))
 		for _, name := range sortedKeys(f.recent, cmp.Compare) {

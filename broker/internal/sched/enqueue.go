@@ -211,7 +211,8 @@ func (s *Sched) dropBucketIfUnused(b *tbucket) {
 func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
 	k := q.keys[fk]
 	if k == nil {
-		k = &fkey{q: q, name: fk, idleSince: q.fair.recalled(fk, s.now)}
+		k = &fkey{q: q, name: fk}
+		q.fair.adopt(k, s.now)
 		k.dflt.key = k
 		q.keys[fk] = k
 	}

@@ -36,7 +36,7 @@ import (
 // heaps in their array order. ErrBadImage names the byte a bad image
 // fails at.
 //
-//	image    = version(1) now:v lease:u tseq:u lastDeadline:v ntimers:u
+//	image    = version(1 or 2) now:v lease:u tseq:u lastDeadline:v ntimers:u
 //	           [bucket] [tset] [queue] nsubs:u [freeSlot:u] sub*nsubs
 //	           eligible*nqueues waiting*nbuckets [looseMsg]
 //	           [wake] [expiry] [unsorted:queue] [dirty:queue]
@@ -46,12 +46,16 @@ import (
 //	queue    = name:s spec body body                (a queue, then its DLQ)
 //	spec     = vis:v maxAttempts:u backoffBase:v backoffMax:v dedupWindow:v
 //	           onEnqueue:s onFailure:s policy:s latencyBudget:u latencyIdle:v
+//	           (version 2: tenantSeparator:s)
 //	body     = vis:v maxAttempts:u backoffBase:v backoffMax:v window:v quantum:u
 //	           (0 round:u target:u | 1 budget:u idle:v credit:v V:u seq:u)
+//	           (stfq with a tenant separator: [tenant]; V and seq are then
+//	           the top scheduler's)
 //	           [key] (drr: [cur:key] [next:key] | stfq: [latency:key]
 //	           [name:s at:v] (recent map) [name:s at:v] (recent queue))
 //	           (queue, not DLQ: [idk] [pendingIdk] unsorted:bool [producer])
 //	           [limit]
+//	tenant   = name:s flags:1 weight:u tag:u seq:u V:u seq:u [idleSince:v]
 //	key      = name:s flags:1 weight:u delivered:u
 //	           (drr: deficit:v round:u | stfq: tag:u seq:u [idleSince:v] left:u)
 //	           [lane] [runnable:lane-in-key]      (the first lane is the default one)
@@ -100,7 +104,12 @@ import (
 // array order. An stfq queue's heap is rebuilt without the stale entries
 // the original may hold; its flows come out in the same order, tags and
 // sequences being a total order.
-const imageVersion = 1
+//
+// Version 2 adds the tenant separator to the spec, and the tenants to an
+// stfq queue that has one. An image is written as version 1 while no
+// queue has a tenant separator, so that a broker that predates tenants
+// reads it; every version up to imageVersion is read.
+const imageVersion = 2
 
 // ErrBadImage is wrapped by LoadImage's errors. Their text names the
 // byte of the image where decoding stopped and why, as in
@@ -123,6 +132,12 @@ const (
 	imgBacklogged = 1 << 0
 	imgIdle       = 1 << 1 // stfq: idleSince follows
 	imgHeap       = 1 << 2 // stfq: in the throughput lane's heap
+)
+
+// Tenant flags.
+const (
+	imgTenantHeap = 1 << 0 // in the top scheduler's heap
+	imgTenantIdle = 1 << 1 // idleSince follows
 )
 
 // AppendImage appends an exact image of the scheduler's whole state to b and returns the extended slice.
@@ -155,6 +170,7 @@ type imageWriter struct {
 	nbuckets uint32
 	lanes    []*lane    // scratch for sorting a key's lanes
 	limits   []*tbucket // rate-limit buckets in image order
+	version  byte
 }
 
 func (w *imageWriter) uint(v uint64)       { w.b = binary.AppendUvarint(w.b, v) }
@@ -184,7 +200,13 @@ func (w *imageWriter) bucket(b *bucket.Bucket) {
 
 func (w *imageWriter) image() {
 	s := w.s
-	w.byte(imageVersion)
+	w.version = 1
+	for _, q := range s.queues {
+		if q.spec.TenantSeparator != "" {
+			w.version = 2
+		}
+	}
+	w.byte(w.version)
 	w.int(int64(s.now))
 	w.uint(s.lease)
 	w.uint(s.tseq)
@@ -314,6 +336,9 @@ func (w *imageWriter) spec(sp *QueueSpec) {
 	w.str(sp.Policy)
 	w.uint(uint64(sp.LatencyBudget))
 	w.dur(sp.LatencyIdle)
+	if w.version >= 2 {
+		w.str(sp.TenantSeparator)
+	}
 }
 
 func (w *imageWriter) queue(q *queue) {
@@ -329,14 +354,22 @@ func (w *imageWriter) queue(q *queue) {
 		w.uint(uint64(f.budget))
 		w.dur(f.idle)
 		w.int(f.credit)
-		w.uint(f.fq.V())
-		w.uint(f.fq.Seq())
+		if f.sep != "" {
+			w.uint(f.top.V())
+			w.uint(f.top.Seq())
+		} else {
+			w.uint(f.fq.V())
+			w.uint(f.fq.Seq())
+		}
 	} else {
 		w.byte(0)
 		w.uint(f.drr.Round())
 		w.uint(f.drr.Target())
 	}
 
+	if f.sep != "" {
+		w.tenants(f)
+	}
 	names := sortedKeys(q.keys, strings.Compare)
 	w.uint(uint64(len(names)))
 	for i, name := range names {
@@ -451,6 +484,32 @@ func (w *imageWriter) producers(q *queue) {
 			prev = e.seq
 			w.id(e.id)
 			w.bool(p.endsRun(i))
+		}
+	}
+}
+
+func (w *imageWriter) tenants(f *fair) {
+	names := sortedKeys(f.tenants, strings.Compare)
+	w.uint(uint64(len(names)))
+	for _, name := range names {
+		t := f.tenants[name]
+		var flags byte
+		if t.sflow.Active() {
+			flags |= imgTenantHeap
+		}
+		if t.idleSince != 0 {
+			flags |= imgTenantIdle
+		}
+		st := t.sflow.State()
+		w.str(name)
+		w.byte(flags)
+		w.uint(uint64(st.Weight))
+		w.uint(st.Tag)
+		w.uint(st.Seq)
+		w.uint(t.keys.V())
+		w.uint(t.keys.Seq())
+		if t.idleSince != 0 {
+			w.time(t.idleSince)
 		}
 	}
 }
@@ -697,6 +756,7 @@ type imageReader struct {
 	lanes     []*lane
 	keys      []*fkey // the keys of the queue being read
 	timers    []*msg
+	version   byte
 }
 
 func (r *imageReader) fail(format string, args ...any) {
@@ -847,9 +907,9 @@ func (r *imageReader) bucket(what string) bucket.Bucket {
 
 func (r *imageReader) image() {
 	s := r.s
-	if v := r.byte("version"); r.err == nil && v != imageVersion {
+	if r.version = r.byte("version"); r.err == nil && (r.version < 1 || r.version > imageVersion) {
 		r.off--
-		r.fail("unknown version %d", v)
+		r.fail("unknown version %d", r.version)
 	}
 	s.now = Time(r.int("now"))
 	s.lease = r.uint("lease")
@@ -956,6 +1016,9 @@ func (r *imageReader) queueList() {
 		spec.Policy = r.str("policy", 16)
 		spec.LatencyBudget = r.u32("latency budget")
 		spec.LatencyIdle = r.dur("latency idle")
+		if r.version >= 2 {
+			spec.TenantSeparator = r.str("tenant separator", MaxTenantSeparator)
+		}
 		if r.err != nil {
 			return
 		}
@@ -968,6 +1031,10 @@ func (r *imageReader) queueList() {
 			return
 		}
 		if e := checkLatency(&spec); e != nil {
+			r.fail("queue %s: %v", name, e)
+			return
+		}
+		if e := checkTenants(&spec, spec.Policy); e != nil {
 			r.fail("queue %s: %v", name, e)
 			return
 		}
@@ -1029,7 +1096,12 @@ func (r *imageReader) queue(q *queue) {
 		f.credit = r.int("latency credit")
 		f.creditMax = 2 * latencyBurst * int64(f.budget)
 		v, seq := r.uint("virtual time"), r.uint("stfq sequence")
-		f.fq.Load(v, seq)
+		if f.setSep(q.spec.TenantSeparator); f.sep != "" {
+			f.top.Load(v, seq)
+			r.tenants(q)
+		} else {
+			f.fq.Load(v, seq)
+		}
 	} else {
 		round, target := r.uint("round"), r.uint("skip target")
 		if r.err == nil && (round >= maxRound || target >= maxRound) {
@@ -1042,6 +1114,11 @@ func (r *imageReader) queue(q *queue) {
 	r.keys = r.keys[:0]
 	for range nk {
 		if r.key(q); r.err != nil {
+			return
+		}
+	}
+	if f.sep != "" {
+		if r.tenantHeap(q); r.err != nil {
 			return
 		}
 	}
@@ -1108,6 +1185,60 @@ func (r *imageReader) queue(q *queue) {
 	r.limits(q)
 }
 
+// tenants reads the tenants of q, a queue with a tenant separator, and
+// loads their schedulers; their keys follow.
+func (r *imageReader) tenants(q *queue) {
+	f := &q.fair
+	n := r.count("tenants", 7)
+	for range n {
+		name := r.str("tenant", imgMaxName)
+		flags := r.byte("tenant flags")
+		weight := r.u32("tenant weight")
+		tag, seq := r.uint("tenant tag"), r.uint("tenant sequence")
+		v, kseq := r.uint("tenant virtual time"), r.uint("tenant sequence")
+		t := &tenant{name: name}
+		if flags&imgTenantIdle != 0 {
+			t.idleSince = r.time("tenant idle since")
+		}
+		if r.err != nil {
+			return
+		}
+		if f.tenants[name] != nil || flags&^(imgTenantHeap|imgTenantIdle) != 0 {
+			r.fail("queue %s: tenant %q repeated, or flags %#x", q.name, name, flags)
+			return
+		}
+		t.sflow.SetState(stfq.FlowState{Tag: tag, Seq: seq, Weight: weight})
+		t.keys.Load(v, kseq)
+		t.img = uint32(flags & imgTenantHeap) // read back by tenantHeap
+		f.tenants[name] = t
+	}
+}
+
+// tenantHeap checks the tenants of q against their keys, now read, and
+// puts those the image had in the top scheduler back in it.
+func (r *imageReader) tenantHeap(q *queue) {
+	f := &q.fair
+	for _, name := range sortedKeys(f.tenants, strings.Compare) {
+		t := f.tenants[name]
+		heap := t.img&imgTenantHeap != 0
+		switch {
+		case t.nkeys == 0:
+			r.fail("queue %s: tenant %q without keys", q.name, name)
+		case heap != (t.keys.Len() > 0):
+			r.fail("queue %s: tenant %q scheduled %v with %d keys in the throughput lane", q.name, name, heap, t.keys.Len())
+		case heap && int64(t.sflow.Tag()-f.top.V()) < 0:
+			r.fail("queue %s: tenant %q: tag %d behind the virtual time %d", q.name, name, t.sflow.Tag(), f.top.V())
+		}
+		if r.err != nil {
+			return
+		}
+		t.img = 0
+		if heap {
+			f.top.Insert(t)
+		}
+	}
+}
+
 func (r *imageReader) key(q *queue) {
 	f := &q.fair
 	name := r.str("fairness key", imgMaxName)
@@ -1133,14 +1264,27 @@ func (r *imageReader) key(q *queue) {
 			k.idleSince = r.time("idle since")
 		}
 		k.left = r.u32("latency budget left")
-		k.sflow.SetState(stfq.FlowState{Tag: tag, Seq: seq, Weight: weight})
-		k.flow.SetState(drr.FlowState{Weight: weight})
-		if flags&imgHeap != 0 {
-			if int64(tag-f.fq.V()) < 0 {
-				r.fail("queue %s: key %q: tag %d behind the virtual time %d", q.name, name, tag, f.fq.V())
+		kw := weight
+		if f.sep != "" {
+			// Its tenant's keys share at equal weights.
+			if k.ten, kw = f.tenants[TenantOf(name, f.sep)], 0; k.ten == nil {
+				r.fail("queue %s: key %q of no tenant", q.name, name)
 				return
 			}
-			f.fq.Insert(k)
+			k.ten.nkeys++
+			if k.backlogged {
+				k.ten.nback++
+			}
+		}
+		k.sflow.SetState(stfq.FlowState{Tag: tag, Seq: seq, Weight: kw})
+		k.flow.SetState(drr.FlowState{Weight: weight})
+		if flags&imgHeap != 0 {
+			kq := f.kq(k)
+			if int64(tag-kq.V()) < 0 {
+				r.fail("queue %s: key %q: tag %d behind the virtual time %d", q.name, name, tag, kq.V())
+				return
+			}
+			kq.Insert(k)
 		}
 	} else {
 		deficit, round := r.int("deficit"), r.uint("round")

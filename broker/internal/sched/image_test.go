@@ -79,7 +79,7 @@ type lockstep struct {
 
 var (
 	lsQueues    = []string{"q0", "q1", "q2"}
-	lsKeys      = []string{"k0", "k1", "k2", "k3"}
+	lsKeys      = []string{"k0", "k1", "k2", "k3", "t/a", "t/b", "u/a", "t"}
 	lsThrottles = []string{"t0", "t1", "t2"}
 	lsOrders    = []string{"", "", "o1", "o2"}
 )
@@ -184,6 +184,9 @@ func (l *lockstep) step() {
 			spec.Policy = PolicySTFQ
 			spec.LatencyBudget = uint32(l.pick(4))
 			spec.LatencyIdle = time.Duration(l.pick(3)) * 20 * time.Millisecond
+			if l.pick(2) == 0 {
+				spec.TenantSeparator = "/"
+			}
 		case 1:
 			spec.Policy = PolicyDRR
 		}
@@ -534,6 +537,7 @@ func richState(t fataler) *harness {
 	s.CreateQueue(2, QueueSpec{Name: "f", Policy: PolicySTFQ, LatencyBudget: 3})
 	s.CreateQueue(3, QueueSpec{Name: "h", OnFailure: "function on_failure(m) end"})
 	s.CreateQueue(4, QueueSpec{Name: "gone"})
+	s.CreateQueue(5, QueueSpec{Name: "ten", Policy: PolicySTFQ, LatencyBudget: 2, TenantSeparator: "/"})
 	s.SetThrottle("slow", 1, 1)
 	s.SetThrottle("fast", 1000, 10)
 	enq := func(queue string, ms ...Message) {
@@ -587,6 +591,10 @@ func richState(t fataler) *harness {
 	enq("f", Message{FairnessKey: "early"})
 	enq("h", Message{FairnessKey: "a"}, Message{FairnessKey: "b"}, Message{FairnessKey: "c"})
 	enq("gone", Message{FairnessKey: "a"}, Message{FairnessKey: "a"})
+	for i := range 4 {
+		enq("ten", Message{FairnessKey: "acme/" + strconv.Itoa(i%3), Weight: 2}, Message{FairnessKey: "solo"},
+			Message{FairnessKey: "beta/x", ThrottleKeys: []string{"slow"}})
+	}
 	drain()
 
 	for _, sb := range []struct {
@@ -596,7 +604,7 @@ func richState(t fataler) *harness {
 		limits []RateLimit
 	}{
 		{1, "d", 5, nil}, {2, "d", 4, []RateLimit{{Name: "l1", Limit: 1, Period: time.Hour}}}, {3, "f", 9, nil},
-		{4, "h", 3, nil}, {5, "gone", 1, nil}, {6, "d", 2, nil},
+		{4, "h", 3, nil}, {5, "gone", 1, nil}, {6, "d", 2, nil}, {9, "ten", 5, nil},
 	} {
 		h.ref++
 		s.Subscribe(h.ref, sb.id, sb.queue, sb.credit, sb.limits)
@@ -780,9 +788,9 @@ func TestLoadImageErrors(t *testing.T) {
 		t.Fatalf("a trailing byte: error %v", err)
 	}
 	bad := slices.Clone(img)
-	bad[0] = 2
-	if _, err := LoadImage(Config{}, bad); err == nil || err.Error() != "sched: bad image: byte 0: unknown version 2" {
-		t.Fatalf("version 2: error %v", err)
+	bad[0] = imageVersion + 1
+	if _, err := LoadImage(Config{}, bad); err == nil || err.Error() != fmt.Sprintf("sched: bad image: byte 0: unknown version %d", imageVersion+1) {
+		t.Fatalf("version %d: error %v", imageVersion+1, err)
 	}
 	rng := rand.New(rand.NewPCG(8, 9))
 	loaded := 0

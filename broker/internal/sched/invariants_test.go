@@ -208,8 +208,11 @@ func checkInvariants(s *Sched, pumped bool) error {
 				if k.inLat != (k.left > 0) {
 					return fmt.Errorf("queue %s key %s: in the latency lane %v with %d of its budget left", name, fk, k.inLat, k.left)
 				}
-				if k.sflow.Active() && int64(k.sflow.Tag()-q.fair.fq.V()) < 0 {
-					return fmt.Errorf("queue %s key %s: backlogged with tag %d behind the virtual time %d", name, fk, k.sflow.Tag(), q.fair.fq.V())
+				if v := q.fair.kq(k).V(); k.sflow.Active() && int64(k.sflow.Tag()-v) < 0 {
+					return fmt.Errorf("queue %s key %s: backlogged with tag %d behind the virtual time %d", name, fk, k.sflow.Tag(), v)
+				}
+				if sep := q.fair.sep; (k.ten == nil) != (sep == "") || k.ten != nil && (k.ten.name != TenantOf(fk, sep) || q.fair.tenants[k.ten.name] != k.ten) {
+					return fmt.Errorf("queue %s key %s: tenant %v, separator %q", name, fk, k.ten, sep)
 				}
 				if k.flow.Active() || k.flow.Deficit() != 0 {
 					return fmt.Errorf("queue %s key %s: DRR state in an stfq queue", name, fk)
@@ -238,6 +241,9 @@ func checkInvariants(s *Sched, pumped bool) error {
 		}
 		if nlat != q.fair.nlat {
 			return fmt.Errorf("queue %s: latency lane of %d keys, counted %d", name, nlat, q.fair.nlat)
+		}
+		if err := checkTenantState(q); err != nil {
+			return fmt.Errorf("queue %s: %w", name, err)
 		}
 		if held := q.fair.len(); active != held {
 			return fmt.Errorf("queue %s: %d active keys, the %s scheduler holds %d", name, active, q.fair.name(), held)
@@ -431,6 +437,61 @@ func checkProducers(s *Sched, q *queue) error {
 	}
 	if q.parent != nil && n > 0 {
 		return fmt.Errorf("a dead-letter queue with producers")
+	}
+	return nil
+}
+
+// checkTenantState checks the tenants of q against its keys: their counts,
+// the top scheduler holding exactly those with keys in the throughput
+// lane, and at most one key of a tenant in the latency lane.
+func checkTenantState(q *queue) error {
+	f := &q.fair
+	if f.sep == "" {
+		if len(f.tenants) > 0 || f.top.Len() > 0 {
+			return fmt.Errorf("%d tenants without a separator", len(f.tenants))
+		}
+		return nil
+	}
+	type count struct{ keys, back, lat int32 }
+	n := make(map[*tenant]*count)
+	for _, k := range q.keys {
+		c := n[k.ten]
+		if c == nil {
+			c = &count{}
+			n[k.ten] = c
+		}
+		c.keys++
+		if k.backlogged {
+			c.back++
+		}
+		if k.inLat {
+			c.lat++
+		}
+	}
+	if len(n) != len(f.tenants) {
+		return fmt.Errorf("%d tenants, the keys name %d", len(f.tenants), len(n))
+	}
+	inTop := 0
+	for name, t := range f.tenants {
+		c := n[t]
+		switch {
+		case c == nil || t.name != name:
+			return fmt.Errorf("tenant %s misfiled", name)
+		case c.keys != t.nkeys || c.back != t.nback:
+			return fmt.Errorf("tenant %s: %d keys, %d backlogged; counted %d, %d", name, t.nkeys, t.nback, c.keys, c.back)
+		case c.lat > 1:
+			return fmt.Errorf("tenant %s: %d keys in the latency lane", name, c.lat)
+		case t.sflow.Active() != (t.keys.Len() > 0):
+			return fmt.Errorf("tenant %s: in the top scheduler %v with %d keys in the throughput lane", name, t.sflow.Active(), t.keys.Len())
+		case t.sflow.Active() && int64(t.sflow.Tag()-f.top.V()) < 0:
+			return fmt.Errorf("tenant %s: tag %d behind the virtual time %d", name, t.sflow.Tag(), f.top.V())
+		}
+		if t.sflow.Active() {
+			inTop++
+		}
+	}
+	if inTop != f.top.Len() {
+		return fmt.Errorf("top scheduler holds %d tenants, counted %d", f.top.Len(), inTop)
 	}
 	return nil
 }

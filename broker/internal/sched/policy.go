@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched/drr"
@@ -41,6 +42,38 @@ func checkLatency(spec *QueueSpec) *SettingError {
 			Want: "0 (the broker's default) or a duration from " + FormatDuration(MinQueueDuration) + " to " + FormatDuration(MaxLatencyIdle)}
 	}
 	return nil
+}
+
+// MaxTenantSeparator bounds QueueSpec.TenantSeparator, in bytes.
+const MaxTenantSeparator = 16
+
+// checkTenants returns a *SettingError if spec names a tenant separator
+// that is too long, or one for a queue whose policy (policy, resolved
+// against the Config) is not stfq; else nil.
+func checkTenants(spec *QueueSpec, policy string) *SettingError {
+	sep := spec.TenantSeparator
+	switch {
+	case sep == "":
+		return nil
+	case len(sep) > MaxTenantSeparator:
+		return &SettingError{Setting: "tenant_separator", Value: fmt.Sprintf("%q", sep), Want: fmt.Sprintf("at most %d bytes", MaxTenantSeparator)}
+	case policy != PolicySTFQ:
+		return &SettingError{Setting: "tenant_separator", Value: fmt.Sprintf("%q", sep), Want: `a queue of policy "stfq" (this one is ` + fmt.Sprintf("%q", policy) + ")"}
+	}
+	return nil
+}
+
+// TenantOf returns the tenant of fairness key key in a queue whose tenant
+// separator is sep: key up to the first sep, or all of key if it holds
+// none (or sep is "").
+func TenantOf(key, sep string) string {
+	if sep == "" {
+		return key
+	}
+	if i := strings.Index(key, sep); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
 
 // CheckPolicy returns nil if name is a policy, or "" (the default); else
@@ -90,10 +123,29 @@ const (
 // latency lane is served whatever its credit (no delivery is withheld).
 // A key whose messages all wait for throttle tokens leaves the lane and
 // forfeits the rest of its budget; it returns to the throughput lane.
+//
+// An stfq queue with a tenant separator (sep) schedules in two levels,
+// after hierarchical start-time fair queueing (P. Goyal, X. Guo and H. M.
+// Vin, "A Hierarchical CPU Scheduler for Multimedia Operating Systems",
+// OSDI 1996): top orders the tenants that have keys in the throughput
+// lane, by a tag that one message advances by 1/(the tenant's weight);
+// each tenant orders its own keys, at equal weights, in its own
+// scheduler. A tenant's share is then its weight's, split among its
+// backlogged keys, however many it spreads its messages over. The latency
+// lane is the tenant's too: a key enters it only as the first of its
+// tenant to become backlogged after the tenant had nothing pending for
+// idle (or ever), so one tenant holds at most one key there.
 type fair struct {
 	stfq bool
 	drr  drr.Scheduler[*fkey]
 	fq   stfq.Scheduler[*fkey]
+
+	// The hierarchy: the separator ("" for none), the tenants that have
+	// keys, by name, and the scheduler across those with keys in the
+	// throughput lane (while it is used, fq is not).
+	sep     string
+	tenants map[string]*tenant
+	top     stfq.Scheduler[*tenant]
 
 	// The latency lane: budget per key (0: none), idle time to qualify,
 	// the FIFO of keys in it, and its credit (ceiling creditMax).
@@ -118,6 +170,24 @@ type recentKey struct {
 	at   Time
 }
 
+// A tenant is the state of one tenant of a queue with a tenant separator
+// while it has fairness keys: its flow in the queue's top scheduler (of
+// the tenant's weight, the weight of the message last enqueued to any of
+// its keys) and the scheduler across its keys in the throughput lane.
+type tenant struct {
+	name  string
+	sflow stfq.Flow[*tenant]
+	keys  stfq.Scheduler[*fkey]
+	// nkeys counts its fairness keys, nback those backlogged; idleSince
+	// is when nback last fell to 0 (0: not since it was created).
+	nkeys, nback int32
+	idleSince    Time
+	img          uint32 // its number in the image being written
+}
+
+// STFQ returns the tenant's flow in the top scheduler (stfq.Node).
+func (t *tenant) STFQ() *stfq.Flow[*tenant] { return &t.sflow }
+
 // latency resolves a queue's latency lane settings against the Config:
 // the budget in deliveries (0: no latency lane) and the idle time.
 func (c Config) latency(spec *QueueSpec) (budget uint32, idle time.Duration) {
@@ -131,14 +201,66 @@ func (c Config) latency(spec *QueueSpec) (budget uint32, idle time.Duration) {
 // STFQ returns the key's start-time fair queueing flow (stfq.Node).
 func (k *fkey) STFQ() *stfq.Flow[*fkey] { return &k.sflow }
 
-func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Duration) {
+func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Duration, sep string) {
 	f.stfq = policy == PolicySTFQ
 	f.drr.Init(quantum)
 	if f.stfq {
 		f.budget, f.idle = budget, idle
 		f.creditMax = 2 * latencyBurst * int64(budget)
 		f.credit = f.creditMax
+		f.setSep(sep)
 	}
+}
+
+// setSep gives an stfq queue its tenant separator.
+func (f *fair) setSep(sep string) {
+	f.sep = sep
+	if sep != "" {
+		f.tenants = make(map[string]*tenant)
+	}
+}
+
+// kq returns the scheduler that holds k's place in the throughput lane.
+func (f *fair) kq(k *fkey) *stfq.Scheduler[*fkey] {
+	if k.ten != nil {
+		return &k.ten.keys
+	}
+	return &f.fq
+}
+
+// tput returns how many keys (tenants, with a hierarchy) the throughput
+// lane holds.
+func (f *fair) tput() int {
+	if f.sep != "" {
+		return f.top.Len()
+	}
+	return f.fq.Len()
+}
+
+// enter puts k in the throughput lane, and its tenant with it.
+func (f *fair) enter(k *fkey) {
+	f.kq(k).Activate(k)
+	if t := k.ten; t != nil {
+		f.top.Activate(t)
+	}
+}
+
+// adopt gives a key being created its place: in a queue with tenants,
+// its tenant, created as needed; else when it went idle, if it was
+// dropped less than idle ago (0: new).
+func (f *fair) adopt(k *fkey, now Time) {
+	if f.sep == "" {
+		k.idleSince = f.recalled(k.name, now)
+		return
+	}
+	name := TenantOf(k.name, f.sep)
+	t := f.tenants[name]
+	if t == nil {
+		t = &tenant{name: name, idleSince: f.recalled(name, now)}
+		f.tenants[name] = t
+	}
+	t.nkeys++
+	k.ten = t
 }
 
 // next returns the key to serve next.
@@ -146,10 +268,17 @@ func (f *fair) next() (*fkey, bool) {
 	if !f.stfq {
 		return f.drr.Next()
 	}
-	if f.lhead != nil && (f.credit >= 2 || f.fq.Len() == 0) {
+	if f.lhead != nil && (f.credit >= 2 || f.tput() == 0) {
 		return f.lhead, true
 	}
-	return f.fq.Next()
+	if f.sep == "" {
+		return f.fq.Next()
+	}
+	t, ok := f.top.Next()
+	if !ok {
+		return nil, false
+	}
+	return t.keys.Next()
 }
 
 // charge accounts one message of payload cost bytes served from k, the key
@@ -159,7 +288,10 @@ func (f *fair) charge(k *fkey, cost int64) {
 		f.drr.Charge(k, cost)
 		return
 	}
-	f.fq.Charge(k, 1)
+	f.kq(k).Charge(k, 1)
+	if t := k.ten; t != nil {
+		f.top.Charge(t, 1)
+	}
 	if f.budget == 0 {
 		return
 	}
@@ -173,7 +305,7 @@ func (f *fair) charge(k *fkey, cost int64) {
 		f.latPush(k) // the lane's keys take turns
 		return
 	}
-	f.fq.Activate(k) // budget spent: the throughput lane
+	f.enter(k) // budget spent: the throughput lane
 }
 
 // activate adds a key that has just become backlogged: to the latency
@@ -184,17 +316,26 @@ func (f *fair) activate(k *fkey, now Time) {
 		f.drr.Activate(k)
 		return
 	}
-	if f.budget > 0 && (k.idleSince == 0 || now-k.idleSince >= Time(f.idle)) {
-		f.fq.Sync(k)
+	since, first := k.idleSince, true
+	if t := k.ten; t != nil {
+		since, first = t.idleSince, t.nback == 0
+		t.nback++
+	}
+	if f.budget > 0 && first && (since == 0 || now-since >= Time(f.idle)) {
+		f.kq(k).Sync(k)
+		if t := k.ten; t != nil {
+			f.top.Sync(t)
+		}
 		k.left = f.budget
 		f.latPush(k)
 		return
 	}
-	f.fq.Activate(k)
+	f.enter(k)
 }
 
 // drop takes out a key that is being deleted (nothing of it is left) and,
-// if it went idle less than idle ago, remembers when.
+// if it went idle less than idle ago, remembers when; with tenants, it
+// does so for the tenant when its last key goes.
 func (f *fair) drop(k *fkey, now Time) {
 	if !f.stfq {
 		f.drr.Forget(k)
@@ -202,18 +343,27 @@ func (f *fair) drop(k *fkey, now Time) {
 	}
 	f.remove(k)
 	f.expire(now)
-	if f.budget == 0 || k.idleSince == 0 || now-k.idleSince >= Time(f.idle) {
+	name, since := k.name, k.idleSince
+	if t := k.ten; t != nil {
+		k.ten = nil
+		if t.nkeys--; t.nkeys > 0 {
+			return
+		}
+		delete(f.tenants, t.name)
+		name, since = t.name, t.idleSince
+	}
+	if f.budget == 0 || since == 0 || now-since >= Time(f.idle) {
 		return
 	}
 	if f.recent == nil {
 		f.recent = make(map[string]Time)
 	}
-	f.recent[k.name] = k.idleSince
-	f.recentQ = append(f.recentQ, recentKey{k.name, k.idleSince})
+	f.recent[name] = since
+	f.recentQ = append(f.recentQ, recentKey{name, since})
 }
 
-// recalled returns when a key being created went idle, if it was dropped
-// less than idle ago; else 0 (new).
+// recalled returns when a key (a tenant, in a queue with tenants) being
+// created went idle, if it was dropped less than idle ago; else 0 (new).
 func (f *fair) recalled(name string, now Time) Time {
 	if len(f.recent) == 0 {
 		return 0
@@ -272,7 +422,7 @@ func (f *fair) latRemove(k *fkey) {
 // time out.
 func (f *fair) resume(k *fkey) {
 	if f.stfq {
-		f.fq.Activate(k)
+		f.enter(k)
 		return
 	}
 	f.drr.Resume(k)
@@ -290,12 +440,16 @@ func (f *fair) remove(k *fkey) {
 		k.left = 0
 		return
 	}
-	f.fq.Remove(k)
+	f.kq(k).Remove(k)
+	if t := k.ten; t != nil && t.keys.Len() == 0 {
+		f.top.Remove(t)
+	}
 }
 
 // forget takes out a key with nothing pending, as of now. DRR clears its
 // deficit; STFQ keeps its tag while the key exists, so that a key that
-// empties and refills at once gains nothing, and notes when it went idle.
+// empties and refills at once gains nothing, and notes when it went idle
+// (and its tenant, when it was the tenant's last backlogged key).
 func (f *fair) forget(k *fkey, now Time) {
 	if !f.stfq {
 		f.drr.Forget(k)
@@ -303,27 +457,58 @@ func (f *fair) forget(k *fkey, now Time) {
 	}
 	f.remove(k)
 	k.idleSince = now
+	if t := k.ten; t != nil {
+		if t.nback--; t.nback == 0 {
+			t.idleSince = now
+		}
+	}
 }
 
-// weight returns k's weight, at least 1.
+// weight returns k's weight, at least 1: with tenants, its tenant's.
 func (f *fair) weight(k *fkey) uint32 {
+	if t := k.ten; t != nil {
+		return t.sflow.Weight()
+	}
 	if f.stfq {
 		return k.sflow.Weight()
 	}
 	return k.flow.Weight()
 }
 
-// entitled returns k's weight over the sum of the weights of q's
-// backlogged keys, k's included (O(keys)).
+// entitled returns k's entitled share of q's deliveries were k
+// backlogged (0 to 1): its weight over the sum of the weights of q's
+// backlogged keys, k's included; with tenants, its tenant's share so
+// computed over the backlogged tenants, split evenly among the tenant's
+// backlogged keys. O(keys).
 func (f *fair) entitled(q *queue, k *fkey) float64 {
+	return f.shares(q, k)(k)
+}
+
+// shares returns a function giving, for each key of q with messages
+// pending (and for also, which is counted as if it had), its entitled
+// share, as entitled describes. O(keys) to build, O(1) a call.
+func (f *fair) shares(q *queue, also *fkey) func(*fkey) float64 {
+	backlogged := func(k *fkey) bool { return k.pending > 0 || k == also }
 	var sum float64
-	for _, o := range q.keys {
-		if o.pending > 0 && o != k {
-			sum += float64(f.weight(o))
+	if f.sep == "" {
+		for _, k := range q.keys {
+			if backlogged(k) {
+				sum += float64(f.weight(k))
+			}
+		}
+		return func(k *fkey) float64 { return float64(f.weight(k)) / sum }
+	}
+	n := make(map[*tenant]int, len(f.tenants))
+	for _, k := range q.keys {
+		if backlogged(k) {
+			if n[k.ten]++; n[k.ten] == 1 {
+				sum += float64(k.ten.sflow.Weight())
+			}
 		}
 	}
-	w := float64(f.weight(k))
-	return w / (sum + w)
+	return func(k *fkey) float64 {
+		return float64(k.ten.sflow.Weight()) / sum / float64(max(n[k.ten], 1))
+	}
 }
 
 // lane names where backlogged key k waits (FairnessKeyStats.Lane).
@@ -337,9 +522,14 @@ func (f *fair) lane(k *fkey) string {
 	return LaneFair
 }
 
-// setWeight sets k's weight.
+// setWeight sets k's weight: with tenants, its tenant's, its keys
+// sharing the tenant's at equal weights.
 func (f *fair) setWeight(k *fkey, w uint32) {
 	f.drr.SetWeight(k, w)
+	if t := k.ten; t != nil {
+		f.top.SetWeight(t, w)
+		return
+	}
 	f.fq.SetWeight(k, w)
 }
 
@@ -365,15 +555,33 @@ func (f *fair) position(k *fkey) (lane string, ahead uint64) {
 		return "latency", ahead
 	}
 	ahead = uint64(f.nlat) // the latency lane goes first, while it has credit
+	if t := k.ten; t != nil {
+		// The tenants served first, then its own keys before it.
+		return "throughput", ahead + uint64(f.top.Ahead(t)) + uint64(t.keys.Ahead(k))
+	}
 	return "throughput", ahead + uint64(f.fq.Ahead(k))
 }
 
-// len returns the number of keys in the scheduler.
+// len returns the number of keys in the scheduler. O(tenants).
 func (f *fair) len() int {
-	if f.stfq {
-		return f.fq.Len() + f.nlat
+	if !f.stfq {
+		return f.drr.Len()
 	}
-	return f.drr.Len()
+	n := f.fq.Len() + f.nlat
+	for _, t := range f.tenants {
+		n += t.keys.Len()
+	}
+	return n
+}
+
+// lag returns how far k's tag is ahead of its scheduler's virtual time,
+// in messages at weight 1 (FairnessKeyStats.Lag); with tenants, its
+// tenant's lag plus its own among the tenant's keys.
+func (f *fair) lag(k *fkey) float64 {
+	if t := k.ten; t != nil {
+		return f.top.Lag(t) + t.keys.Lag(k)
+	}
+	return f.fq.Lag(k)
 }
 
 // name returns the policy's name.

@@ -80,6 +80,9 @@ func (s *Sched) checkSpec(spec *QueueSpec) error {
 	if e := checkLatency(spec); e != nil {
 		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
 	}
+	if e := checkTenants(spec, cmp.Or(spec.Policy, s.cfg.Policy)); e != nil {
+		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
+	}
 	set := QueueSettings{
 		VisibilityTimeout: cmp.Or(spec.VisibilityTimeout, s.cfg.VisibilityTimeout),
 		MaxAttempts:       int64(spec.MaxAttempts),
@@ -130,10 +133,13 @@ func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
 		s.reply(ref, fmt.Errorf("create queue %s: %w", spec.Name, fault.ErrQueueExists))
 		return
 	}
+	if spec.TenantSeparator != "" {
+		spec.Policy = PolicySTFQ // a hierarchy needs it, whatever the default becomes
+	}
 	q := s.addQueue(spec)
 	b := s.cur
 	key := appendQueueKey(b.alloc(len(prefixQueue) + len(spec.Name))[:0], spec.Name)
-	s.put(key, appendQueueRecord(b.alloc(61 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy))[:0], &spec))
+	s.put(key, appendQueueRecord(b.alloc(65 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy) + len(spec.TenantSeparator))[:0], &spec))
 	s.reply(ref, QueueCreated{Name: q.name, DLQ: q.dlq.name})
 }
 
@@ -149,7 +155,7 @@ func (s *Sched) addQueue(spec QueueSpec) *queue {
 // dlqSpec returns the spec of the DLQ of a queue defined by spec: its
 // settings without hooks or dedup window.
 func dlqSpec(spec *QueueSpec) QueueSpec {
-	return QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle}
+	return QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle, TenantSeparator: spec.TenantSeparator}
 }
 
 func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
@@ -170,7 +176,7 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 	}
 	q.policy.BackoffMax = max(q.policy.BackoffMax, q.policy.BackoffBase)
 	budget, idle := s.cfg.latency(&spec)
-	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum, budget, idle)
+	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum, budget, idle, spec.TenantSeparator)
 	s.queues[name] = q
 	return q
 }
@@ -289,6 +295,7 @@ func (s *Sched) QueueStats(ref Ref, name string, top int) {
 	if q.fair.stfq && q.fair.budget > 0 {
 		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
 	}
+	st.TenantSeparator = q.fair.sep
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())
 	}

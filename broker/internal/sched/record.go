@@ -371,7 +371,10 @@ func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
 //	+-------------------------------------------------------------+
 //	| policy: len 4B, bytes | latency_budget 4B | latency_idle 8B ns |
 //	+-------------------------------------------------------------+
-//	(the last row absent when all three are zero: the defaults)
+//	| tenant_separator: len 4B, bytes                              |
+//	+-------------------------------------------------------------+
+//	(the last row absent when it is empty; the last two when all four
+//	are zero: the defaults)
 func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, recordVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
@@ -383,13 +386,18 @@ func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, spec.OnEnqueue...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
 	b = append(b, spec.OnFailure...)
-	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 {
+	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" {
 		return b // as records were before policies: the defaults
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.Policy)))
 	b = append(b, spec.Policy...)
 	b = binary.BigEndian.AppendUint32(b, spec.LatencyBudget)
-	return binary.BigEndian.AppendUint64(b, uint64(spec.LatencyIdle))
+	b = binary.BigEndian.AppendUint64(b, uint64(spec.LatencyIdle))
+	if spec.TenantSeparator == "" {
+		return b // as records were before tenants
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.TenantSeparator)))
+	return append(b, spec.TenantSeparator...)
 }
 
 func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
@@ -412,6 +420,12 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 		}
 		if e := checkLatency(&spec); e != nil && d.err == nil {
 			d.fail("%v", e)
+		}
+		if d.err == nil && d.off < len(d.b) {
+			spec.TenantSeparator = d.str32()
+			if e := checkTenants(&spec, spec.Policy); e != nil && d.err == nil {
+				d.fail("%v", e)
+			}
 		}
 	}
 	d.end()

@@ -205,9 +205,11 @@ type fkey struct {
 	left         uint32
 	inLat        bool
 	lnext, lprev *fkey
-	dflt         lane // the lane without throttle keys or ordering key
-	lanes        map[laneID]*lane
-	img          uint32 // its number in the image being written
+	// ten is its tenant, in a queue with a tenant separator (policy.go).
+	ten   *tenant
+	dflt  lane // the lane without throttle keys or ordering key
+	lanes map[laneID]*lane
+	img   uint32 // its number in the image being written
 	// win counts its deliveries over the stats window, from its first
 	// delivery on (window.go).
 	win *window

@@ -63,6 +63,14 @@ type QueueSpec struct {
 	// Config.LatencyIdle (100ms). A drr queue has no latency lane.
 	LatencyBudget uint32
 	LatencyIdle   time.Duration
+	// TenantSeparator, when set, makes an stfq queue schedule in two
+	// levels: tenants, then each tenant's fairness keys. A key's tenant
+	// is the key up to the first TenantSeparator (all of it if it holds
+	// none); the tenant's weight is its last message's, and its share is
+	// split evenly among its backlogged keys, so spreading messages over
+	// many keys gains a tenant nothing. At most MaxTenantSeparator
+	// bytes; a drr queue may not have one. A DLQ follows its queue's.
+	TenantSeparator string
 }
 
 // A Message is one message to enqueue. The shell resolves hooks first, so
@@ -382,6 +390,9 @@ type QueueStats struct {
 	// stfq queue; zeros when it has none.
 	LatencyBudget uint32
 	LatencyIdle   time.Duration
+	// TenantSeparator is the queue's tenant separator; "" when it
+	// schedules its fairness keys in one level.
+	TenantSeparator string
 	// FairnessKeys lists keys with pending messages, most pending first
 	// (then by key), at most the top asked for (MaxStatsKeys).
 	FairnessKeys []FairnessKeyStats

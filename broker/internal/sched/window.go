@@ -151,14 +151,13 @@ func (s *Sched) fairnessStats(q *queue, st *QueueStats, top int) {
 	qn, _ := q.win.view(e)
 	st.WindowDelivered = qn
 	st.Window = s.windowSpan()
-	var weights float64
+	share := q.fair.shares(q, nil)
 	h := make(keyStats, 0, min(top, len(q.keys)))
 	for _, k := range q.keys {
 		if k.pending == 0 {
 			continue
 		}
 		st.BackloggedKeys++
-		weights += float64(q.fair.weight(k))
 		switch {
 		case len(h) < top:
 			heap.Push(&h, k)
@@ -179,7 +178,7 @@ func (s *Sched) fairnessStats(q *queue, st *QueueStats, top int) {
 		if kn == 0 {
 			continue
 		}
-		x := (float64(kn) / float64(qn)) / (float64(q.fair.weight(k)) / weights)
+		x := (float64(kn) / float64(qn)) / share(k)
 		sum += x
 		sumSq += x * x
 		n++
@@ -193,14 +192,14 @@ func (s *Sched) fairnessStats(q *queue, st *QueueStats, top int) {
 		ks := FairnessKeyStats{
 			Key:           k.name,
 			Pending:       uint64(k.pending),
-			Weight:        k.flow.Weight(),
+			Weight:        q.fair.weight(k),
 			Deficit:       k.flow.Deficit(),
 			Delivered:     k.delivered,
-			EntitledShare: float64(q.fair.weight(k)) / weights,
+			EntitledShare: share(k),
 			Lane:          q.fair.lane(k),
 		}
 		if q.fair.stfq {
-			ks.Lag = q.fair.fq.Lag(k)
+			ks.Lag = q.fair.lag(k)
 		}
 		if k.win != nil {
 			kn, dwell := k.win.view(e)

@@ -52,10 +52,13 @@ func AppendCommand(b []byte, c Command) []byte {
 		b = binary.AppendVarint(b, int64(sp.BackoffBase))
 		b = binary.AppendVarint(b, int64(sp.BackoffMax))
 		b = binary.AppendVarint(b, int64(sp.DedupWindow))
-		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 { // absent as before policies: the defaults
+		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 || sp.TenantSeparator != "" { // absent as before policies: the defaults
 			b = appendString(b, sp.Policy)
 			b = binary.AppendUvarint(b, uint64(sp.LatencyBudget))
 			b = binary.AppendVarint(b, int64(sp.LatencyIdle))
+			if sp.TenantSeparator != "" { // absent as before tenants
+				b = appendString(b, sp.TenantSeparator)
+			}
 		}
 	case *DeleteQueue:
 		b = appendString(b, c.Name)
@@ -173,7 +176,13 @@ func DecodeCommand(b []byte) (Command, error) {
 			sp.Policy = d.string()
 			sp.LatencyBudget = d.u32()
 			sp.LatencyIdle = d.duration()
-			if sched.CheckPolicy(sp.Policy) != nil || (sp.Policy == "" && sp.LatencyBudget == 0 && sp.LatencyIdle == 0) {
+			if len(d.b) > 0 {
+				// The scheduler checks it against the policy.
+				if sp.TenantSeparator = d.string(); sp.TenantSeparator == "" || len(sp.TenantSeparator) > sched.MaxTenantSeparator {
+					d.fail("tenant separator %q", sp.TenantSeparator)
+				}
+			}
+			if sched.CheckPolicy(sp.Policy) != nil || (sp.Policy == "" && sp.LatencyBudget == 0 && sp.LatencyIdle == 0 && sp.TenantSeparator == "") {
 				d.fail("policy %q, latency budget %d, idle %v", sp.Policy, sp.LatencyBudget, sp.LatencyIdle)
 			}
 		}

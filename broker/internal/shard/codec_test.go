@@ -160,6 +160,15 @@ func TestCreateQueuePolicy(t *testing.T) {
 			t.Errorf("policy bytes %q: %v; want ErrBadCommand", p, err)
 		}
 	}
+	tenants := &CreateQueue{Spec: sched.QueueSpec{Name: "jobs", Policy: sched.PolicySTFQ, TenantSeparator: "/"}}
+	b = AppendCommand(nil, tenants)
+	if got, err := DecodeCommand(b); err != nil || !reflect.DeepEqual(got, tenants) {
+		t.Fatalf("round trip with a tenant separator: %+v, %v; want %+v", got, err, tenants)
+	}
+	// An empty separator, where one is written, is refused.
+	if _, err := DecodeCommand(append(AppendCommand(nil, with), 0)); !errors.Is(err, ErrBadCommand) {
+		t.Errorf("an empty tenant separator: %v; want ErrBadCommand", err)
+	}
 }
 
 // TestEntryRoundTrip: an entryEncoder used for several proposals encodes

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +241,32 @@ func TestQueueCommands(t *testing.T) {
 		!strings.Contains(out, "ENTITLED") || !strings.Contains(out, "25.0%") || !strings.Contains(out, "75.0%") {
 		t.Errorf("queue inspect shares = %q; want the keys' entitled shares and Jain's index", out)
 	}
+	// Tenants: a tenant's keys share its one share.
+	c.ok("queue", "create", "tenants", "--tenant-separator", "/")
+	for _, k := range []string{"acme/a", "acme/b", "acme/c", "solo"} {
+		c.ok("enqueue", "tenants", "x", "--fairness-key", k)
+	}
+	var tenants struct {
+		Policy       string `json:"policy"`
+		Separator    string `json:"tenant_separator"`
+		FairnessKeys []struct {
+			Key           string  `json:"key"`
+			EntitledShare float64 `json:"entitled_share"`
+		} `json:"fairness_keys"`
+	}
+	c.json(&tenants, "queue", "inspect", "tenants")
+	if tenants.Policy != "stfq" || tenants.Separator != "/" || len(tenants.FairnessKeys) != 4 {
+		t.Errorf("queue inspect tenants -o json = %+v; want stfq, separator /, 4 keys", tenants)
+	}
+	for _, k := range tenants.FairnessKeys {
+		if want := map[bool]float64{true: 0.5, false: 0.5 / 3}[k.Key == "solo"]; math.Abs(k.EntitledShare-want) > 1e-9 {
+			t.Errorf("key %s: entitled share %v; want %v", k.Key, k.EntitledShare, want)
+		}
+	}
+	if out := c.ok("queue", "inspect", "tenants"); !strings.Contains(out, `a key's tenant is the key up to the first "/"`) || !strings.Contains(out, "per tenant") {
+		t.Errorf("queue inspect tenants = %q; want the tenant separator and a latency lane per tenant", out)
+	}
+	c.fails(1, `tenant_separator "/"`, "queue", "create", "odd", "--policy", "drr", "--tenant-separator", "/")
 	c.fails(2, "--top 0: want 1 to 1000", "queue", "inspect", "shares", "--top", "0")
 	c.fails(1, `policy "fifo": want "drr" or "stfq"`, "queue", "create", "odd", "--policy", "fifo")
 	c.fails(1, "latency_budget 2000000", "queue", "create", "odd", "--policy", "stfq", "--latency-budget", "2000000")

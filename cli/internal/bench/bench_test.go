@@ -364,7 +364,8 @@ func TestReplay(t *testing.T) {
 }
 
 // TestReplayGeneric replays a trace of the generic layout, with throttle
-// rates from a flag and a file and jobs of their own costs, in each mode.
+// rates from a flag and a file and jobs of their own costs, in each mode,
+// the tenant hierarchy's included.
 func TestReplayGeneric(t *testing.T) {
 	srv := filatest.Start(t)
 	dir := t.TempDir()
@@ -374,7 +375,7 @@ func TestReplayGeneric(t *testing.T) {
 	}
 	var r ReplayResult
 	runJSON(t, srv, &r, "replay", "--trace", filepath.Join("testdata", "generic-jobs.csv"), "--speedup", "3600",
-		"--throttle-rate", "stripe=900", "--throttle-rates", rates, "--bin", "5m", "--report-dir", dir)
+		"--throttle-rate", "stripe=900", "--throttle-rates", rates, "--bin", "5m", "--report-dir", dir, "--mode", "fifo,drr,stfq,tenants")
 	if r.Jobs != 1900 || r.Users != 6 || r.TraceFormat != layoutCSV || r.Noisy != "noisy" || r.Attribution != "" {
 		t.Fatalf("replay = %d jobs, %d users, layout %s, noisy %s, attribution %q; want 1900, 6, csv, noisy, none",
 			r.Jobs, r.Users, r.TraceFormat, r.Noisy, r.Attribution)
@@ -384,27 +385,32 @@ func TestReplayGeneric(t *testing.T) {
 		t.Errorf("replay = %d providers, %d throttle keys, rates %+v, job costs %v, mean cost %vs (service %vs); want 0, 2, %+v, true, above the service time",
 			r.Providers, r.ThrottleKeys, r.ThrottleRates, r.JobCosts, r.MeanCostSeconds, r.ServiceSeconds, want)
 	}
-	checkReplay(t, srv, &r, 1900, 6)
+	checkReplay(t, srv, &r, 1900, 6, "fifo", "drr", "stfq", "tenants")
 	md, _ := os.ReadFile(filepath.Join(dir, "replay.md"))
-	for _, want := range []string{"`csv`", "| DRR (key = fairness_key)", "`stripe` 900 jobs per trace hour, burst 20"} {
+	for _, want := range []string{"`csv`", "| DRR (key = fairness_key)", "`stripe` 900 jobs per trace hour, burst 20", "| STFQ (tenant, then fairness_key)"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("replay.md lacks %q", want)
 		}
 	}
 }
 
-// checkReplay checks what every replay in the three default modes
-// reports: the modes in order, each on its own queue of its policy,
-// deleted afterwards with its throttle keys; every job delivered and
-// counted once; shares that add up; a validity consistent with itself.
-func checkReplay(t *testing.T, srv *filatest.Server, r *ReplayResult, jobs, users int) {
+// checkReplay checks what every replay in modes (the three default ones
+// if none) reports: the modes in order, each on its own queue of its
+// policy, deleted afterwards with its throttle keys; every job delivered
+// and counted once; shares that add up; a validity consistent with
+// itself.
+func checkReplay(t *testing.T, srv *filatest.Server, r *ReplayResult, jobs, users int, modes ...string) {
 	t.Helper()
-	if len(r.Modes) != 3 {
-		t.Fatalf("replay = %d modes; want fifo, drr, stfq", len(r.Modes))
+	if len(modes) == 0 {
+		modes = []string{"fifo", "drr", "stfq"}
+	}
+	if len(r.Modes) != len(modes) {
+		t.Fatalf("replay = %d modes; want %v", len(r.Modes), modes)
 	}
 	var reasons []string
 	var wall float64
-	for i, want := range []struct{ mode, policy string }{{"fifo", "drr"}, {"drr", "drr"}, {"stfq", "stfq"}} {
+	for i, mode := range modes {
+		want := struct{ mode, policy string }{mode, modePolicy(mode)}
 		m := r.Modes[i]
 		if m.Mode != want.mode || m.Policy != want.policy || !strings.HasSuffix(m.Queue, "-"+want.mode) || m.WallSeconds <= 0 {
 			t.Errorf("replay mode %d = %s, policy %s, queue %s, wall %vs; want %s, %s, a queue of its own", i, m.Mode, m.Policy, m.Queue, m.WallSeconds, want.mode, want.policy)

@@ -27,7 +27,12 @@ var replayModes = []struct{ name, policy string }{
 	{"fifo", fila.PolicyDRR}, // one fairness key for every job
 	{"drr", fila.PolicyDRR},  // the job's own key
 	{"stfq", fila.PolicySTFQ},
+	{"tenants", fila.PolicySTFQ}, // tenant, then the job's key
 }
+
+// tenantSep is the tenant separator of the tenants mode's queue: a byte
+// no tenant name of a trace holds.
+const tenantSep = "\x1f"
 
 // modePolicy returns the scheduling policy of mode's queue, "" for an
 // unknown mode.
@@ -161,9 +166,10 @@ type ReplayResult struct {
 
 // ReplayMode is one way of scheduling the replay, run alone: "fifo",
 // one fairness key for every job on a drr queue; "drr", each job's own
-// fairness key (its user in the Google layout) on a drr queue; or
+// fairness key (its user in the Google layout) on a drr queue;
 // "stfq", the same keys on an stfq queue with the broker's default
-// latency lane.
+// latency lane; or "tenants", the same on an stfq queue with a tenant
+// hierarchy, each job's key under its tenant (its user).
 type ReplayMode struct {
 	Mode   string `json:"mode"`
 	Policy string `json:"policy"`
@@ -235,6 +241,9 @@ each on a queue of its own that is deleted afterwards (unless --keep):
   drr   each job's fairness key, on a drr queue
   stfq  each job's fairness key, on an stfq queue (the broker's default
         latency lane)
+  tenants  as stfq, with the queue's tenant hierarchy on: a tenant's
+        fairness keys share one tenant's share (differs from stfq only
+        for a csv trace whose tenants use several keys)
 
 --mode picks them (repeatable or comma-separated; default fifo,drr,stfq,
 in that order). Each job is one message, enqueued at its submission time
@@ -363,7 +372,7 @@ parameters, each of other modes, into one report in --report-dir.`,
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.tracePath, "trace", "", "trace file (CSV, google or csv layout; required unless --merge)")
 	fl.StringVar(&cfg.layout, "trace-format", layoutAuto, "trace layout: auto (by the header), google or csv")
-	fl.StringSliceVar(&cfg.modes, "mode", []string{"fifo", "drr", "stfq"}, "modes to run, one after another: fifo, drr, stfq (repeatable or comma-separated)")
+	fl.StringSliceVar(&cfg.modes, "mode", []string{"fifo", "drr", "stfq"}, "modes to run, one after another: fifo, drr, stfq, tenants (repeatable or comma-separated)")
 	fl.IntVar(&cfg.limit, "limit", 0, "replay only the first N jobs (0: all)")
 	fl.Float64Var(&cfg.speedup, "speedup", 600, "trace seconds per wall-clock second")
 	fl.Float64Var(&cfg.capacity, "capacity", 2000, "jobs per trace hour all consumers of a queue process together")
@@ -410,11 +419,11 @@ func (c *replayConfig) check() error {
 	case c.maxLateness < 0 || !(c.minBusy >= 0 && c.minBusy <= 1):
 		return usagef("bench: replay: want --max-lateness ≥ 0 and --min-busy from 0 to 1")
 	case len(c.modes) == 0:
-		return usagef("bench: replay: --mode: want at least one of fifo, drr, stfq")
+		return usagef("bench: replay: --mode: want at least one of fifo, drr, stfq, tenants")
 	}
 	for i, m := range c.modes {
 		if modePolicy(m) == "" {
-			return usagef("bench: replay: --mode %q: want fifo, drr or stfq", m)
+			return usagef("bench: replay: --mode %q: want fifo, drr, stfq or tenants", m)
 		}
 		if slices.Contains(c.modes[:i], m) {
 			return usagef("bench: replay: --mode %s given twice", m)
@@ -606,6 +615,9 @@ func replayMode(ctx context.Context, e *env, c *fila.Client, cfg *replayConfig, 
 	lease := max(30*time.Second, 2*cfg.wall(tr.longest(cfg.service()))+10*time.Second)
 	q, drop, err := createQueue(ctx, c, name, e.keep, func(qs *fila.QueueSpec) {
 		qs.Policy(r.policy).VisibilityTimeout(lease)
+		if mode == "tenants" {
+			qs.TenantSeparator(tenantSep)
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -742,9 +754,12 @@ func replayMessages(cfg *replayConfig, tr *trace, r *replayRun) []*fila.Message 
 		p := payloads[i*cfg.size:][:cfg.size:cfg.size]
 		binary.LittleEndian.PutUint64(p, uint64(i))
 		m := fila.NewMessage(r.queue, p)
-		if r.mode == "fifo" {
+		switch r.mode {
+		case "fifo":
 			m.FairnessKey("all")
-		} else {
+		case "tenants":
+			m.FairnessKey(tr.users[j.user] + tenantSep + tr.fairnessKey(j))
+		default:
 			m.FairnessKey(tr.fairnessKey(j))
 		}
 		if k := tr.throttleKey(j); k != "" {

@@ -54,6 +54,8 @@ func (r *ReplayResult) modeName(m string) string {
 		return "FIFO (one key)"
 	case "drr", "stfq":
 		return strings.ToUpper(m) + " (key = " + key + ")"
+	case "tenants":
+		return "STFQ (tenant, then " + key + ")"
 	}
 	return m
 }
@@ -312,6 +314,8 @@ func (r *ReplayResult) markdown(w io.Writer, plotRef string) {
 			modes = append(modes, "`drr`: "+key+", on a `drr` queue")
 		case "stfq":
 			modes = append(modes, "`stfq`: "+key+", on an `stfq` queue (the broker's default latency lane)")
+		case "tenants":
+			modes = append(modes, "`tenants`: "+key+" under the job's tenant, on an `stfq` queue with a tenant hierarchy (a tenant's keys share its one share)")
 		}
 	}
 	cost := fmt.Sprintf("%s of trace time per job", dur(r.ServiceSeconds))

@@ -25,6 +25,7 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 		latencyIdle                        time.Duration
 		maxAttempts, latencyBudget         uint32
 		onEnqueue, onFailure, policy       string
+		tenantSep                          string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -36,7 +37,8 @@ of the ranges of those keys. --on-enqueue and --on-failure name
 files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		Example: `  fila queue create orders
   fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua
-  fila queue create jobs --policy stfq`,
+  fila queue create jobs --policy stfq
+  fila queue create reports --tenant-separator /`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
@@ -52,7 +54,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
 				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy).
-				LatencyLane(latencyBudget, latencyIdle)
+				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep)
 			for _, h := range []struct {
 				file string
 				set  func(string) *fila.QueueSpec
@@ -87,6 +89,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.StringVar(&policy, "policy", "", `fair scheduling across fairness keys: "drr" (deficit round robin, shares over whole rounds, in bytes) or "stfq" (start-time fair queueing, shares at every time scale, in messages); unset: the broker's [scheduler] policy`)
 	f.Uint32Var(&latencyBudget, "latency-budget", 0, "stfq: deliveries a fairness key gets ahead of the backlog when it comes back after --latency-idle with nothing pending (0: the broker's default, 10)")
 	f.DurationVar(&latencyIdle, "latency-idle", 0, "stfq: how long a fairness key must have had nothing pending to enter the latency lane (0: the broker's default, 100ms)")
+	f.StringVar(&tenantSep, "tenant-separator", "", `stfq: schedule tenants, then each tenant's keys; a key's tenant is the key up to the first separator ("acme" of "acme/job-7" with "/"), so a tenant's keys share one tenant's share (unset: no hierarchy)`)
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
@@ -245,6 +248,7 @@ func statsJSON(st *fila.QueueStats) any {
 		"policy":                st.Policy,
 		"latency_budget":        st.LatencyBudget,
 		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
+		"tenant_separator":      st.TenantSeparator,
 		"fairness_keys":         fk,
 		"backlogged_keys":       st.BackloggedKeys,
 		"window_ms":             st.Window.Milliseconds(),
@@ -268,7 +272,14 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
 	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d, policy %s\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts, st.Policy)
 	if st.LatencyBudget > 0 {
-		fmt.Fprintf(w, "  latency lane: %d deliveries per key after %v idle\n", st.LatencyBudget, st.LatencyIdle)
+		per := "key"
+		if st.TenantSeparator != "" {
+			per = "tenant"
+		}
+		fmt.Fprintf(w, "  latency lane: %d deliveries per %s after %v idle\n", st.LatencyBudget, per, st.LatencyIdle)
+	}
+	if st.TenantSeparator != "" {
+		fmt.Fprintf(w, "  tenants: a key's tenant is the key up to the first %q; tenants share by weight, a tenant's keys evenly\n", st.TenantSeparator)
 	}
 	fmt.Fprintf(w, "  hooks: on_enqueue %d calls (%d failed), on_failure %d calls (%d failed), circuit %s (%d trips)\n",
 		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)

@@ -1849,12 +1849,15 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 {
+			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
 				dst = appendU64(dst, m.LatencyIdleMS)
+				if m.TenantSeparator != "" {
+					dst = appendString(dst, m.TenantSeparator)
+				}
 			}
 		}
 	}
@@ -1883,6 +1886,9 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	}
 	if r.more() {
 		m.LatencyIdleMS = r.u64("latency_idle_ms")
+	}
+	if r.more() {
+		m.TenantSeparator = r.strLike("tenant_separator", prev.TenantSeparator)
 	}
 }
 
@@ -2095,20 +2101,23 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 					dst = appendU64(dst, m.BackloggedKeys)
-					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 						dst = appendU64(dst, m.WindowMS)
-						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 {
+						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 							dst = appendU64(dst, m.WindowDelivered)
-							if math.Float64bits(m.JainIndex) != 0 {
+							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
 								dst = appendF64(dst, m.JainIndex)
+								if m.TenantSeparator != "" {
+									dst = appendString(dst, m.TenantSeparator)
+								}
 							}
 						}
 					}
@@ -2224,6 +2233,9 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.JainIndex = r.f64("jain_index")
+	}
+	if r.more() {
+		m.TenantSeparator = r.strLike("tenant_separator", prev.TenantSeparator)
 	}
 }
 

@@ -422,6 +422,7 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 		OnEnqueue:           rapid.StringN(0, 12, -1).Draw(t, "on_enqueue"),
 		OnFailure:           rapid.StringN(0, 12, -1).Draw(t, "on_failure"),
 		Policy:              rapid.StringN(0, 12, -1).Draw(t, "policy"),
+		TenantSeparator:     rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
 		VisibilityTimeoutMS: rapid.Uint64().Draw(t, "visibility_timeout_ms"),
 	}
 }
@@ -466,16 +467,17 @@ func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 		FairnessKeys: drawList(t, "fairness_keys", 3, func(t *rapid.T, label string) FairnessKeyStats {
 			return *drawFairnessKeyStats(t)
 		}),
-		Hooks:         *drawHookStats(t),
-		JainIndex:     rapid.Float64Range(-1e+12, 1e+12).Draw(t, "jain_index"),
-		LatencyBudget: rapid.Uint32().Draw(t, "latency_budget"),
-		LatencyIdleMS: rapid.Uint64().Draw(t, "latency_idle_ms"),
-		Leased:        rapid.Uint64().Draw(t, "leased"),
-		MaxAttempts:   rapid.Uint32().Draw(t, "max_attempts"),
-		Name:          rapid.StringN(0, 12, -1).Draw(t, "name"),
-		Policy:        rapid.StringN(0, 12, -1).Draw(t, "policy"),
-		Ready:         rapid.Uint64().Draw(t, "ready"),
-		Subscriptions: rapid.Uint32().Draw(t, "subscriptions"),
+		Hooks:           *drawHookStats(t),
+		JainIndex:       rapid.Float64Range(-1e+12, 1e+12).Draw(t, "jain_index"),
+		LatencyBudget:   rapid.Uint32().Draw(t, "latency_budget"),
+		LatencyIdleMS:   rapid.Uint64().Draw(t, "latency_idle_ms"),
+		Leased:          rapid.Uint64().Draw(t, "leased"),
+		MaxAttempts:     rapid.Uint32().Draw(t, "max_attempts"),
+		Name:            rapid.StringN(0, 12, -1).Draw(t, "name"),
+		Policy:          rapid.StringN(0, 12, -1).Draw(t, "policy"),
+		Ready:           rapid.Uint64().Draw(t, "ready"),
+		Subscriptions:   rapid.Uint32().Draw(t, "subscriptions"),
+		TenantSeparator: rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
 		ThrottleKeys: drawList(t, "throttle_keys", 3, func(t *rapid.T, label string) ThrottleKeyStats {
 			return *drawThrottleKeyStats(t)
 		}),

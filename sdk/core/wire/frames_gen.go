@@ -1539,6 +1539,15 @@ type CreateQueue struct {
 	// nothing pending to enter the latency lane again, at most 1 hour; 0 means the
 	// broker's [scheduler] latency_idle (default 100 ms).
 	LatencyIdleMS uint64
+	// TenantSeparator (string) Opt-in tenant hierarchy: when set (1 to 16 bytes),
+	// the queue schedules tenants, then each tenant's fairness keys. A key's
+	// tenant is the key up to the first separator (all of it if it holds none);
+	// the tenant's weight is the weight of its last enqueued message, and its
+	// share is split evenly among its backlogged keys, so spreading messages over
+	// more keys gains a tenant nothing. The latency lane is then per tenant. Needs
+	// policy `stfq` (empty policy then means `stfq`); with `drr`, or longer than
+	// 16 bytes, fails with INVALID_ARGUMENT. Empty: no hierarchy.
+	TenantSeparator string
 }
 
 // Opcode returns OpCreateQueue.
@@ -1671,6 +1680,10 @@ type QueueStatsResult struct {
 	// key got its entitled share, 1/n when one key got everything; 0 when no key
 	// was delivered to in the window.
 	JainIndex float64
+	// TenantSeparator (string) The queue's tenant separator; empty when it has no
+	// tenant hierarchy. With one, a key's weight and entitled_share are its
+	// tenant's weight and the tenant's share split among its backlogged keys.
+	TenantSeparator string
 }
 
 // Opcode returns OpQueueStatsResult.
