@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -307,5 +308,76 @@ func TestTenantHierarchyEndToEnd(t *testing.T) {
 	t.Logf("the tenant with 1,000 keys got %.4f of %d deliveries", share, n)
 	if math.Abs(share-0.5) > 0.01 {
 		t.Fatalf("the tenant with 1,000 keys got %.4f of the deliveries; want 0.5 ± 0.01", share)
+	}
+}
+
+// TestCostByTimeEndToEnd: on a real server, a queue that charges by
+// consumer time, with a key of 10 ms jobs and a key of 100 ms jobs both
+// backlogged and four consumers taking one message at a time, gives the
+// fast key several times the deliveries of the slow one (about ten: the
+// same consumer time), where a queue charging per delivery splits them
+// evenly. QueueStats reports it; on a drr queue it is refused with
+// INVALID_ARGUMENT.
+func TestCostByTimeEndToEnd(t *testing.T) {
+	srv := filatest.Start(t)
+	ctx := ctxT(t, 2*time.Minute)
+	admin := connect(t, srv.Addr).Admin()
+	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("flat").Policy(fila.PolicyDRR).CostByTime()); !errors.Is(err, fila.ErrInvalidArgument) {
+		t.Fatalf("cost by time on a drr queue: %v; want INVALID_ARGUMENT", err)
+	}
+	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("jobs").CostByTime()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := admin.QueueStats(ctx, "jobs"); err != nil || !st.CostByTime || st.Policy != fila.PolicySTFQ {
+		t.Fatalf("QueueStats: %+v, %v; want cost by time, stfq", st, err)
+	}
+	prod := connect(t, srv.Addr).Producer()
+	var batch []*fila.Message
+	for i := range 2000 {
+		batch = append(batch, fila.NewMessage("jobs", []byte("f")).FairnessKey("fast"))
+		if i < 400 {
+			batch = append(batch, fila.NewMessage("jobs", []byte("s")).FairnessKey("slow"))
+		}
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), 500)
+		if _, err := prod.SendBatch(ctx, batch[:n]); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[n:]
+	}
+	job := map[string]time.Duration{"fast": 10 * time.Millisecond, "slow": 100 * time.Millisecond}
+	run, stop := context.WithTimeout(ctx, 4*time.Second)
+	defer stop()
+	var mu sync.Mutex
+	count := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		sub, err := connect(t, srv.Addr).Consumer().Subscribe(ctx, "jobs", fila.Prefetch(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d, err := range sub.Messages(run) {
+				if err != nil {
+					return
+				}
+				time.Sleep(job[d.FairnessKey()])
+				if d.Ack(ctx) != nil {
+					return
+				}
+				mu.Lock()
+				count[d.FairnessKey()]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	ratio := float64(count["fast"]) / float64(max(count["slow"], 1))
+	t.Logf("in 4 s: fast %d, slow %d deliveries (%.1f : 1)", count["fast"], count["slow"], ratio)
+	if count["slow"] == 0 || ratio < 4 || ratio > 25 {
+		t.Fatalf("fast %d, slow %d deliveries; want the fast key about ten times the slow one's", count["fast"], count["slow"])
 	}
 }

@@ -366,10 +366,11 @@ broker must be fresh.`,
 	},
 	{
 		Name: "admin/tenants",
-		Doc: `A queue with a tenant separator: created without a policy (it is
-stfq), three messages of tenant acme over two keys and one of tenant
-solo; QueueStats reports the separator, and each key's entitled share is
-its tenant's half split among the tenant's keys.`,
+		Doc: `A queue with a tenant separator that charges by consumer time:
+created without a policy (it is stfq), three messages of tenant acme
+over two keys and one of tenant solo; QueueStats reports both settings,
+and each key's entitled share is its tenant's half split among the
+tenant's keys.`,
 		Run: func(ctx context.Context, s *conformance.Session) error {
 			c, err := connect(ctx, s)
 			if err != nil {
@@ -377,7 +378,7 @@ its tenant's half split among the tenant's keys.`,
 			}
 			a, q := c.Admin(), "adm.tenants"
 			var st steps
-			st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q).TenantSeparator("/")), nil)
+			st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q).TenantSeparator("/").CostByTime()), nil)
 			for _, k := range []string{"acme/a", "acme/b", "acme/a", "solo"} {
 				st.want("send "+k, second(c.Producer().Send(ctx, fila.NewMessage(q, []byte("x")).FairnessKey(k))), nil)
 			}
@@ -388,7 +389,7 @@ its tenant's half split among the tenant's keys.`,
 				for _, k := range qs.FairnessKeys {
 					shares[k.Key] = k.EntitledShare
 				}
-				st.check("stats", qs.Policy == fila.PolicySTFQ && qs.TenantSeparator == "/" &&
+				st.check("stats", qs.Policy == fila.PolicySTFQ && qs.TenantSeparator == "/" && qs.CostByTime &&
 					shares["acme/a"] == 0.25 && shares["acme/b"] == 0.25 && shares["solo"] == 0.5,
 					"got policy %q, separator %q, shares %v; want stfq, /, acme/a and acme/b 0.25, solo 0.5", qs.Policy, qs.TenantSeparator, shares)
 			}

@@ -104,6 +104,16 @@ func (q *QueueSpec) LatencyLane(budget uint32, idle time.Duration) *QueueSpec {
 // default): no hierarchy.
 func (q *QueueSpec) TenantSeparator(sep string) *QueueSpec { q.f.TenantSeparator = sep; return q }
 
+// CostByTime makes the queue share consumer time rather than deliveries:
+// a delivery is charged the lease time it held, from delivery to ack,
+// nack, release or expiry, so that a fairness key (or tenant) whose jobs
+// take ten times longer gets a tenth of the deliveries and the same
+// consumer time. Each key's FairnessKeyStats.Lag is then in
+// milliseconds. It needs PolicySTFQ (a queue that names no policy gets
+// it); the broker refuses it with PolicyDRR with *StatusError
+// (INVALID_ARGUMENT).
+func (q *QueueSpec) CostByTime() *QueueSpec { q.f.CostByTime = true; return q }
+
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
 
@@ -184,6 +194,9 @@ type QueueStats struct {
 	// with one, a key's Weight and EntitledShare are its tenant's weight
 	// and the tenant's share split among its backlogged keys.
 	TenantSeparator string
+	// CostByTime reports whether the queue shares consumer time rather
+	// than deliveries.
+	CostByTime bool
 	// FairnessKeys lists the most pending fairness keys (WithTopKeys),
 	// most pending first; BackloggedKeys counts all keys with pending
 	// messages.
@@ -288,8 +301,8 @@ func (a *Administrator) QueueStats(ctx context.Context, name string, opts ...Sta
 		MaxAttempts:   r.MaxAttempts,
 		Policy:        cmp.Or(r.Policy, PolicyDRR),
 		LatencyBudget: r.LatencyBudget, LatencyIdle: time.Duration(r.LatencyIdleMS) * time.Millisecond,
-		TenantSeparator: r.TenantSeparator,
-		OnEnqueueCalls:  r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
+		TenantSeparator: r.TenantSeparator, CostByTime: r.CostByTime,
+		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,
 		BackloggedKeys: r.BackloggedKeys, Window: time.Duration(r.WindowMS) * time.Millisecond,

@@ -543,7 +543,7 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 		return err
 	})
 	eventually(t, "create queue", func() error {
-		_, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "tenants", TenantSeparator: "/"})
+		_, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "tenants", TenantSeparator: "/", CostByTime: true})
 		return err
 	})
 	if _, err := c.nodes[1].CreateQueue(ctx, sched.QueueSpec{Name: "odd", Policy: "fifo"}); !errors.Is(err, fault.ErrInvalidArgument) {
@@ -565,8 +565,8 @@ func TestQueuePolicyFixedAtCreation(t *testing.T) {
 			if q := n.meta.queueOf("plain"); q.spec.LatencyBudget != 7 || q.spec.LatencyIdle != time.Second {
 				return fmt.Errorf("node %d: queue plain: latency lane %d, %v; want the proposer's 7, 1s", i+1, q.spec.LatencyBudget, q.spec.LatencyIdle)
 			}
-			if q := n.meta.queueOf("tenants"); q.spec.TenantSeparator != "/" {
-				return fmt.Errorf("node %d: queue tenants: separator %q", i+1, q.spec.TenantSeparator)
+			if q := n.meta.queueOf("tenants"); q.spec.TenantSeparator != "/" || !q.spec.CostByTime {
+				return fmt.Errorf("node %d: queue tenants: separator %q, cost by time %v", i+1, q.spec.TenantSeparator, q.spec.CostByTime)
 			}
 			return nil
 		})

@@ -426,8 +426,8 @@ func (n *Node) register() {
 func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.QueueCreated, error) {
 	// Every replica must schedule alike, whatever its own default: the
 	// queue takes this node's default policy now, if it names none.
-	if spec.Policy == "" && spec.TenantSeparator != "" {
-		spec.Policy = sched.PolicySTFQ // a hierarchy needs it
+	if spec.Policy == "" && (spec.TenantSeparator != "" || spec.CostByTime) {
+		spec.Policy = sched.PolicySTFQ // they need it
 	}
 	if spec.Policy == "" {
 		spec.Policy = cmp.Or(n.cfg.Shard.Sched.Policy, sched.DefaultPolicy)

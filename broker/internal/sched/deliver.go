@@ -94,6 +94,9 @@ func (s *Sched) deliver(sb *sub, m *msg) {
 	q.leased++
 	s.lease++
 	m.lease = s.lease
+	if q.fair.byTime {
+		q.fair.leased(m.lane.key, m.lease, s.now)
+	}
 	s.setTimer(m, s.now.Add(q.vis))
 	leaseLink(&sb.leases, m)
 	m.slot = sb.slot

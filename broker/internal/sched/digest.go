@@ -146,6 +146,15 @@ func (d *digester) queue(s *Sched, q *queue) {
 		for k := f.lhead; k != nil; k = k.lnext {
 			d.str(k.name)
 		}
+		// Cost by time: the estimates and open leases (nothing without).
+		if f.byTime {
+			d.uint(uint64(f.est))
+			for _, l := range sortedKeys(f.held, cmp.Compare) {
+				d.uint(l)
+				d.int(int64(f.held[l].start))
+				d.uint(uint64(f.held[l].est))
+			}
+		}
 		// Tenants: the top scheduler and each tenant's (nothing without,
 		// as before tenants).
 		if f.sep != "" {
@@ -254,6 +263,9 @@ func (d *digester) queue(s *Sched, q *queue) {
 			d.int(int64(k.idleSince))
 			d.uint(uint64(k.left))
 			d.bool(k.inLat)
+			if q.fair.byTime {
+				d.uint(uint64(k.est))
+			}
 		} else {
 			d.int(k.flow.Deficit())
 		}

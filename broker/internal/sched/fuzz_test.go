@@ -78,6 +78,8 @@ func FuzzDecodeRunRecord(f *testing.F) {
 
 func FuzzDecodeQueueRecord(f *testing.F) {
 	f.Add(appendQueueRecord(nil, &QueueSpec{VisibilityTimeout: time.Second, MaxAttempts: 5, OnEnqueue: "e", OnFailure: "f"}))
+	f.Add(appendQueueRecord(nil, &QueueSpec{Policy: PolicySTFQ, LatencyBudget: 3, TenantSeparator: "/", CostByTime: true}))
+	f.Add(appendQueueRecord(nil, &QueueSpec{Policy: PolicySTFQ, CostByTime: true}))
 	f.Fuzz(func(t *testing.T, value []byte) {
 		spec, err := decodeQueueRecord("q", value)
 		if err != nil {

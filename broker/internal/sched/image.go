@@ -46,18 +46,20 @@ import (
 //	queue    = name:s spec body body                (a queue, then its DLQ)
 //	spec     = vis:v maxAttempts:u backoffBase:v backoffMax:v dedupWindow:v
 //	           onEnqueue:s onFailure:s policy:s latencyBudget:u latencyIdle:v
-//	           (version 2: tenantSeparator:s)
+//	           (version 2: tenantSeparator:s costByTime:bool)
 //	body     = vis:v maxAttempts:u backoffBase:v backoffMax:v window:v quantum:u
 //	           (0 round:u target:u | 1 budget:u idle:v credit:v V:u seq:u)
 //	           (stfq with a tenant separator: [tenant]; V and seq are then
 //	           the top scheduler's)
 //	           [key] (drr: [cur:key] [next:key] | stfq: [latency:key]
-//	           [name:s at:v] (recent map) [name:s at:v] (recent queue))
+//	           [name:s at:v] (recent map) [name:s at:v] (recent queue)
+//	           (cost by time: est:u [lease:u start:v est:u]))
 //	           (queue, not DLQ: [idk] [pendingIdk] unsorted:bool [producer])
 //	           [limit]
 //	tenant   = name:s flags:1 weight:u tag:u seq:u V:u seq:u [idleSince:v]
 //	key      = name:s flags:1 weight:u delivered:u
-//	           (drr: deficit:v round:u | stfq: tag:u seq:u [idleSince:v] left:u)
+//	           (drr: deficit:v round:u | stfq: tag:u seq:u [idleSince:v] left:u
+//	           (cost by time: est:u))
 //	           [lane] [runnable:lane-in-key]      (the first lane is the default one)
 //	lane     = (not the first: tset:u (0: none, else index+1) orderingKey:s) [msg]
 //	idk      = key:s id expires:v
@@ -105,10 +107,11 @@ import (
 // the original may hold; its flows come out in the same order, tags and
 // sequences being a total order.
 //
-// Version 2 adds the tenant separator to the spec, and the tenants to an
-// stfq queue that has one. An image is written as version 1 while no
-// queue has a tenant separator, so that a broker that predates tenants
-// reads it; every version up to imageVersion is read.
+// Version 2 adds the tenant separator and cost by time to the spec, the
+// tenants to an stfq queue that has a separator, and the estimates and
+// open leases to one that charges by time. An image is written as
+// version 1 while no queue has either, so that a broker that predates
+// them reads it; every version up to imageVersion is read.
 const imageVersion = 2
 
 // ErrBadImage is wrapped by LoadImage's errors. Their text names the
@@ -202,7 +205,7 @@ func (w *imageWriter) image() {
 	s := w.s
 	w.version = 1
 	for _, q := range s.queues {
-		if q.spec.TenantSeparator != "" {
+		if q.spec.TenantSeparator != "" || q.spec.CostByTime {
 			w.version = 2
 		}
 	}
@@ -338,6 +341,7 @@ func (w *imageWriter) spec(sp *QueueSpec) {
 	w.dur(sp.LatencyIdle)
 	if w.version >= 2 {
 		w.str(sp.TenantSeparator)
+		w.bool(sp.CostByTime)
 	}
 }
 
@@ -392,6 +396,17 @@ func (w *imageWriter) queue(q *queue) {
 		for _, e := range f.recentQ[f.rhead:] {
 			w.str(e.name)
 			w.time(e.at)
+		}
+		if f.byTime {
+			w.uint(uint64(f.est))
+			leases := sortedKeys(f.held, cmp.Compare)
+			w.uint(uint64(len(leases)))
+			for _, l := range leases {
+				h := f.held[l]
+				w.uint(l)
+				w.time(h.start)
+				w.uint(uint64(h.est))
+			}
 		}
 	} else {
 		var n [2]int
@@ -538,6 +553,9 @@ func (w *imageWriter) key(k *fkey) {
 			w.time(k.idleSince)
 		}
 		w.uint(uint64(k.left))
+		if f.byTime {
+			w.uint(uint64(k.est))
+		}
 	} else {
 		st := k.flow.State()
 		w.int(st.Deficit)
@@ -1018,6 +1036,7 @@ func (r *imageReader) queueList() {
 		spec.LatencyIdle = r.dur("latency idle")
 		if r.version >= 2 {
 			spec.TenantSeparator = r.str("tenant separator", MaxTenantSeparator)
+			spec.CostByTime = r.bool("cost by time")
 		}
 		if r.err != nil {
 			return
@@ -1096,6 +1115,7 @@ func (r *imageReader) queue(q *queue) {
 		f.credit = r.int("latency credit")
 		f.creditMax = 2 * latencyBurst * int64(f.budget)
 		v, seq := r.uint("virtual time"), r.uint("stfq sequence")
+		f.setByTime(q.spec.CostByTime)
 		if f.setSep(q.spec.TenantSeparator); f.sep != "" {
 			f.top.Load(v, seq)
 			r.tenants(q)
@@ -1157,6 +1177,21 @@ func (r *imageReader) queue(q *queue) {
 			name := r.str("recent key", imgMaxName)
 			at := r.time("recent key idle since")
 			f.recentQ = append(f.recentQ, recentKey{name, at})
+		}
+		if f.byTime {
+			f.est = r.u32("cost estimate")
+			n = r.count("open leases", 3)
+			for range n {
+				lease, start, est := r.uint("lease"), r.time("lease start"), r.u32("lease charge")
+				if r.err != nil {
+					return
+				}
+				if _, dup := f.held[lease]; dup || lease == 0 || lease > r.s.lease {
+					r.fail("queue %s: open lease %d repeated or not given", q.name, lease)
+					return
+				}
+				f.held[lease] = heldLease{start: start, est: est}
+			}
 		}
 	} else {
 		for _, next := range [2]bool{false, true} {
@@ -1264,6 +1299,9 @@ func (r *imageReader) key(q *queue) {
 			k.idleSince = r.time("idle since")
 		}
 		k.left = r.u32("latency budget left")
+		if f.byTime {
+			k.est = r.u32("cost estimate")
+		}
 		kw := weight
 		if f.sep != "" {
 			// Its tenant's keys share at equal weights.
@@ -1893,4 +1931,32 @@ func (r *imageReader) check() {
 			return
 		}
 	}
+	for _, q := range r.queues {
+		if err := checkHeld(q); err != nil {
+			r.fail("queue %s: %v", q.name, err)
+			return
+		}
+	}
+}
+
+// checkHeld checks that a queue charging by time knows the start of
+// every open lease of its messages, and of nothing else.
+func checkHeld(q *queue) error {
+	if !q.fair.byTime {
+		return nil
+	}
+	n := 0
+	for m := range q.msgs.all() {
+		if m.state != stLeased {
+			continue
+		}
+		if _, ok := q.fair.held[m.lease]; !ok {
+			return fmt.Errorf("lease %d of message %x: no start", m.lease, m.id)
+		}
+		n++
+	}
+	if n != len(q.fair.held) {
+		return fmt.Errorf("%d lease starts for %d open leases", len(q.fair.held), n)
+	}
+	return nil
 }

@@ -187,6 +187,7 @@ func (l *lockstep) step() {
 			if l.pick(2) == 0 {
 				spec.TenantSeparator = "/"
 			}
+			spec.CostByTime = l.pick(2) == 0
 		case 1:
 			spec.Policy = PolicyDRR
 		}
@@ -537,7 +538,7 @@ func richState(t fataler) *harness {
 	s.CreateQueue(2, QueueSpec{Name: "f", Policy: PolicySTFQ, LatencyBudget: 3})
 	s.CreateQueue(3, QueueSpec{Name: "h", OnFailure: "function on_failure(m) end"})
 	s.CreateQueue(4, QueueSpec{Name: "gone"})
-	s.CreateQueue(5, QueueSpec{Name: "ten", Policy: PolicySTFQ, LatencyBudget: 2, TenantSeparator: "/"})
+	s.CreateQueue(5, QueueSpec{Name: "ten", Policy: PolicySTFQ, LatencyBudget: 2, TenantSeparator: "/", CostByTime: true})
 	s.SetThrottle("slow", 1, 1)
 	s.SetThrottle("fast", 1000, 10)
 	enq := func(queue string, ms ...Message) {

@@ -242,6 +242,9 @@ func checkInvariants(s *Sched, pumped bool) error {
 		if nlat != q.fair.nlat {
 			return fmt.Errorf("queue %s: latency lane of %d keys, counted %d", name, nlat, q.fair.nlat)
 		}
+		if err := checkHeld(q); err != nil {
+			return fmt.Errorf("queue %s: %w", name, err)
+		}
 		if err := checkTenantState(q); err != nil {
 			return fmt.Errorf("queue %s: %w", name, err)
 		}

@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -48,10 +49,13 @@ func checkLatency(spec *QueueSpec) *SettingError {
 const MaxTenantSeparator = 16
 
 // checkTenants returns a *SettingError if spec names a tenant separator
-// that is too long, or one for a queue whose policy (policy, resolved
-// against the Config) is not stfq; else nil.
+// that is too long, or a separator or cost by time for a queue whose
+// policy (policy, resolved against the Config) is not stfq; else nil.
 func checkTenants(spec *QueueSpec, policy string) *SettingError {
 	sep := spec.TenantSeparator
+	if spec.CostByTime && policy != PolicySTFQ {
+		return &SettingError{Setting: "cost_by_time", Value: "true", Want: `a queue of policy "stfq" (this one is ` + fmt.Sprintf("%q", policy) + ")"}
+	}
 	switch {
 	case sep == "":
 		return nil
@@ -147,6 +151,15 @@ type fair struct {
 	tenants map[string]*tenant
 	top     stfq.Scheduler[*tenant]
 
+	// Cost by consumer time (byTime): a delivery is charged its key's
+	// estimate of the lease time it will hold, in milliseconds, and
+	// corrected by what it held when the lease ends. est is the queue's
+	// estimate, for keys without one; held the open leases' start and
+	// charge, by lease token.
+	byTime bool
+	est    uint32
+	held   map[uint64]heldLease
+
 	// The latency lane: budget per key (0: none), idle time to qualify,
 	// the FIFO of keys in it, and its credit (ceiling creditMax).
 	budget    uint32
@@ -168,6 +181,13 @@ type fair struct {
 type recentKey struct {
 	name string
 	at   Time
+}
+
+// A heldLease is an open lease of a queue that charges by time: when it
+// started and what its delivery was charged, in milliseconds.
+type heldLease struct {
+	start Time
+	est   uint32
 }
 
 // A tenant is the state of one tenant of a queue with a tenant separator
@@ -201,7 +221,7 @@ func (c Config) latency(spec *QueueSpec) (budget uint32, idle time.Duration) {
 // STFQ returns the key's start-time fair queueing flow (stfq.Node).
 func (k *fkey) STFQ() *stfq.Flow[*fkey] { return &k.sflow }
 
-func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Duration, sep string) {
+func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Duration, sep string, byTime bool) {
 	f.stfq = policy == PolicySTFQ
 	f.drr.Init(quantum)
 	if f.stfq {
@@ -209,7 +229,57 @@ func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Durat
 		f.creditMax = 2 * latencyBurst * int64(budget)
 		f.credit = f.creditMax
 		f.setSep(sep)
+		f.setByTime(byTime)
 	}
+}
+
+// setByTime makes an stfq queue charge by consumer time.
+func (f *fair) setByTime(on bool) {
+	f.byTime = on
+	if on {
+		f.held = make(map[uint64]heldLease)
+	}
+}
+
+// estimate returns what a delivery from k is charged in a queue that
+// charges by time: k's estimate of its lease time in milliseconds, else
+// the queue's, else 1.
+func (f *fair) estimate(k *fkey) uint32 {
+	return max(cmp.Or(k.est, f.est), 1)
+}
+
+// leased records the start of lease, just given to a delivery from k, in
+// a queue that charges by time.
+func (f *fair) leased(k *fkey, lease uint64, now Time) {
+	f.held[lease] = heldLease{start: now, est: f.estimate(k)}
+}
+
+// settled charges k, whose delivery's lease just ended (acked, nacked,
+// released or expired), the difference between the lease time it held
+// and what it was charged, and learns from it: each estimate moves an
+// eighth of the way to the time held (the first takes it whole).
+func (f *fair) settled(k *fkey, lease uint64, now Time) {
+	h, ok := f.held[lease]
+	if !ok {
+		return
+	}
+	delete(f.held, lease)
+	ms := uint32(min(max((now-h.start+Time(time.Millisecond)-1)/Time(time.Millisecond), 1), math.MaxUint32))
+	if delta := int64(ms) - int64(h.est); delta != 0 {
+		f.kq(k).Adjust(k, delta)
+		if t := k.ten; t != nil {
+			f.top.Adjust(t, delta)
+		}
+	}
+	k.est, f.est = ewma(k.est, ms), ewma(f.est, ms)
+}
+
+// ewma moves est an eighth of the way to x; an est of 0 (none) takes x.
+func ewma(est, x uint32) uint32 {
+	if est == 0 {
+		return x
+	}
+	return uint32(int64(est) + (int64(x)-int64(est))/8)
 }
 
 // setSep gives an stfq queue its tenant separator.
@@ -282,15 +352,20 @@ func (f *fair) next() (*fkey, bool) {
 }
 
 // charge accounts one message of payload cost bytes served from k, the key
-// next returned: DRR charges the bytes, STFQ one message.
+// next returned: DRR charges the bytes, STFQ one message, or its estimate
+// of the lease time in milliseconds when the queue charges by time.
 func (f *fair) charge(k *fkey, cost int64) {
 	if !f.stfq {
 		f.drr.Charge(k, cost)
 		return
 	}
-	f.kq(k).Charge(k, 1)
+	unit := int64(1)
+	if f.byTime {
+		unit = int64(f.estimate(k))
+	}
+	f.kq(k).Charge(k, unit)
 	if t := k.ten; t != nil {
-		f.top.Charge(t, 1)
+		f.top.Charge(t, unit)
 	}
 	if f.budget == 0 {
 		return

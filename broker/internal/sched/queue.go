@@ -133,8 +133,8 @@ func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
 		s.reply(ref, fmt.Errorf("create queue %s: %w", spec.Name, fault.ErrQueueExists))
 		return
 	}
-	if spec.TenantSeparator != "" {
-		spec.Policy = PolicySTFQ // a hierarchy needs it, whatever the default becomes
+	if spec.TenantSeparator != "" || spec.CostByTime {
+		spec.Policy = PolicySTFQ // they need it, whatever the default becomes
 	}
 	q := s.addQueue(spec)
 	b := s.cur
@@ -155,7 +155,7 @@ func (s *Sched) addQueue(spec QueueSpec) *queue {
 // dlqSpec returns the spec of the DLQ of a queue defined by spec: its
 // settings without hooks or dedup window.
 func dlqSpec(spec *QueueSpec) QueueSpec {
-	return QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle, TenantSeparator: spec.TenantSeparator}
+	return QueueSpec{Name: spec.Name + DLQSuffix, VisibilityTimeout: spec.VisibilityTimeout, MaxAttempts: spec.MaxAttempts, BackoffBase: spec.BackoffBase, BackoffMax: spec.BackoffMax, Policy: spec.Policy, LatencyBudget: spec.LatencyBudget, LatencyIdle: spec.LatencyIdle, TenantSeparator: spec.TenantSeparator, CostByTime: spec.CostByTime}
 }
 
 func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
@@ -176,7 +176,7 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 	}
 	q.policy.BackoffMax = max(q.policy.BackoffMax, q.policy.BackoffBase)
 	budget, idle := s.cfg.latency(&spec)
-	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum, budget, idle, spec.TenantSeparator)
+	q.fair.init(cmp.Or(spec.Policy, s.cfg.Policy), s.cfg.Quantum, budget, idle, spec.TenantSeparator, spec.CostByTime)
 	s.queues[name] = q
 	return q
 }
@@ -295,7 +295,7 @@ func (s *Sched) QueueStats(ref Ref, name string, top int) {
 	if q.fair.stfq && q.fair.budget > 0 {
 		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
 	}
-	st.TenantSeparator = q.fair.sep
+	st.TenantSeparator, st.CostByTime = q.fair.sep, q.fair.byTime
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())
 	}

@@ -371,10 +371,10 @@ func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
 //	+-------------------------------------------------------------+
 //	| policy: len 4B, bytes | latency_budget 4B | latency_idle 8B ns |
 //	+-------------------------------------------------------------+
-//	| tenant_separator: len 4B, bytes                              |
+//	| tenant_separator: len 4B, bytes | cost_by_time 1B (1)        |
 //	+-------------------------------------------------------------+
-//	(the last row absent when it is empty; the last two when all four
-//	are zero: the defaults)
+//	(cost_by_time absent when false, the last row when both are zero,
+//	the last two when all five are: the defaults)
 func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, recordVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
@@ -386,18 +386,22 @@ func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, spec.OnEnqueue...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
 	b = append(b, spec.OnFailure...)
-	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" {
+	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime {
 		return b // as records were before policies: the defaults
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.Policy)))
 	b = append(b, spec.Policy...)
 	b = binary.BigEndian.AppendUint32(b, spec.LatencyBudget)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.LatencyIdle))
-	if spec.TenantSeparator == "" {
+	if spec.TenantSeparator == "" && !spec.CostByTime {
 		return b // as records were before tenants
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.TenantSeparator)))
-	return append(b, spec.TenantSeparator...)
+	b = append(b, spec.TenantSeparator...)
+	if spec.CostByTime {
+		b = append(b, 1)
+	}
+	return b
 }
 
 func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
@@ -423,9 +427,20 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 		}
 		if d.err == nil && d.off < len(d.b) {
 			spec.TenantSeparator = d.str32()
+			if d.err == nil && d.off < len(d.b) {
+				if c := d.u8(); c != 1 && d.err == nil {
+					d.fail("cost_by_time %d", c)
+				}
+				spec.CostByTime = true
+			} else if spec.TenantSeparator == "" && d.err == nil {
+				d.fail("empty tenant separator")
+			}
 			if e := checkTenants(&spec, spec.Policy); e != nil && d.err == nil {
 				d.fail("%v", e)
 			}
+		}
+		if d.err == nil && spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime {
+			d.fail("settings written all zero") // written only when one is set
 		}
 	}
 	d.end()

@@ -206,7 +206,10 @@ type fkey struct {
 	inLat        bool
 	lnext, lprev *fkey
 	// ten is its tenant, in a queue with a tenant separator (policy.go).
-	ten   *tenant
+	ten *tenant
+	// est is, in a queue that charges by time, its estimate of a
+	// delivery's lease time in milliseconds (0: none yet).
+	est   uint32
 	dflt  lane // the lane without throttle keys or ordering key
 	lanes map[laneID]*lane
 	img   uint32 // its number in the image being written

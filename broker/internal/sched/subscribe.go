@@ -109,7 +109,11 @@ func (s *Sched) orphanLeases(sb *sub) {
 // that was waiting for a lease to end (MaxUnsettled) becomes eligible
 // again.
 func (s *Sched) endLease(m *msg) *sub {
-	m.queue().leased--
+	q := m.queue()
+	q.leased--
+	if q.fair.byTime {
+		q.fair.settled(m.lane.key, m.lease, s.now)
+	}
 	m.lease = 0
 	m.flags &^= fFresh
 	if m.slot == 0 {

@@ -71,6 +71,12 @@ type QueueSpec struct {
 	// many keys gains a tenant nothing. At most MaxTenantSeparator
 	// bytes; a drr queue may not have one. A DLQ follows its queue's.
 	TenantSeparator string
+	// CostByTime makes an stfq queue share consumer time rather than
+	// deliveries: a delivery is charged the lease time it held (from
+	// delivery to ack, nack, release or expiry), so that a key whose jobs
+	// take ten times longer gets a tenth of the deliveries. A drr queue
+	// may not. A DLQ follows its queue's.
+	CostByTime bool
 }
 
 // A Message is one message to enqueue. The shell resolves hooks first, so
@@ -393,6 +399,9 @@ type QueueStats struct {
 	// TenantSeparator is the queue's tenant separator; "" when it
 	// schedules its fairness keys in one level.
 	TenantSeparator string
+	// CostByTime reports whether the queue shares consumer time rather
+	// than deliveries; each key's Lag is then in milliseconds.
+	CostByTime bool
 	// FairnessKeys lists keys with pending messages, most pending first
 	// (then by key), at most the top asked for (MaxStatsKeys).
 	FairnessKeys []FairnessKeyStats

@@ -807,6 +807,7 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		LatencyBudget:     f.LatencyBudget,
 		LatencyIdle:       msDur(f.LatencyIdleMS),
 		TenantSeparator:   f.TenantSeparator,
+		CostByTime:        f.CostByTime,
 	}
 	return c.s.n.CreateQueue(c.ctx, c.principal, spec, func(r node.Result) {
 		if err := r.Err; err != nil {
@@ -824,8 +825,8 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
 		Policy: st.Policy, LatencyBudget: st.LatencyBudget, LatencyIdleMS: uint64(st.LatencyIdle / time.Millisecond),
-		TenantSeparator: st.TenantSeparator,
-		BackloggedKeys:  st.BackloggedKeys, WindowMS: uint64(st.Window / time.Millisecond),
+		TenantSeparator: st.TenantSeparator, CostByTime: st.CostByTime,
+		BackloggedKeys: st.BackloggedKeys, WindowMS: uint64(st.Window / time.Millisecond),
 		WindowDelivered: st.WindowDelivered, JainIndex: st.JainIndex,
 	}
 	for _, k := range st.FairnessKeys {

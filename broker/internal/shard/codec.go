@@ -52,12 +52,15 @@ func AppendCommand(b []byte, c Command) []byte {
 		b = binary.AppendVarint(b, int64(sp.BackoffBase))
 		b = binary.AppendVarint(b, int64(sp.BackoffMax))
 		b = binary.AppendVarint(b, int64(sp.DedupWindow))
-		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 || sp.TenantSeparator != "" { // absent as before policies: the defaults
+		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 || sp.TenantSeparator != "" || sp.CostByTime { // absent as before policies: the defaults
 			b = appendString(b, sp.Policy)
 			b = binary.AppendUvarint(b, uint64(sp.LatencyBudget))
 			b = binary.AppendVarint(b, int64(sp.LatencyIdle))
-			if sp.TenantSeparator != "" { // absent as before tenants
+			if sp.TenantSeparator != "" || sp.CostByTime { // absent as before tenants
 				b = appendString(b, sp.TenantSeparator)
+			}
+			if sp.CostByTime { // absent as before cost by time
+				b = append(b, 1)
 			}
 		}
 	case *DeleteQueue:
@@ -177,9 +180,16 @@ func DecodeCommand(b []byte) (Command, error) {
 			sp.LatencyBudget = d.u32()
 			sp.LatencyIdle = d.duration()
 			if len(d.b) > 0 {
-				// The scheduler checks it against the policy.
-				if sp.TenantSeparator = d.string(); sp.TenantSeparator == "" || len(sp.TenantSeparator) > sched.MaxTenantSeparator {
+				// The scheduler checks them against the policy.
+				if sp.TenantSeparator = d.string(); len(sp.TenantSeparator) > sched.MaxTenantSeparator {
 					d.fail("tenant separator %q", sp.TenantSeparator)
+				}
+				if len(d.b) > 0 {
+					if sp.CostByTime = d.bool(); !sp.CostByTime {
+						d.fail("cost by time written false")
+					}
+				} else if sp.TenantSeparator == "" {
+					d.fail("empty tenant separator")
 				}
 			}
 			if sched.CheckPolicy(sp.Policy) != nil || (sp.Policy == "" && sp.LatencyBudget == 0 && sp.LatencyIdle == 0 && sp.TenantSeparator == "") {

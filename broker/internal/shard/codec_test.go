@@ -165,6 +165,10 @@ func TestCreateQueuePolicy(t *testing.T) {
 	if got, err := DecodeCommand(b); err != nil || !reflect.DeepEqual(got, tenants) {
 		t.Fatalf("round trip with a tenant separator: %+v, %v; want %+v", got, err, tenants)
 	}
+	byTime := &CreateQueue{Spec: sched.QueueSpec{Name: "jobs", Policy: sched.PolicySTFQ, CostByTime: true}}
+	if got, err := DecodeCommand(AppendCommand(nil, byTime)); err != nil || !reflect.DeepEqual(got, byTime) {
+		t.Fatalf("round trip with cost by time: %+v, %v; want %+v", got, err, byTime)
+	}
 	// An empty separator, where one is written, is refused.
 	if _, err := DecodeCommand(append(AppendCommand(nil, with), 0)); !errors.Is(err, ErrBadCommand) {
 		t.Errorf("an empty tenant separator: %v; want ErrBadCommand", err)

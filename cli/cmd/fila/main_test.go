@@ -242,31 +242,33 @@ func TestQueueCommands(t *testing.T) {
 		t.Errorf("queue inspect shares = %q; want the keys' entitled shares and Jain's index", out)
 	}
 	// Tenants: a tenant's keys share its one share.
-	c.ok("queue", "create", "tenants", "--tenant-separator", "/")
+	c.ok("queue", "create", "tenants", "--tenant-separator", "/", "--cost-by-time")
 	for _, k := range []string{"acme/a", "acme/b", "acme/c", "solo"} {
 		c.ok("enqueue", "tenants", "x", "--fairness-key", k)
 	}
 	var tenants struct {
 		Policy       string `json:"policy"`
 		Separator    string `json:"tenant_separator"`
+		CostByTime   bool   `json:"cost_by_time"`
 		FairnessKeys []struct {
 			Key           string  `json:"key"`
 			EntitledShare float64 `json:"entitled_share"`
 		} `json:"fairness_keys"`
 	}
 	c.json(&tenants, "queue", "inspect", "tenants")
-	if tenants.Policy != "stfq" || tenants.Separator != "/" || len(tenants.FairnessKeys) != 4 {
-		t.Errorf("queue inspect tenants -o json = %+v; want stfq, separator /, 4 keys", tenants)
+	if tenants.Policy != "stfq" || tenants.Separator != "/" || !tenants.CostByTime || len(tenants.FairnessKeys) != 4 {
+		t.Errorf("queue inspect tenants -o json = %+v; want stfq, separator /, cost by time, 4 keys", tenants)
 	}
 	for _, k := range tenants.FairnessKeys {
 		if want := map[bool]float64{true: 0.5, false: 0.5 / 3}[k.Key == "solo"]; math.Abs(k.EntitledShare-want) > 1e-9 {
 			t.Errorf("key %s: entitled share %v; want %v", k.Key, k.EntitledShare, want)
 		}
 	}
-	if out := c.ok("queue", "inspect", "tenants"); !strings.Contains(out, `a key's tenant is the key up to the first "/"`) || !strings.Contains(out, "per tenant") {
-		t.Errorf("queue inspect tenants = %q; want the tenant separator and a latency lane per tenant", out)
+	if out := c.ok("queue", "inspect", "tenants"); !strings.Contains(out, `a key's tenant is the key up to the first "/"`) || !strings.Contains(out, "per tenant") || !strings.Contains(out, "cost by time") {
+		t.Errorf("queue inspect tenants = %q; want the tenant separator, a latency lane per tenant and cost by time", out)
 	}
 	c.fails(1, `tenant_separator "/"`, "queue", "create", "odd", "--policy", "drr", "--tenant-separator", "/")
+	c.fails(1, "cost_by_time", "queue", "create", "odd", "--policy", "drr", "--cost-by-time")
 	c.fails(2, "--top 0: want 1 to 1000", "queue", "inspect", "shares", "--top", "0")
 	c.fails(1, `policy "fifo": want "drr" or "stfq"`, "queue", "create", "odd", "--policy", "fifo")
 	c.fails(1, "latency_budget 2000000", "queue", "create", "odd", "--policy", "stfq", "--latency-budget", "2000000")

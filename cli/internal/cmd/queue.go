@@ -26,6 +26,7 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 		maxAttempts, latencyBudget         uint32
 		onEnqueue, onFailure, policy       string
 		tenantSep                          string
+		costByTime                         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -55,6 +56,9 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
 				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy).
 				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep)
+			if costByTime {
+				spec.CostByTime()
+			}
 			for _, h := range []struct {
 				file string
 				set  func(string) *fila.QueueSpec
@@ -90,6 +94,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.Uint32Var(&latencyBudget, "latency-budget", 0, "stfq: deliveries a fairness key gets ahead of the backlog when it comes back after --latency-idle with nothing pending (0: the broker's default, 10)")
 	f.DurationVar(&latencyIdle, "latency-idle", 0, "stfq: how long a fairness key must have had nothing pending to enter the latency lane (0: the broker's default, 100ms)")
 	f.StringVar(&tenantSep, "tenant-separator", "", `stfq: schedule tenants, then each tenant's keys; a key's tenant is the key up to the first separator ("acme" of "acme/job-7" with "/"), so a tenant's keys share one tenant's share (unset: no hierarchy)`)
+	f.BoolVar(&costByTime, "cost-by-time", false, "stfq: share consumer time rather than deliveries: charge each delivery the lease time it held (to ack, nack, release or expiry), so keys with slow jobs get fewer deliveries")
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
@@ -249,6 +254,7 @@ func statsJSON(st *fila.QueueStats) any {
 		"latency_budget":        st.LatencyBudget,
 		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
 		"tenant_separator":      st.TenantSeparator,
+		"cost_by_time":          st.CostByTime,
 		"fairness_keys":         fk,
 		"backlogged_keys":       st.BackloggedKeys,
 		"window_ms":             st.Window.Milliseconds(),
@@ -277,6 +283,9 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 			per = "tenant"
 		}
 		fmt.Fprintf(w, "  latency lane: %d deliveries per %s after %v idle\n", st.LatencyBudget, per, st.LatencyIdle)
+	}
+	if st.CostByTime {
+		fmt.Fprintf(w, "  cost by time: shares are of consumer time (lease time held); lag in ms\n")
 	}
 	if st.TenantSeparator != "" {
 		fmt.Fprintf(w, "  tenants: a key's tenant is the key up to the first %q; tenants share by weight, a tenant's keys evenly\n", st.TenantSeparator)

@@ -1849,14 +1849,17 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" {
+			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.TenantSeparator != "" {
+				if m.TenantSeparator != "" || m.CostByTime {
 					dst = appendString(dst, m.TenantSeparator)
+					if m.CostByTime {
+						dst = appendBool(dst, m.CostByTime)
+					}
 				}
 			}
 		}
@@ -1889,6 +1892,9 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	}
 	if r.more() {
 		m.TenantSeparator = r.strLike("tenant_separator", prev.TenantSeparator)
+	}
+	if r.more() {
+		m.CostByTime = r.bool("cost_by_time")
 	}
 }
 
@@ -2101,22 +2107,25 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 					dst = appendU64(dst, m.BackloggedKeys)
-					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 						dst = appendU64(dst, m.WindowMS)
-						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 							dst = appendU64(dst, m.WindowDelivered)
-							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" {
+							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
 								dst = appendF64(dst, m.JainIndex)
-								if m.TenantSeparator != "" {
+								if m.TenantSeparator != "" || m.CostByTime {
 									dst = appendString(dst, m.TenantSeparator)
+									if m.CostByTime {
+										dst = appendBool(dst, m.CostByTime)
+									}
 								}
 							}
 						}
@@ -2236,6 +2245,9 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.TenantSeparator = r.strLike("tenant_separator", prev.TenantSeparator)
+	}
+	if r.more() {
+		m.CostByTime = r.bool("cost_by_time")
 	}
 }
 

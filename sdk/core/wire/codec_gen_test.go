@@ -414,6 +414,7 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 	return &CreateQueue{
 		BackoffBaseMS:       rapid.Uint64().Draw(t, "backoff_base_ms"),
 		BackoffMaxMS:        rapid.Uint64().Draw(t, "backoff_max_ms"),
+		CostByTime:          rapid.Bool().Draw(t, "cost_by_time"),
 		DedupWindowMS:       rapid.Uint64().Draw(t, "dedup_window_ms"),
 		LatencyBudget:       rapid.Uint32().Draw(t, "latency_budget"),
 		LatencyIdleMS:       rapid.Uint64().Draw(t, "latency_idle_ms"),
@@ -462,6 +463,7 @@ func drawQueueStats(t *rapid.T) *QueueStats {
 func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 	return &QueueStatsResult{
 		BackloggedKeys: rapid.Uint64().Draw(t, "backlogged_keys"),
+		CostByTime:     rapid.Bool().Draw(t, "cost_by_time"),
 		DeadLettered:   rapid.Uint64().Draw(t, "dead_lettered"),
 		Delayed:        rapid.Uint64().Draw(t, "delayed"),
 		FairnessKeys: drawList(t, "fairness_keys", 3, func(t *rapid.T, label string) FairnessKeyStats {

@@ -1548,6 +1548,13 @@ type CreateQueue struct {
 	// policy `stfq` (empty policy then means `stfq`); with `drr`, or longer than
 	// 16 bytes, fails with INVALID_ARGUMENT. Empty: no hierarchy.
 	TenantSeparator string
+	// CostByTime (bool) Opt-in: share consumer time rather than deliveries. A
+	// delivery is charged its fairness key's estimate of the lease time it will
+	// hold, then corrected, when its lease ends (ack, nack, release or expiry), by
+	// the time it held, so a key whose jobs take ten times longer gets a tenth of
+	// the deliveries. Needs policy `stfq` (empty policy then means `stfq`); with
+	// `drr`, fails with INVALID_ARGUMENT.
+	CostByTime bool
 }
 
 // Opcode returns OpCreateQueue.
@@ -1684,6 +1691,9 @@ type QueueStatsResult struct {
 	// tenant hierarchy. With one, a key's weight and entitled_share are its
 	// tenant's weight and the tenant's share split among its backlogged keys.
 	TenantSeparator string
+	// CostByTime (bool) True if the queue shares consumer time rather than
+	// deliveries; each key's lag is then in milliseconds of lease time.
+	CostByTime bool
 }
 
 // Opcode returns OpQueueStatsResult.

@@ -247,6 +247,40 @@ func (s *Scheduler[T]) Charge(n T, cost int64) {
 	s.push(entry[T]{tag: f.tag, seq: f.seq, f: f, gen: f.gen})
 }
 
+// Adjust moves the tag of n by delta units of cost over its weight, for
+// a cost known only after the unit was charged: forward when it was
+// charged less than it used, backward when more, but never behind the
+// virtual time (a flow gains no credit to spend later). A flow in the
+// heap takes its new place.
+func (s *Scheduler[T]) Adjust(n T, delta int64) {
+	f := n.STFQ()
+	mag := delta
+	if mag < 0 {
+		mag = -mag
+	}
+	d := uint64(mag) * Scale / uint64(f.Weight())
+	switch ahead := int64(f.tag - s.v); {
+	case d == 0:
+		return
+	case delta > 0:
+		f.tag += d
+	case ahead <= 0:
+		return // behind or at the virtual time already
+	case uint64(ahead) > d:
+		f.tag -= d
+	default:
+		f.tag = s.v
+	}
+	if !f.in {
+		return
+	}
+	f.gen++
+	s.push(entry[T]{tag: f.tag, seq: f.seq, f: f, gen: f.gen})
+	if len(s.heap) > 4*s.n+64 {
+		s.compact()
+	}
+}
+
 func (s *Scheduler[T]) push(e entry[T]) {
 	s.heap = append(s.heap, e)
 	s.up(len(s.heap) - 1)

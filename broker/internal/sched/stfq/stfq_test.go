@@ -348,3 +348,44 @@ func BenchmarkDecision(b *testing.B) {
 		})
 	}
 }
+
+// TestAdjust: a cost learnt after the charge moves the tag: a flow whose
+// units cost 10 but are charged 1, adjusted by 9 after each, gets a tenth
+// of the units of a flow of true cost 1; a flow charged too much and
+// adjusted back gets its share back, and an adjustment never takes a tag
+// behind the virtual time.
+func TestAdjust(t *testing.T) {
+	var s stfq.Scheduler[*flow]
+	slow := &flow{name: "slow", backlog: 1 << 20, cost: 1}
+	fast := &flow{name: "fast", backlog: 1 << 20, cost: 1}
+	s.Activate(slow)
+	s.Activate(fast)
+	count := map[*flow]int{}
+	for range 1100 {
+		f := serve(&s)
+		count[f]++
+		if f == slow {
+			s.Adjust(slow, 9)
+		}
+	}
+	if count[slow] < 95 || count[slow] > 105 {
+		t.Fatalf("slow served %d of 1100; want 100 (a tenth of fast's)", count[slow])
+	}
+	// Charged 5 a unit, truly 1: adjusted back by 4, an even split.
+	slow.cost, count = 5, map[*flow]int{}
+	for range 1000 {
+		f := serve(&s)
+		count[f]++
+		if f == slow {
+			s.Adjust(slow, -4)
+		}
+	}
+	if count[slow] < 490 || count[slow] > 510 {
+		t.Fatalf("slow, charged 5 and adjusted by -4, served %d of 1000; want 500", count[slow])
+	}
+	s.Remove(slow)
+	s.Adjust(slow, -1<<30)
+	if s.Lag(slow) < 0 {
+		t.Fatalf("adjusted behind the virtual time: lag %.1f", s.Lag(slow))
+	}
+}
