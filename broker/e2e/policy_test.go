@@ -42,19 +42,8 @@ func TestSTFQQueueEndToEnd(t *testing.T) {
 				batch = append(batch, fila.NewMessage("fair", payload).FairnessKey(fmt.Sprint("w", w)).Weight(w))
 			}
 		}
-		if len(batch) >= 1000 || i == 399 {
-			res, err := prod.SendBatch(ctx, batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range res {
-				if r.Err != nil {
-					t.Fatal(r.Err)
-				}
-			}
-			batch = batch[:0]
-		}
 	}
+	sendAll(t, ctx, prod, batch)
 
 	srv.Kill()
 	srv.Restart(t)
@@ -252,19 +241,8 @@ func TestTenantHierarchyEndToEnd(t *testing.T) {
 		batch = append(batch,
 			fila.NewMessage("reports", []byte("s")).FairnessKey(fmt.Sprint("sybil/", i%1000)),
 			fila.NewMessage("reports", []byte("h")).FairnessKey("honest"))
-		if len(batch) == 1000 {
-			res, err := prod.SendBatch(ctx, batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range res {
-				if r.Err != nil {
-					t.Fatal(r.Err)
-				}
-			}
-			batch = batch[:0]
-		}
 	}
+	sendAll(t, ctx, prod, batch)
 	srv.Kill()
 	srv.Restart(t)
 	admin = connect(t, srv.Addr).Admin()
@@ -339,13 +317,7 @@ func TestCostByTimeEndToEnd(t *testing.T) {
 			batch = append(batch, fila.NewMessage("jobs", []byte("s")).FairnessKey("slow"))
 		}
 	}
-	for len(batch) > 0 {
-		n := min(len(batch), 500)
-		if _, err := prod.SendBatch(ctx, batch[:n]); err != nil {
-			t.Fatal(err)
-		}
-		batch = batch[n:]
-	}
+	sendAll(t, ctx, prod, batch)
 	job := map[string]time.Duration{"fast": 10 * time.Millisecond, "slow": 100 * time.Millisecond}
 	run, stop := context.WithTimeout(ctx, 4*time.Second)
 	defer stop()
@@ -379,5 +351,23 @@ func TestCostByTimeEndToEnd(t *testing.T) {
 	t.Logf("in 4 s: fast %d, slow %d deliveries (%.1f : 1)", count["fast"], count["slow"], ratio)
 	if count["slow"] == 0 || ratio < 4 || ratio > 25 {
 		t.Fatalf("fast %d, slow %d deliveries; want the fast key about ten times the slow one's", count["fast"], count["slow"])
+	}
+}
+
+// sendAll sends msgs in batches of 1,000 and fails the test on any error.
+func sendAll(t *testing.T, ctx context.Context, prod *fila.Producer, msgs []*fila.Message) {
+	t.Helper()
+	for len(msgs) > 0 {
+		n := min(len(msgs), 1000)
+		res, err := prod.SendBatch(ctx, msgs[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		msgs = msgs[n:]
 	}
 }
