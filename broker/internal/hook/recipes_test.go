@@ -81,6 +81,11 @@ var enqueueRecipes = map[string][]enqueueCase{
 		{in: EnqueueInput{Headers: headers("tenant", "")}, want: EnqueueOutput{FairnessKey: "default"}},
 		{in: EnqueueInput{FairnessKey: "mine", Weight: 2}, want: EnqueueOutput{FairnessKey: "default", Weight: 2}},
 	},
+	"Tenants and their jobs": {
+		{in: EnqueueInput{Headers: headers("tenant", "acme", "job", "nightly-export")}, want: EnqueueOutput{FairnessKey: "acme/nightly-export"}},
+		{in: EnqueueInput{Headers: headers("tenant", "acme")}, want: EnqueueOutput{FairnessKey: "acme/any"}},
+		{in: EnqueueInput{Headers: headers("job", "invoice-42")}, want: EnqueueOutput{FairnessKey: "default/invoice-42"}},
+	},
 	"Weighted tiers": {
 		{in: EnqueueInput{Headers: headers("tenant", "acme", "tier", "gold")}, want: EnqueueOutput{FairnessKey: "acme", Weight: 4}},
 		{in: EnqueueInput{Headers: headers("tenant", "initech", "tier", "silver")}, want: EnqueueOutput{FairnessKey: "initech", Weight: 2}},
