@@ -107,6 +107,10 @@ REPLAY_OUT = $(if $(FORCE),-force -out results/replay)
 replay: ## replay the Google trace (../shared/data) at 600x in FIFO, DRR and STFQ, each alone on a fresh fila-server, about 23 minutes; report in a new bench/results/replay-<time> (FORCE=1: overwrite bench/results/replay)
 	cd bench && $(GO) run ./cmd/replay $(REPLAY_OUT) -- --speedup 600
 
+.PHONY: replay-sim
+replay-sim: ## simulate the Google trace replay (../shared/data) on the scheduler alone, fake clock, for each policy, in about a second; prints how many users kept their p99 wait within 2x
+	cd broker && FILA_TRACE=$(abspath ../shared/data/google_clusterdata2011_job_submits_days16-18.csv) $(GO) test ./internal/sched -run TestTraceSimulation -count=1 -v
+
 .PHONY: bench
 bench: ## run the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -82,8 +82,8 @@ func (q *QueueSpec) Policy(name string) *QueueSpec { q.f.Policy = name; return q
 
 // LatencyLane sets the latency lane of a PolicySTFQ queue: a fairness key
 // that becomes backlogged after having nothing pending for at least idle
-// (rounded up to a whole millisecond) is served its first budget messages
-// ahead of the backlogged keys. 0 for either takes the broker's
+// (rounded up to a whole millisecond), or that has not been served more
+// than its share, is served budget messages ahead of the backlogged keys. 0 for either takes the broker's
 // [scheduler] latency_budget (10) or latency_idle (100ms). The broker
 // refuses a budget above 1,000,000 or an idle time above an hour with
 // *StatusError (INVALID_ARGUMENT).

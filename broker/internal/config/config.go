@@ -248,12 +248,13 @@ type SchedulerConfig struct {
 	// LatencyBudget is the latency lane's budget of stfq queues created
 	// without one: the deliveries a fairness key gets ahead of the
 	// backlogged keys when it becomes backlogged after latency_idle with
-	// nothing pending (latency_budget, default 10, from 0, no latency
-	// lane, to 1000000).
+	// nothing pending, or when it has not been served more than its share
+	// (latency_budget, default 10, from 0, no latency lane, to 1000000).
 	LatencyBudget int
 	// LatencyIdle is how long a key must have had nothing pending to
-	// enter the latency lane, for stfq queues created without their own
-	// (latency_idle, default 100ms, from 1ms to 1h).
+	// enter the latency lane even if it was served more than its share,
+	// for stfq queues created without their own (latency_idle, default
+	// 100ms, from 1ms to 1h).
 	LatencyIdle time.Duration
 	// Quantum is the deficit a fairness key earns per unit of weight per DRR
 	// round, in cost units (payload bytes); M. Shreedhar and G. Varghese,

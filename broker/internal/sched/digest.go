@@ -181,7 +181,8 @@ func (d *digester) queue(s *Sched, q *queue) {
 		d.uint(uint64(len(f.recent)))
 		for _, name := range sortedKeys(f.recent, cmp.Compare) {
 			d.str(name)
-			d.int(int64(f.recent[name]))
+			d.int(int64(f.recent[name].at))
+			d.uint(f.recent[name].tag)
 		}
 		d.uint(uint64(len(f.recentQ) - f.rhead))
 		for _, e := range f.recentQ[f.rhead:] {

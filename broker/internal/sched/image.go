@@ -36,7 +36,7 @@ import (
 // heaps in their array order. ErrBadImage names the byte a bad image
 // fails at.
 //
-//	image    = version(1 or 2) now:v lease:u tseq:u lastDeadline:v ntimers:u
+//	image    = version(1 to 3) now:v lease:u tseq:u lastDeadline:v ntimers:u
 //	           [bucket] [tset] [queue] nsubs:u [freeSlot:u] sub*nsubs
 //	           eligible*nqueues waiting*nbuckets [looseMsg]
 //	           [wake] [expiry] [unsorted:queue] [dirty:queue]
@@ -46,13 +46,14 @@ import (
 //	queue    = name:s spec body body                (a queue, then its DLQ)
 //	spec     = vis:v maxAttempts:u backoffBase:v backoffMax:v dedupWindow:v
 //	           onEnqueue:s onFailure:s policy:s latencyBudget:u latencyIdle:v
-//	           (version 2: tenantSeparator:s costByTime:bool)
+//	           (version 2 on: tenantSeparator:s costByTime:bool)
 //	body     = vis:v maxAttempts:u backoffBase:v backoffMax:v window:v quantum:u
 //	           (0 round:u target:u | 1 budget:u idle:v credit:v V:u seq:u)
 //	           (stfq with a tenant separator: [tenant]; V and seq are then
 //	           the top scheduler's)
 //	           [key] (drr: [cur:key] [next:key] | stfq: [latency:key]
-//	           [name:s at:v] (recent map) [name:s at:v] (recent queue)
+//	           [name:s at:v (version 3 on: tag:u)] (recent map)
+//	           [name:s at:v] (recent queue)
 //	           (cost by time: est:u [lease:u start:v est:u]))
 //	           (queue, not DLQ: [idk] [pendingIdk] unsorted:bool [producer])
 //	           [limit]
@@ -109,10 +110,13 @@ import (
 //
 // Version 2 adds the tenant separator and cost by time to the spec, the
 // tenants to an stfq queue that has a separator, and the estimates and
-// open leases to one that charges by time. An image is written as
-// version 1 while no queue has either, so that a broker that predates
-// them reads it; every version up to imageVersion is read.
-const imageVersion = 2
+// open leases to one that charges by time. Version 3 counts the latency
+// lane's credit in units of 1/creditUnit of a delivery, where versions 1
+// and 2 counted half deliveries (an older image's credit is converted
+// as it is read), and the start tag of each recently dropped key (an
+// older image's keys take the virtual time). Images are written as version 3; every version up to
+// imageVersion is read.
+const imageVersion = 3
 
 // ErrBadImage is wrapped by LoadImage's errors. Their text names the
 // byte of the image where decoding stopped and why, as in
@@ -159,7 +163,14 @@ const (
 // but scratch fields and, like every method, must be called from the
 // goroutine that owns s.
 func (s *Sched) AppendImage(b []byte) []byte {
-	w := imageWriter{s: s, b: b, prevEnq: s.now}
+	return s.appendImage(b, imageVersion)
+}
+
+// appendImage appends an image of the given version: imageVersion, or an
+// older one for the tests that read it (version 1 holds no queue with
+// tenants or cost by time).
+func (s *Sched) appendImage(b []byte, version byte) []byte {
+	w := imageWriter{s: s, b: b, prevEnq: s.now, version: version}
 	w.image()
 	clear(w.lanes)
 	return w.b
@@ -203,12 +214,6 @@ func (w *imageWriter) bucket(b *bucket.Bucket) {
 
 func (w *imageWriter) image() {
 	s := w.s
-	w.version = 1
-	for _, q := range s.queues {
-		if q.spec.TenantSeparator != "" || q.spec.CostByTime {
-			w.version = 2
-		}
-	}
 	w.byte(w.version)
 	w.int(int64(s.now))
 	w.uint(s.lease)
@@ -357,7 +362,11 @@ func (w *imageWriter) queue(q *queue) {
 		w.byte(1)
 		w.uint(uint64(f.budget))
 		w.dur(f.idle)
-		w.int(f.credit)
+		if w.version < 3 {
+			w.int(f.credit / (creditUnit / 2)) // in half deliveries
+		} else {
+			w.int(f.credit)
+		}
 		if f.sep != "" {
 			w.uint(f.top.V())
 			w.uint(f.top.Seq())
@@ -390,7 +399,10 @@ func (w *imageWriter) queue(q *queue) {
 		w.uint(uint64(len(recent)))
 		for _, name := range recent {
 			w.str(name)
-			w.time(f.recent[name])
+			w.time(f.recent[name].at)
+			if w.version >= 3 {
+				w.uint(f.recent[name].tag)
+			}
 		}
 		w.uint(uint64(len(f.recentQ) - f.rhead))
 		for _, e := range f.recentQ[f.rhead:] {
@@ -1113,7 +1125,13 @@ func (r *imageReader) queue(q *queue) {
 		f.budget = r.u32("latency budget")
 		f.idle = r.dur("latency idle")
 		f.credit = r.int("latency credit")
-		f.creditMax = 2 * latencyBurst * int64(f.budget)
+		f.creditMax = latencyBurst * int64(f.budget) * creditUnit
+		if r.version < 3 {
+			f.credit *= creditUnit / 2 // from half deliveries
+		}
+		if r.err == nil && (f.credit > f.creditMax || f.credit < -f.creditMax) {
+			r.fail("queue %s: latency credit %d out of ±%d", q.name, f.credit, f.creditMax)
+		}
 		v, seq := r.uint("virtual time"), r.uint("stfq sequence")
 		f.setByTime(q.spec.CostByTime)
 		if f.setSep(q.spec.TenantSeparator); f.sep != "" {
@@ -1160,17 +1178,24 @@ func (r *imageReader) queue(q *queue) {
 		for range n {
 			name := r.str("recent key", imgMaxName)
 			at := r.time("recent key idle since")
+			tag := f.fq.V() // before version 3: none, so the virtual time
+			if f.sep != "" {
+				tag = f.top.V()
+			}
+			if r.version >= 3 {
+				tag = r.uint("recent key tag")
+			}
 			if r.err != nil {
 				return
 			}
 			if f.recent == nil {
-				f.recent = make(map[string]Time)
+				f.recent = make(map[string]recalled)
 			}
 			if _, dup := f.recent[name]; dup {
 				r.fail("queue %s: recent key %q repeated", q.name, name)
 				return
 			}
-			f.recent[name] = at
+			f.recent[name] = recalled{at, tag}
 		}
 		n = r.count("recent queue", 2)
 		for range n {

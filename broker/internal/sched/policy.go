@@ -99,13 +99,17 @@ const (
 	// MaxLatencyBudget bounds a latency budget.
 	MaxLatencyBudget = 1_000_000
 	// DefaultLatencyIdle is how long a key must have had nothing pending
-	// to enter the latency lane when it becomes backlogged again.
+	// to enter the latency lane when it becomes backlogged again, even if
+	// it was served more than its share.
 	DefaultLatencyIdle = 100 * time.Millisecond
 	// MaxLatencyIdle bounds LatencyIdle.
 	MaxLatencyIdle = time.Hour
 	// latencyBurst is how many latency budgets the lane may deliver in a
 	// row when it has been little used: its credit's ceiling.
 	latencyBurst = 10
+	// creditUnit is what one delivery from the latency lane costs of its
+	// credit: the credit is a fixed-point count of deliveries.
+	creditUnit = 1 << 16
 )
 
 // fair is a queue's fair scheduler across its fairness keys: one of the
@@ -113,20 +117,32 @@ const (
 // both (a few dozen bytes each); a queue uses one.
 //
 // An stfq queue also has a latency lane, after the sparse flows of
-// FQ-CoDel (RFC 8290): a key that becomes backlogged after having nothing
-// pending for at least idle (or for the first time) is served its first
-// budget messages ahead of the throughput lane, the keys in the latency
-// lane taking turns one message each. What it is served there advances
-// its tag as any delivery does, so the lane changes when a key is served,
-// not how much: the key then waits in the throughput lane until the
-// others catch up. The lane's share is capped: credit grows by one unit
-// per delivery, a delivery from the lane costs two, and the lane is
-// served only while credit holds two, so over any long window it takes at
-// most half of the deliveries, while a lane little used may deliver
-// latencyBurst budgets in a row. When the throughput lane is empty the
-// latency lane is served whatever its credit (no delivery is withheld).
-// A key whose messages all wait for throttle tokens leaves the lane and
-// forfeits the rest of its budget; it returns to the throughput lane.
+// FQ-CoDel (RFC 8290), for the keys that are not noisy: a key that
+// becomes backlogged after having nothing pending for at least idle (or
+// for the first time), or whose tag is at most budget messages ahead of
+// the virtual time (it has not been served more than its share), is
+// served budget messages ahead of the throughput lane, the keys in the
+// latency lane taking turns one message each; when the budget is spent
+// the key stays for another budget if its tag is still within budget
+// messages of the virtual time, and joins the throughput lane if not.
+// What it is served there advances its tag as any delivery does, so the
+// lane changes when a key is served, not how much: a key served more
+// than its share leaves the lane and waits in the throughput lane until
+// the others catch up. A noisy key, one that wants more than its share,
+// thus ends in the throughput lane, and the keys that want less are
+// served ahead of it. A key dropped (nothing of it left) less than idle
+// ago comes back with the tag it had, so draining does not reset it.
+// The lane's share is capped at its keys' equal share: each delivery
+// adds max(l/(l+t), 1/2) of a delivery to its credit, l and t the keys
+// (tenants, with a hierarchy) in the latency and throughput lanes, a
+// delivery from the lane costs one, and the lane is
+// served only while credit holds one; a lane little used may deliver
+// latencyBurst budgets in a row. So the keys in the throughput lane get
+// at least their equal share, however many keys use the lane. When the
+// throughput lane is empty the latency lane is served whatever its
+// credit (no delivery is withheld). A key whose messages all wait for
+// throttle tokens leaves the lane and forfeits the rest of its budget; it
+// returns to the throughput lane.
 //
 // An stfq queue with a tenant separator (sep) schedules in two levels,
 // after hierarchical start-time fair queueing (P. Goyal, X. Guo and H. M.
@@ -137,8 +153,9 @@ const (
 // scheduler. A tenant's share is then its weight's, split among its
 // backlogged keys, however many it spreads its messages over. The latency
 // lane is the tenant's too: a key enters it only as the first of its
-// tenant to become backlogged after the tenant had nothing pending for
-// idle (or ever), so one tenant holds at most one key there.
+// tenant to become backlogged, after the tenant had nothing pending for
+// idle (or ever) or while the tenant has not been served more than its
+// share, so one tenant holds at most one key there.
 type fair struct {
 	stfq bool
 	drr  drr.Scheduler[*fkey]
@@ -169,13 +186,23 @@ type fair struct {
 	nlat      int
 	credit    int64
 	creditMax int64
-	// recent remembers, for idle, when the keys dropped in the last idle
-	// (nothing left of them) went idle, so that a key that comes back
-	// sooner is not new; recentQ lists them oldest first, from rhead,
-	// for their expiry. It holds at most the keys dropped in one idle.
-	recent  map[string]Time
+	// recent remembers, for idle, the keys (tenants, with a hierarchy)
+	// dropped in the last idle (nothing left of them): when each went
+	// idle and its start tag, so that a key that comes back sooner is
+	// not new and takes its tag back (it cannot skip ahead of its share
+	// by draining and returning). recentQ lists them oldest first, from
+	// rhead, for their expiry. It holds at most the keys dropped in one
+	// idle.
+	recent  map[string]recalled
 	recentQ []recentKey
 	rhead   int
+}
+
+// recalled is what recent remembers of a dropped key: when it went idle
+// and its start tag then.
+type recalled struct {
+	at  Time
+	tag uint64
 }
 
 type recentKey struct {
@@ -226,7 +253,7 @@ func (f *fair) init(policy string, quantum int64, budget uint32, idle time.Durat
 	f.drr.Init(quantum)
 	if f.stfq {
 		f.budget, f.idle = budget, idle
-		f.creditMax = 2 * latencyBurst * int64(budget)
+		f.creditMax = latencyBurst * int64(budget) * creditUnit
 		f.credit = f.creditMax
 		f.setSep(sep)
 		f.setByTime(byTime)
@@ -316,17 +343,24 @@ func (f *fair) enter(k *fkey) {
 }
 
 // adopt gives a key being created its place: in a queue with tenants,
-// its tenant, created as needed; else when it went idle, if it was
-// dropped less than idle ago (0: new).
+// its tenant, created as needed; else, if it was dropped less than idle
+// ago, when it went idle and its tag then (else it is new).
 func (f *fair) adopt(k *fkey, now Time) {
 	if f.sep == "" {
-		k.idleSince = f.recalled(k.name, now)
+		if r, ok := f.recall(k.name, now); ok {
+			k.idleSince = r.at
+			restoreTag(&k.sflow, r.tag)
+		}
 		return
 	}
 	name := TenantOf(k.name, f.sep)
 	t := f.tenants[name]
 	if t == nil {
-		t = &tenant{name: name, idleSince: f.recalled(name, now)}
+		t = &tenant{name: name}
+		if r, ok := f.recall(name, now); ok {
+			t.idleSince = r.at
+			restoreTag(&t.sflow, r.tag)
+		}
 		f.tenants[name] = t
 	}
 	t.nkeys++
@@ -338,7 +372,7 @@ func (f *fair) next() (*fkey, bool) {
 	if !f.stfq {
 		return f.drr.Next()
 	}
-	if f.lhead != nil && (f.credit >= 2 || f.tput() == 0) {
+	if f.lhead != nil && (f.credit >= creditUnit || f.tput() == 0) {
 		return f.lhead, true
 	}
 	if f.sep == "" {
@@ -370,13 +404,17 @@ func (f *fair) charge(k *fkey, cost int64) {
 	if f.budget == 0 {
 		return
 	}
-	f.credit = min(f.credit+1, f.creditMax)
+	l, t := int64(f.nlat), int64(f.tput())
+	f.credit = min(f.credit+max(l*creditUnit/max(l+t, 1), creditUnit/2), f.creditMax)
 	if !k.inLat {
 		return
 	}
-	f.credit = max(f.credit-2, -f.creditMax)
+	f.credit = max(f.credit-creditUnit, -f.creditMax)
 	f.latRemove(k)
-	if k.left--; k.left > 0 {
+	if k.left--; k.left == 0 && int64(k.pending) <= int64(f.budget) && f.withinShare(k) {
+		k.left = f.budget // not served more than its share: it stays
+	}
+	if k.left > 0 {
 		f.latPush(k) // the lane's keys take turns
 		return
 	}
@@ -384,8 +422,9 @@ func (f *fair) charge(k *fkey, cost int64) {
 }
 
 // activate adds a key that has just become backlogged: to the latency
-// lane if it had nothing pending for at least the idle time (or ever),
-// else to the throughput lane.
+// lane if it had nothing pending for at least the idle time (or ever), or
+// if it has not been served more than its share (withinShare), else to
+// the throughput lane.
 func (f *fair) activate(k *fkey, now Time) {
 	if !f.stfq {
 		f.drr.Activate(k)
@@ -396,7 +435,7 @@ func (f *fair) activate(k *fkey, now Time) {
 		since, first = t.idleSince, t.nback == 0
 		t.nback++
 	}
-	if f.budget > 0 && first && (since == 0 || now-since >= Time(f.idle)) {
+	if f.budget > 0 && first && (since == 0 || now-since >= Time(f.idle) || f.withinShare(k)) {
 		f.kq(k).Sync(k)
 		if t := k.ten; t != nil {
 			f.top.Sync(t)
@@ -408,9 +447,24 @@ func (f *fair) activate(k *fkey, now Time) {
 	f.enter(k)
 }
 
+// withinShare reports whether k (its tenant, with a hierarchy) is at most
+// one latency budget of its own messages ahead of its share: whether its
+// tag is within budget/weight of the virtual time. A key that is not, was
+// served more than its share lately, and waits in the throughput lane.
+func (f *fair) withinShare(k *fkey) bool {
+	var tag, v uint64
+	if t := k.ten; t != nil {
+		tag, v = t.sflow.Tag(), f.top.V()
+	} else {
+		tag, v = k.sflow.Tag(), f.fq.V()
+	}
+	ahead := int64(tag - v)
+	return ahead <= int64(f.budget)*stfq.Scale/int64(f.weight(k))
+}
+
 // drop takes out a key that is being deleted (nothing of it is left) and,
-// if it went idle less than idle ago, remembers when; with tenants, it
-// does so for the tenant when its last key goes.
+// if it went idle less than idle ago, remembers when and its tag; with
+// tenants, it does so for the tenant when its last key goes.
 func (f *fair) drop(k *fkey, now Time) {
 	if !f.stfq {
 		f.drr.Forget(k)
@@ -418,40 +472,50 @@ func (f *fair) drop(k *fkey, now Time) {
 	}
 	f.remove(k)
 	f.expire(now)
-	name, since := k.name, k.idleSince
+	name, since, tag := k.name, k.idleSince, k.sflow.Tag()
 	if t := k.ten; t != nil {
 		k.ten = nil
 		if t.nkeys--; t.nkeys > 0 {
 			return
 		}
 		delete(f.tenants, t.name)
-		name, since = t.name, t.idleSince
+		name, since, tag = t.name, t.idleSince, t.sflow.Tag()
 	}
 	if f.budget == 0 || since == 0 || now-since >= Time(f.idle) {
 		return
 	}
 	if f.recent == nil {
-		f.recent = make(map[string]Time)
+		f.recent = make(map[string]recalled)
 	}
-	f.recent[name] = since
+	f.recent[name] = recalled{since, tag}
 	f.recentQ = append(f.recentQ, recentKey{name, since})
 }
 
-// recalled returns when a key (a tenant, in a queue with tenants) being
-// created went idle, if it was dropped less than idle ago; else 0 (new).
-func (f *fair) recalled(name string, now Time) Time {
+// recall returns what was remembered of a key (a tenant, in a queue with
+// tenants) being created, if it was dropped less than idle ago; ok is
+// false if not (the key is new).
+func (f *fair) recall(name string, now Time) (r recalled, ok bool) {
 	if len(f.recent) == 0 {
-		return 0
+		return r, false
 	}
 	f.expire(now)
-	return f.recent[name]
+	r, ok = f.recent[name]
+	return r, ok
+}
+
+// restoreTag gives a flow being created the start tag it had when it
+// was dropped; Activate and Sync then take max(V, tag).
+func restoreTag[T stfq.Node[T]](fl *stfq.Flow[T], tag uint64) {
+	st := fl.State()
+	st.Tag = tag
+	fl.SetState(st)
 }
 
 // expire forgets the dropped keys idle for at least idle.
 func (f *fair) expire(now Time) {
 	for f.rhead < len(f.recentQ) && now-f.recentQ[f.rhead].at >= Time(f.idle) {
 		e := f.recentQ[f.rhead]
-		if f.recent[e.name] == e.at {
+		if f.recent[e.name].at == e.at {
 			delete(f.recent, e.name)
 		}
 		f.recentQ[f.rhead] = recentKey{}

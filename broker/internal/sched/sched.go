@@ -34,8 +34,9 @@ type Config struct {
 	// default 10); negative means no latency lane.
 	LatencyBudget int
 	// LatencyIdle is how long a key must have had nothing pending to
-	// enter the latency lane, for stfq queues created without their own
-	// ([scheduler] latency_idle, default 100ms).
+	// enter the latency lane even if it was served more than its share,
+	// for stfq queues created without their own ([scheduler]
+	// latency_idle, default 100ms).
 	LatencyIdle time.Duration
 	// Quantum is the deficit, in payload bytes, that a fairness key of
 	// weight 1 earns per DRR round ([scheduler] quantum, default 1000,

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -231,25 +232,47 @@ func TestTenantSeparatorChecked(t *testing.T) {
 	}
 }
 
-// TestImageVersion: an image is version 1 while no queue has a tenant
-// separator, so that older brokers read it, and version 2 once one has.
+// TestImageVersion: images are written as version 3; versions 1 and 2
+// are still read, their latency lane credit (in half deliveries) converted
+// to the units of version 3, and version 2's tenant separator kept.
 func TestImageVersion(t *testing.T) {
-	s := New(Config{})
-	s.CreateQueue(1, QueueSpec{Name: "a"})
-	if v := s.AppendImage(nil)[0]; v != 1 {
-		t.Fatalf("without tenants: version %d", v)
+	s := New(Config{LatencyBudget: 2})
+	s.Tick(t0)
+	s.CreateQueue(1, QueueSpec{Name: "a", Policy: PolicySTFQ})
+	s.CreateQueue(2, QueueSpec{Name: "b", Policy: PolicySTFQ, TenantSeparator: "/"})
+	for i := range 3 {
+		s.Enqueue(3, []EnqueueItem{{Queue: "a", Msg: Message{ID: testID(uint64(i + 1)), FairnessKey: "k"}}})
 	}
-	s.CreateQueue(2, QueueSpec{Name: "b", TenantSeparator: "/"})
-	img := s.AppendImage(nil)
-	if img[0] != 2 {
-		t.Fatalf("with tenants: version %d", img[0])
+	s.Subscribe(4, 1, "a", 3, nil)
+	for s.HasReady() {
+		s.Advance(s.Ready())
 	}
-	c, err := LoadImage(Config{}, img)
-	if err != nil {
-		t.Fatal(err)
+	credit := s.queues["a"].fair.credit
+	if credit%(creditUnit/2) != 0 || credit == s.queues["a"].fair.creditMax {
+		t.Fatalf("credit %d: want a whole number of half deliveries, below the ceiling", credit)
 	}
-	if st := c.queues["b"]; st.fair.sep != "/" || st.dlq.fair.sep != "/" {
-		t.Fatalf("loaded: separators %q, %q", st.fair.sep, st.dlq.fair.sep)
+	if v := s.AppendImage(nil)[0]; v != 3 {
+		t.Fatalf("written as version %d; want 3", v)
+	}
+	for _, v := range []byte{2, 3} {
+		img := s.appendImage(nil, v)
+		c, err := LoadImage(Config{}, img)
+		if err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		if got := c.queues["a"].fair.credit; got != credit {
+			t.Errorf("version %d: credit %d; want %d", v, got, credit)
+		}
+		if st := c.queues["b"]; st.fair.sep != "/" || st.dlq.fair.sep != "/" {
+			t.Errorf("version %d: separators %q, %q", v, st.fair.sep, st.dlq.fair.sep)
+		}
+		if !bytes.Equal(c.AppendImage(nil), s.AppendImage(nil)) {
+			t.Errorf("version %d: loaded and written again, the image differs", v)
+		}
+	}
+	s.DeleteQueue(5, "b")
+	if _, err := LoadImage(Config{}, s.appendImage(nil, 1)); err != nil {
+		t.Fatalf("version 1: %v", err)
 	}
 }
 

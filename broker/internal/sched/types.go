@@ -56,11 +56,13 @@ type QueueSpec struct {
 	// keys: PolicyDRR or PolicySTFQ; "" means Config.Policy. A DLQ
 	// follows its queue's.
 	Policy string
-	// LatencyBudget is how many deliveries a fairness key that was idle
-	// gets in an stfq queue's latency lane, at most MaxLatencyBudget; 0
-	// means Config.LatencyBudget (10). LatencyIdle is how long the key
-	// must have had nothing pending, at most MaxLatencyIdle; 0 means
-	// Config.LatencyIdle (100ms). A drr queue has no latency lane.
+	// LatencyBudget is how many deliveries a fairness key that was idle,
+	// or has not been served more than its share, gets in an stfq
+	// queue's latency lane, at most MaxLatencyBudget; 0 means
+	// Config.LatencyBudget (10). LatencyIdle is how long a key must have
+	// had nothing pending to enter it even if it was served more than
+	// its share, at most MaxLatencyIdle; 0 means Config.LatencyIdle
+	// (100ms). A drr queue has no latency lane.
 	LatencyBudget uint32
 	LatencyIdle   time.Duration
 	// TenantSeparator, when set, makes an stfq queue schedule in two

@@ -1530,14 +1530,19 @@ type CreateQueue struct {
 	Policy string
 	// LatencyBudget (u32) stfq queues: deliveries a fairness key gets in the
 	// latency lane, ahead of the backlogged keys, when it becomes backlogged after
-	// having had nothing pending for latency_idle_ms (or for the first time). The
-	// lane takes at most half of the deliveries over time, after a burst of 10
-	// budgets. At most 1,000,000; 0 means the broker's [scheduler] latency_budget
-	// (default 10).
+	// having had nothing pending for latency_idle_ms (or for the first time), or
+	// when it has not been served more than its share (its start tag is within
+	// this many of its messages of the virtual time); it stays for another budget
+	// while that holds and it has at most a budget pending. Over time the lane
+	// takes at most max(1/2, l/(l+t)) of the deliveries, l and t the keys in the
+	// latency lane and in the fair order, after a burst of 10 budgets, so the
+	// backlogged keys keep at least their equal share. At most 1,000,000; 0 means
+	// the broker's [scheduler] latency_budget (default 10).
 	LatencyBudget uint32
 	// LatencyIdleMS (u64) stfq queues: how long a fairness key must have had
-	// nothing pending to enter the latency lane again, at most 1 hour; 0 means the
-	// broker's [scheduler] latency_idle (default 100 ms).
+	// nothing pending to enter the latency lane again even if it was served more
+	// than its share, at most 1 hour; 0 means the broker's [scheduler]
+	// latency_idle (default 100 ms).
 	LatencyIdleMS uint64
 	// TenantSeparator (string) Opt-in tenant hierarchy: when set (1 to 16 bytes),
 	// the queue schedules tenants, then each tenant's fairness keys. A key's
