@@ -20,13 +20,14 @@ import (
 
 // clusterEnv are the settings of the cluster tests' nodes: a 1 s election
 // timeout, leases short enough that deliveries lost with a killed node
-// come back within the test, and snapshots every 64 KB of log, so that
-// every fault also meets images, compacted logs and snapshots sent to
-// followers.
+// come back within the test, and snapshots every 64 KB of a queue's log
+// and every 8 entries of the meta group's, so that every fault also meets
+// images, compacted logs and snapshots sent to followers.
 var clusterEnv = []string{
 	"FILA_CLUSTER_TICK_INTERVAL=100ms",
 	"FILA_CLUSTER_ELECTION_TICKS=10",
 	"FILA_CLUSTER_SNAPSHOT_LOG_SIZE=64KB",
+	"FILA_CLUSTER_META_SNAPSHOT_ENTRIES=8",
 	"FILA_QUEUE_VISIBILITY_TIMEOUT=3s",
 	"FILA_QUEUE_MAX_ATTEMPTS=50",
 }

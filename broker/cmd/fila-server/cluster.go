@@ -36,6 +36,7 @@ func openCluster(cfg config.Config, st *store.Disk, shardCfg shard.Config, hooks
 		ElectionTicks:     cc.ElectionTicks,
 		HeartbeatTicks:    cc.HeartbeatTicks,
 		SnapshotEvery:     cc.SnapshotLogSize,
+		MetaSnapshotEvery: uint64(cc.MetaSnapshotEntries),
 		TLS:               peerTLS(scfg.TLS),
 		Shard:             shardCfg,
 		Effects:           node.ClusterEffects(hooks, scfg.Auth, rt),

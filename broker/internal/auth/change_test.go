@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,4 +132,61 @@ func FuzzDecodeChange(f *testing.F) {
 			t.Fatalf("AppendTo(DecodeChange(% x)) = % x", b, back)
 		}
 	})
+}
+
+// TestReload: a store whose keys are replaced underneath it, in its KV,
+// by another store's (as a cluster node installs a snapshot of the meta
+// group), checks against the new keys after Reload, and its listeners
+// hear of every key added, changed or removed, once each, in ID order.
+func TestReload(t *testing.T) {
+	behind, ahead := newMemKV(), newMemKV()
+	s := mustOpen(t, behind, "")
+	other := mustOpen(t, ahead, "")
+	changes := sampleChanges()
+	for _, c := range changes[:2] { // both keys, as created
+		if err := s.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Apply(Change{Op: ChangeCreate, KeyID: "00000000000000c3", Name: "gone", Created: epoch.Truncate(time.Millisecond),
+		Hash: sha256.Sum256([]byte("fila_three")), Perms: []Permission{{Admin, "*"}}})
+	for _, c := range append(changes, Change{Op: ChangeCreate, KeyID: "00000000000000d4", Name: "new", Created: epoch.Truncate(time.Millisecond),
+		Hash: sha256.Sum256([]byte("fila_four")), Perms: []Permission{{Produce, "*"}}}) {
+		if err := other.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var heard []string
+	s.OnChange(func(id string) { heard = append(heard, id) })
+	behind.m = cloneKV(ahead)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// a1's ACL changed, b2 and c3 are gone, d4 is new.
+	if want := "00000000000000a1 00000000000000b2 00000000000000c3 00000000000000d4"; fmt.Sprint(heard) != "["+want+"]" {
+		t.Fatalf("listeners heard %v; want [%s]", heard, want)
+	}
+	p, err := s.Authenticate("fila_one")
+	if err != nil || !p.Allowed(Consume, "billing.x") || p.Allowed(Produce, "orders.x") {
+		t.Fatalf("the key whose ACL changed: %v", err)
+	}
+	for _, gone := range []string{"fila_two", "fila_three"} {
+		if _, err := s.Authenticate(gone); err == nil {
+			t.Fatalf("%s authenticates after the reload removed its key", gone)
+		}
+	}
+	if _, err := s.Authenticate("fila_four"); err != nil {
+		t.Fatalf("the key the reload added: %v", err)
+	}
+	heard = nil
+	if err := s.Reload(); err != nil || len(heard) != 0 {
+		t.Fatalf("a reload that changes nothing: %v, listeners heard %v", err, heard)
+	}
+	behind.m["k/zz"] = []byte("x")
+	if err := s.Reload(); err == nil {
+		t.Fatal("a reload of a corrupt KV succeeds")
+	}
+	if _, err := s.Authenticate("fila_four"); err != nil {
+		t.Fatalf("a failed reload changed the keys: %v", err)
+	}
 }

@@ -17,6 +17,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -133,6 +134,16 @@ func Open(kv KV, bootstrapSecret string, now func() time.Time) (*Store, error) {
 		s.bootstrap = sha256.Sum256([]byte(bootstrapSecret))
 		s.hasBootstrap = true
 	}
+	st, err := loadState(kv)
+	if err != nil {
+		return nil, fmt.Errorf("auth: open: %w", err)
+	}
+	s.state.Store(st)
+	return s, nil
+}
+
+// loadState reads the keys stored in kv under KeyPrefix.
+func loadState(kv KV) (*state, error) {
 	st := &state{byID: make(map[string]*apiKey), byHash: make(map[[sha256.Size]byte]*apiKey)}
 	err := kv.Scan([]byte(KeyPrefix), func(k, v []byte) error {
 		id, ok := strings.CutPrefix(string(k), KeyPrefix)
@@ -151,10 +162,43 @@ func Open(kv KV, bootstrapSecret string, now func() time.Time) (*Store, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("auth: open: %w", err)
+		return nil, err
 	}
-	s.state.Store(st)
-	return s, nil
+	return st, nil
+}
+
+// Reload reads the keys from the KV again, after something other than
+// the store replaced them there (a cluster node installing a snapshot of
+// the meta group), makes them the ones checks see, and calls the
+// OnChange listeners with the ID of every key added, changed or removed,
+// in ID order, so that connections authenticated by a key that is gone
+// or whose ACL changed are dealt with as after Revoke or SetACL. It fails,
+// changing nothing, where Open would: a scan error, or a corrupt record.
+func (s *Store) Reload() error {
+	next, err := loadState(s.kv)
+	if err != nil {
+		return fmt.Errorf("auth: reload: %w", err)
+	}
+	s.mu.Lock()
+	old := s.state.Load()
+	s.state.Store(next)
+	s.mu.Unlock()
+	var ids []string
+	for id, k := range old.byID {
+		if n := next.byID[id]; n == nil || !bytes.Equal(encodeRecord(n), encodeRecord(k)) {
+			ids = append(ids, id)
+		}
+	}
+	for id := range next.byID {
+		if old.byID[id] == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s.changed(id)
+	}
+	return nil
 }
 
 // Create mints a key named name with the permissions perms, stores it

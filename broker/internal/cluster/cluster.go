@@ -63,8 +63,8 @@ type Storage interface {
 }
 
 // Effects are what the meta group's entries do on this node beyond its
-// own state, called on the driver goroutine in log order. Every field
-// must be set.
+// own state, called on the driver goroutine in log order. Every function
+// but Reload must be set.
 type Effects struct {
 	// QueueCreated registers a queue (its hooks) on this node, whether or
 	// not it holds a replica.
@@ -75,6 +75,14 @@ type Effects struct {
 	Auth func(data []byte) error
 	// Config applies an encoded rtconf.Change.
 	Config func(data []byte) error
+	// StatePrefixes are the store key prefixes under which Auth and
+	// Config keep their state (each ending in a byte below 0xff): a
+	// snapshot of the meta group carries the records under them.
+	StatePrefixes []string
+	// Reload, if set, makes what Auth and Config keep follow their
+	// records under StatePrefixes, after a snapshot of the meta group
+	// replaced them.
+	Reload func() error
 	// Leading is called, on its own goroutine, when this node becomes the
 	// leader of a queue's group, so that the caller can propose what the
 	// group's state must follow (the throttle rates).
@@ -115,6 +123,10 @@ type Config struct {
 	// log is compacted (see shard.Replication.ImageEvery): 0 means 64 MiB,
 	// < 0 never.
 	SnapshotEvery int64
+	// MetaSnapshotEvery is how many entries the meta group applies
+	// between two snapshots of its state, after which its log is
+	// compacted (metasnap.go): 0 means 4096.
+	MetaSnapshotEvery uint64
 	// Rebuild is set when this node's store lost durable data (a
 	// repair dropped damaged records): its Raft logs may lack entries it
 	// acknowledged to its peers. Open then deletes every group's log and
@@ -153,6 +165,11 @@ type Node struct {
 	failed atomic.Pointer[error]
 	// announcing: announceRebuild is running.
 	announcing atomic.Bool
+	// reload: Open changed records under Effects.StatePrefixes (it
+	// installed a snapshot of the meta group that was durable in its log
+	// but not yet in its state, or moved the identity record), so
+	// Effects.Reload must follow.
+	reload bool
 
 	// ticks counts the driver's ticks; heard is the tick at which a
 	// message from each peer last arrived (driver goroutine; see
@@ -201,6 +218,9 @@ type group struct {
 	// goroutine).
 	quiesced atomic.Bool
 	idle     int
+	// snapTooBig: the meta group's state was found too large for a
+	// snapshot, and said so (driver goroutine).
+	snapTooBig bool
 }
 
 type proposal struct {
@@ -237,6 +257,9 @@ func Open(cfg Config, st Storage) (*Node, error) {
 	if cfg.ReplicationFactor <= 0 {
 		cfg.ReplicationFactor = 3
 	}
+	if cfg.MetaSnapshotEvery == 0 {
+		cfg.MetaSnapshotEvery = 4096
+	}
 	n := &Node{
 		cfg:     cfg,
 		st:      st,
@@ -251,9 +274,12 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		waiters: map[uint64]chan metaResult{},
 		heard:   map[uint64]uint64{},
 	}
-	if err := checkIdentity(st, cfg.ClusterID, cfg.NodeID); err != nil {
+	moved, err := checkIdentity(st, cfg.ClusterID, cfg.NodeID)
+	if err != nil {
 		return nil, err
 	}
+	// The runtime config no longer holds the identity record it held.
+	n.reload = moved
 	if cfg.Rebuild {
 		if err := n.wipe(); err != nil {
 			return nil, err
@@ -270,6 +296,12 @@ func Open(cfg Config, st Storage) (*Node, error) {
 			return Open(cfg, st)
 		}
 		return nil, err
+	}
+	if f := cfg.Effects.Reload; n.reload && f != nil {
+		if err := f(); err != nil {
+			n.closeGroups()
+			return nil, err
+		}
 	}
 	peers := map[uint64]string{}
 	for id, addr := range cfg.Peers {
@@ -471,6 +503,10 @@ func (n *Node) openGroup(g *group) error {
 	if g.sh == nil {
 		if applied, err = shard.Applied(n.st, appliedKey(gid)); err != nil {
 			return err
+		}
+		snap := l.Stored()
+		if applied, err = n.recoverMeta(snap.GetMetadata().GetIndex(), snap.GetData(), applied); err != nil {
+			return fmt.Errorf("cluster: group %d: %w", gid, err)
 		}
 	}
 	l.CommitAtLeast(applied)
@@ -759,9 +795,6 @@ func (n *Node) handleReadies() error {
 		rd := g.rn.Ready()
 		sync = sync || rd.MustSync || !raft.IsEmptySnap(rd.Snapshot)
 		if !raft.IsEmptySnap(rd.Snapshot) {
-			if g.sh == nil {
-				return fmt.Errorf("group %d: a snapshot of the meta group, which is never compacted", g.id)
-			}
 			pre, err := g.log.ApplySnapshot(b, rd.Snapshot)
 			if err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				return fmt.Errorf("group %d: snapshot: %w", g.id, err)
@@ -832,8 +865,14 @@ func (n *Node) handleReadies() error {
 			// Durable in the log now; the replica installs it before
 			// the entries after it.
 			n.log.Info("received a snapshot", "group", g.id, "queue", g.queue, "index", snap.GetMetadata().GetIndex(), "bytes", len(snap.GetData()))
-			g.sh.Install(snap.GetMetadata().GetIndex(), snap.GetData())
-			g.applied.Store(snap.GetMetadata().GetIndex())
+			if g.sh == nil {
+				if err := n.installMeta(g, snap.GetMetadata().GetIndex(), snap.GetData()); err != nil {
+					return fmt.Errorf("group %d: snapshot: %w", g.id, err)
+				}
+			} else {
+				g.sh.Install(snap.GetMetadata().GetIndex(), snap.GetData())
+				g.applied.Store(snap.GetMetadata().GetIndex())
+			}
 		}
 		if err := n.apply(g, rd.CommittedEntries); err != nil {
 			return err
@@ -931,6 +970,9 @@ func (n *Node) apply(g *group, ents []*pb.Entry) error {
 		g.sh.Commit(out)
 	}
 	g.applied.Store(ents[len(ents)-1].GetIndex())
+	if g.sh == nil {
+		n.compactMeta(g)
+	}
 	return nil
 }
 
@@ -1019,32 +1061,49 @@ func (n *Node) Local(queue string) (*shard.Shard, error) {
 // state and the queues' state from this node's store (Config.Rebuild).
 // identityKey holds the node ID (uvarint) and the cluster ID a data
 // directory belongs to. A rebuild keeps it.
-var identityKey = []byte("c/identity")
+var identityKey = []byte("i/cluster")
+
+// oldIdentityKey is where versions before this one kept the identity:
+// under the runtime config's prefix, where it showed as a config key
+// that SetConfig could change. checkIdentity moves it.
+var oldIdentityKey = []byte("c/identity")
 
 // checkIdentity records, at a data directory's first start in a cluster,
 // which node of which cluster it belongs to, and refuses, with an error
 // naming both, one recorded for another node or cluster: a node started
 // on another node's data would claim votes and log entries it never had.
-func checkIdentity(st Storage, clusterID string, node uint64) error {
+// moved reports that it moved the record from oldIdentityKey.
+func checkIdentity(st Storage, clusterID string, node uint64) (moved bool, err error) {
 	want := append(binary.AppendUvarint(nil, node), clusterID...)
 	v, err := st.Get(identityKey)
+	if errors.Is(err, store.ErrNotFound) {
+		if v, err = st.Get(oldIdentityKey); err == nil {
+			var b store.Batch
+			b.Put(identityKey, v)
+			b.Delete(oldIdentityKey)
+			if err := st.Apply(&b); err != nil {
+				return false, err
+			}
+			moved = true
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		var b store.Batch
 		b.Put(identityKey, want)
-		return st.Apply(&b)
+		return false, st.Apply(&b)
 	case err != nil:
-		return err
+		return false, err
 	}
 	id, k := binary.Uvarint(v)
 	if k <= 0 {
-		return fmt.Errorf("cluster: the data directory's identity record (%d bytes) does not decode", len(v))
+		return moved, fmt.Errorf("cluster: the data directory's identity record (%d bytes) does not decode", len(v))
 	}
 	if id != node || string(v[k:]) != clusterID {
-		return fmt.Errorf("cluster: this data directory belongs to node %d of cluster %q, not node %d of cluster %q: "+
+		return moved, fmt.Errorf("cluster: this data directory belongs to node %d of cluster %q, not node %d of cluster %q: "+
 			"start each node on its own data directory, or on an empty one to replace a node", id, v[k:], node, clusterID)
 	}
-	return nil
+	return moved, nil
 }
 
 func (n *Node) wipe() error {

@@ -29,6 +29,7 @@ type testCluster struct {
 	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
 	lane    [2]int64       // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
 	snap    int64          // Config.SnapshotEvery of every node
+	meta    uint64         // Config.MetaSnapshotEvery of every node
 	ticks   int            // Config.ElectionTicks of every node; 0: 10
 	peers   map[uint64]string
 	stores  []*store.Mem
@@ -36,6 +37,8 @@ type testCluster struct {
 	// wrap, if set, gives node i the storage it opens with in place of
 	// stores[i].
 	wrap func(i int, st *store.Mem) Storage
+	// effects, if set, gives node i its Effects in place of noEffects.
+	effects func(i int, st *store.Mem) Effects
 }
 
 func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluster {
@@ -81,23 +84,32 @@ func (c *testCluster) start(i int) {
 	c.t.Helper()
 	id := uint64(i + 1)
 	n, err := Open(Config{
-		NodeID:         id,
-		ClusterID:      "test",
-		PeerListenAddr: c.peers[id],
-		AdvertiseAddr:  fmt.Sprintf("client-%d:5555", id),
-		Peers:          c.peers,
-		TickInterval:   20 * time.Millisecond,
-		ElectionTicks:  cmp.Or(c.ticks, 10),
-		HeartbeatTicks: 1,
-		Rebuild:        c.rebuild[i],
-		SnapshotEvery:  c.snap,
-		Shard:          shard.Config{Sched: c.sched(i)},
-		Effects:        noEffects(),
+		NodeID:            id,
+		ClusterID:         "test",
+		PeerListenAddr:    c.peers[id],
+		AdvertiseAddr:     fmt.Sprintf("client-%d:5555", id),
+		Peers:             c.peers,
+		TickInterval:      20 * time.Millisecond,
+		ElectionTicks:     cmp.Or(c.ticks, 10),
+		HeartbeatTicks:    1,
+		Rebuild:           c.rebuild[i],
+		SnapshotEvery:     c.snap,
+		MetaSnapshotEvery: c.meta,
+		Shard:             shard.Config{Sched: c.sched(i)},
+		Effects:           c.nodeEffects(i),
 	}, c.storage(i))
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
 	c.nodes[i] = n
+}
+
+// nodeEffects returns node i's Effects.
+func (c *testCluster) nodeEffects(i int) Effects {
+	if c.effects != nil {
+		return c.effects(i, c.stores[i])
+	}
+	return noEffects()
 }
 
 // storage returns what node i opens with.

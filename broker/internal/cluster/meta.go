@@ -355,14 +355,30 @@ func (n *Node) applyCreateQueue(b *store.Batch, spec sched.QueueSpec) (metaResul
 // applyDeleteQueue removes a queue: its shard deletes its messages here,
 // and its group's log goes.
 func (n *Node) applyDeleteQueue(b *store.Batch, name string) (metaResult, error) {
+	n.mu.RLock()
+	q := n.meta.queues[name]
+	dlq := q == nil && n.meta.queueOf(name) != nil
+	n.mu.RUnlock()
+	if q == nil {
+		if dlq {
+			return metaResult{err: fmt.Errorf("delete queue %s: a dead-letter queue goes with its queue: %w", name, fault.ErrInvalidArgument)}, nil
+		}
+		return metaResult{err: fmt.Errorf("delete queue %s: %w", name, fault.ErrQueueNotFound)}, nil
+	}
+	b.Delete([]byte("m/q/" + name))
+	return metaResult{}, n.dropQueue(b, name)
+}
+
+// dropQueue forgets queue name on this node and, if it holds a replica,
+// deletes its messages and puts the deletion of its group's log and
+// records into b; the queue's meta record is the caller's (driver
+// goroutine).
+func (n *Node) dropQueue(b *store.Batch, name string) error {
 	n.mu.Lock()
 	q := n.meta.queues[name]
 	if q == nil {
 		n.mu.Unlock()
-		if n.meta.queueOf(name) != nil {
-			return metaResult{err: fmt.Errorf("delete queue %s: a dead-letter queue goes with its queue: %w", name, fault.ErrInvalidArgument)}, nil
-		}
-		return metaResult{err: fmt.Errorf("delete queue %s: %w", name, fault.ErrQueueNotFound)}, nil
+		return nil
 	}
 	delete(n.meta.queues, name)
 	g := n.groups[q.group]
@@ -383,13 +399,12 @@ func (n *Node) applyDeleteQueue(b *store.Batch, name string) (metaResult, error)
 			g.sh.Close()
 		}()
 		if err := g.log.Destroy(b); err != nil {
-			return metaResult{}, err
+			return err
 		}
 		b.Delete(appliedKey(q.group))
 		b.Delete(imageKey(q.group))
 	}
-	b.Delete([]byte("m/q/" + name))
-	return metaResult{}, nil
+	return nil
 }
 
 // register proposes this node's client address until the meta state

@@ -140,6 +140,9 @@ func withClusterDefaults(c ClusterConfig) ClusterConfig {
 	if c.SnapshotLogSize == 0 {
 		c.SnapshotLogSize = d.SnapshotLogSize
 	}
+	if c.MetaSnapshotEntries == 0 {
+		c.MetaSnapshotEntries = d.MetaSnapshotEntries
+	}
 	return c
 }
 

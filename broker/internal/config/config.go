@@ -228,6 +228,12 @@ type ClusterConfig struct {
 	// it, and is what a follower that lags behind the compacted log is
 	// sent.
 	SnapshotLogSize int64
+	// MetaSnapshotEntries is how many entries the meta group applies
+	// between two snapshots of its state (meta_snapshot_entries, default
+	// 4096, from 2 to 100,000,000). Each snapshot lets the meta group's
+	// log be compacted up to it, and is what a node that lags behind the
+	// compacted log is sent.
+	MetaSnapshotEntries int
 }
 
 // Enabled reports whether cluster mode is on: whether NodeID is set.
@@ -392,13 +398,14 @@ func Default() Config {
 			ReserveSize: 64 * Megabyte,
 		},
 		Cluster: ClusterConfig{
-			ClusterID:         "fila",
-			PeerListenAddr:    "0.0.0.0:5556",
-			ReplicationFactor: 3,
-			TickInterval:      100 * time.Millisecond,
-			ElectionTicks:     10,
-			HeartbeatTicks:    1,
-			SnapshotLogSize:   64 * Megabyte,
+			ClusterID:           "fila",
+			PeerListenAddr:      "0.0.0.0:5556",
+			ReplicationFactor:   3,
+			TickInterval:        100 * time.Millisecond,
+			ElectionTicks:       10,
+			HeartbeatTicks:      1,
+			SnapshotLogSize:     64 * Megabyte,
+			MetaSnapshotEntries: 4096,
 		},
 		Scheduler: SchedulerConfig{Policy: "stfq", LatencyBudget: 10, LatencyIdle: 100 * time.Millisecond, Quantum: 1000},
 		Queue: QueueConfig{

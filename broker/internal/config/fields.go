@@ -200,6 +200,9 @@ var fields = []field{
 	{"cluster", "snapshot_log_size", kindSize,
 		func(c *Config) any { return &c.Cluster.SnapshotLogSize },
 		sizeIn(Kilobyte, Terabyte, func(c *Config) int64 { return c.Cluster.SnapshotLogSize })},
+	{"cluster", "meta_snapshot_entries", kindInt,
+		func(c *Config) any { return &c.Cluster.MetaSnapshotEntries },
+		intIn(2, 100_000_000, func(c *Config) int64 { return int64(c.Cluster.MetaSnapshotEntries) })},
 
 	{"scheduler", "policy", kindString,
 		func(c *Config) any { return &c.Scheduler.Policy }, checkPolicy},

@@ -16,9 +16,10 @@ import (
 
 // ClusterEffects returns what the meta group's entries do on this node:
 // register and forget queues' hooks in hooks, apply key changes to keys
-// and runtime config changes to rt (either may be nil), and, when this
-// node starts leading a queue, propose the throttle rates of rt into its
-// group. Pass it in cluster.Config before the Node exists.
+// and runtime config changes to rt (either may be nil), reload both from
+// the store when a snapshot of the meta group replaced their records,
+// and, when this node starts leading a queue, propose the throttle rates
+// of rt into its group. Pass it in cluster.Config before the Node exists.
 func ClusterEffects(hooks *Hooks, keys *auth.Store, rt *rtconf.Store) cluster.Effects {
 	return cluster.Effects{
 		QueueCreated: func(spec sched.QueueSpec) {
@@ -58,6 +59,18 @@ func ClusterEffects(hooks *Hooks, keys *auth.Store, rt *rtconf.Store) cluster.Ef
 			}
 			_, err = rt.Apply(c)
 			return err
+		},
+		StatePrefixes: []string{auth.KeyPrefix, rtconf.KeyPrefix},
+		Reload: func() error {
+			if keys != nil {
+				if err := keys.Reload(); err != nil {
+					return err
+				}
+			}
+			if rt != nil {
+				return rt.Reload()
+			}
+			return nil
 		},
 		Leading: func(_ string, sh *shard.Shard) {
 			if rt == nil {

@@ -99,3 +99,39 @@ func FuzzDecodeChange(f *testing.F) {
 		}
 	})
 }
+
+// TestReload: a store whose entries are replaced underneath it, in its
+// KV (as a cluster node installs a snapshot of the meta group), reads
+// the new entries after Reload, and its watchers hear of every key set,
+// changed or deleted, in key order; keys left as they were are not
+// reported.
+func TestReload(t *testing.T) {
+	kv := newMemKV()
+	s := mustOpen(t, kv)
+	mustSet(t, s, "a.same", "1")
+	mustSet(t, s, "b.changed", "old")
+	mustSet(t, s, "c.deleted", "x")
+	var events []string
+	s.Watch("", func(k, v string, deleted bool) { events = append(events, fmt.Sprintf("%s=%s/%v", k, v, deleted)) })
+	events = nil
+	kv.m = map[string]string{KeyPrefix + "a.same": "1", KeyPrefix + "b.changed": "new", KeyPrefix + "d.added": "y"}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "[b.changed=new/false c.deleted=/true d.added=y/false]"; fmt.Sprint(events) != want {
+		t.Fatalf("watchers heard %v; want %s", events, want)
+	}
+	if got := fmt.Sprint(s.List("")); got != "[{a.same 1} {b.changed new} {d.added y}]" {
+		t.Fatalf("List after the reload: %s", got)
+	}
+	if v, ok := s.Get("c.deleted"); ok {
+		t.Fatalf("a deleted key reads %q", v)
+	}
+	kv.m[KeyPrefix+"bad\x01key"] = "z"
+	if err := s.Reload(); err == nil {
+		t.Fatal("a reload of an invalid stored key succeeds")
+	}
+	if v, _ := s.Get("d.added"); v != "y" {
+		t.Fatalf("a failed reload changed the entries: d.added = %q", v)
+	}
+}

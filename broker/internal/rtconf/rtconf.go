@@ -119,11 +119,21 @@ type watcher struct {
 // ValidateKey), which means the storage is corrupt.
 func Open(kv KV) (*Store, error) {
 	s := &Store{kv: kv, seed: maphash.MakeSeed()}
+	snap, err := s.load()
+	if err != nil {
+		return nil, fmt.Errorf("rtconf: open: %w", err)
+	}
+	s.snap.Store(snap)
+	return s, nil
+}
+
+// load reads every entry stored in the KV.
+func (s *Store) load() (*snapshot, error) {
 	snap := &snapshot{}
 	for i := range snap.shards {
 		snap.shards[i] = make(map[string]string)
 	}
-	err := kv.Scan([]byte(KeyPrefix), func(k, v []byte) error {
+	err := s.kv.Scan([]byte(KeyPrefix), func(k, v []byte) error {
 		key, ok := strings.CutPrefix(string(k), KeyPrefix)
 		if !ok {
 			return fmt.Errorf("key %q outside prefix %q", k, KeyPrefix)
@@ -140,11 +150,47 @@ func Open(kv KV) (*Store, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rtconf: open: %w", err)
+		return nil, err
 	}
 	slices.Sort(snap.keys) // KV scans are ordered, but cheap to be sure
-	s.snap.Store(snap)
-	return s, nil
+	return snap, nil
+}
+
+// Reload reads the entries from the KV again, after something other than
+// the store replaced them there (a cluster node installing a snapshot of
+// the meta group), makes them the ones Get and List see, and reports every
+// key set, changed or deleted by it to the watchers, in key order, as
+// Apply would have. It fails, changing nothing, where Open would: a scan
+// error, or an invalid stored key or value.
+func (s *Store) Reload() error {
+	next, err := s.load()
+	if err != nil {
+		return fmt.Errorf("rtconf: reload: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.snap.Load()
+	s.snap.Store(next)
+	i, j := 0, 0
+	for i < len(old.keys) || j < len(next.keys) {
+		switch {
+		case j == len(next.keys) || i < len(old.keys) && old.keys[i] < next.keys[j]:
+			s.notify(old.keys[i], "", true)
+			i++
+		case i == len(old.keys) || next.keys[j] < old.keys[i]:
+			k := next.keys[j]
+			s.notify(k, next.shards[s.shardOf(k)][k], false)
+			j++
+		default:
+			k := next.keys[j]
+			if v := next.shards[s.shardOf(k)][k]; v != old.shards[s.shardOf(k)][k] {
+				s.notify(k, v, false)
+			}
+			i++
+			j++
+		}
+	}
+	return nil
 }
 
 // Get returns the value of key and whether it is set. It never blocks and
