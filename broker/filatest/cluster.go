@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Cluster is a cluster of fila-server processes on 127.0.0.1, each with
@@ -16,6 +17,8 @@ type Cluster struct {
 	Nodes []*Server
 	// isolate[i] is node i's FILA_TEST_ISOLATE_FILE.
 	isolate []string
+	// slow[i] is node i's FILA_TEST_SLOW_FSYNC_FILE.
+	slow []string
 }
 
 // StartCluster starts n fila-server processes as one cluster (Raft node
@@ -46,6 +49,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			"FILA_CLUSTER_PEER_LISTEN_ADDR="+peer[i],
 			"FILA_CLUSTER_ADVERTISE_ADDR="+client[i],
 			"FILA_TEST_ISOLATE_FILE="+c.isolateFile(faults, i),
+			"FILA_TEST_SLOW_FSYNC_FILE="+c.slowFile(faults, i),
 		)
 		c.Nodes = append(c.Nodes, s)
 	}
@@ -74,6 +78,30 @@ func (c *Cluster) isolateFile(dir string, i int) string {
 	p := filepath.Join(dir, fmt.Sprintf("isolate-%d", i+1))
 	c.isolate = append(c.isolate, p)
 	return p
+}
+
+func (c *Cluster) slowFile(dir string, i int) string {
+	p := filepath.Join(dir, fmt.Sprintf("slow-fsync-%d", i+1))
+	c.slow = append(c.slow, p)
+	return p
+}
+
+// SlowFsync makes every fsync of node i's storage take d longer, until
+// FastFsync, as a disk that slows down. It needs a fila-server built
+// with -tags filafaults (WithBinary); other builds ignore it.
+func (c *Cluster) SlowFsync(t testing.TB, i int, d time.Duration) {
+	t.Helper()
+	if err := os.WriteFile(c.slow[i], []byte(d.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FastFsync ends node i's SlowFsync.
+func (c *Cluster) FastFsync(t testing.TB, i int) {
+	t.Helper()
+	if err := os.Remove(c.slow[i]); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }
 
 // Isolate cuts node i off from every peer, both ways, until Heal; the

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -206,6 +207,25 @@ func (s *Server) Stop(t testing.TB) {
 	s.mu.Unlock()
 	if p != nil && !p.Stop(30*time.Second) {
 		t.Errorf("fila-server did not stop in 30s after SIGTERM; killed it")
+	}
+}
+
+// Pause stops the server's process with SIGSTOP, as a process the
+// operating system stops scheduling (a long GC pause, a VM paused): it
+// keeps its connections and its state, and answers nothing, until
+// Resume.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := syscall.Kill(s.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Resume continues a process stopped by Pause, with SIGCONT.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := syscall.Kill(s.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -25,12 +25,13 @@ import (
 // with an in-memory store that outlives a node's restart.
 type testCluster struct {
 	t       *testing.T
-	rebuild map[int]bool   // open these nodes with Config.Rebuild
-	policy  map[int]string // the nodes' [scheduler] policy, "" for the default
-	lane    [2]int64       // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
-	snap    int64          // Config.SnapshotEvery of every node
-	meta    uint64         // Config.MetaSnapshotEvery of every node
-	ticks   int            // Config.ElectionTicks of every node; 0: 10
+	rebuild map[int]bool          // open these nodes with Config.Rebuild
+	policy  map[int]string        // the nodes' [scheduler] policy, "" for the default
+	lane    [2]int64              // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
+	snap    int64                 // Config.SnapshotEvery of every node
+	meta    uint64                // Config.MetaSnapshotEvery of every node
+	skew    map[int]time.Duration // how far node i's wall clock is ahead
+	ticks   int                   // Config.ElectionTicks of every node; 0: 10
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
@@ -43,7 +44,7 @@ type testCluster struct {
 
 func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, peers: map[uint64]string{}, rebuild: map[int]bool{}, policy: map[int]string{}}
+	c := &testCluster{t: t, peers: map[uint64]string{}, rebuild: map[int]bool{}, policy: map[int]string{}, skew: map[int]time.Duration{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -95,13 +96,22 @@ func (c *testCluster) start(i int) {
 		Rebuild:           c.rebuild[i],
 		SnapshotEvery:     c.snap,
 		MetaSnapshotEvery: c.meta,
-		Shard:             shard.Config{Sched: c.sched(i)},
+		Shard:             shard.Config{Sched: c.sched(i), Clock: c.clock(i)},
 		Effects:           c.nodeEffects(i),
 	}, c.storage(i))
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
 	c.nodes[i] = n
+}
+
+// clock returns node i's wall clock: nil (time.Now) unless it is skewed.
+func (c *testCluster) clock(i int) func() time.Time {
+	d := c.skew[i]
+	if d == 0 {
+		return nil
+	}
+	return func() time.Time { return time.Now().Add(d) }
 }
 
 // nodeEffects returns node i's Effects.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/store"
 )
 
@@ -185,6 +186,10 @@ type replicaState struct {
 	// image, of imageSize bytes.
 	sinceImage int64
 	imageSize  int
+	// leadBase is the scheduler time this replica's clock continues from
+	// while it leads, at leadAt (see Shard.now).
+	leadBase sched.Time
+	leadAt   time.Time
 }
 
 // Commit applies committed entries, in order, on the shard goroutine. It
@@ -431,6 +436,9 @@ func (sh *Shard) setLeading(leading bool) {
 		r.batch, r.cbs = r.batch[:0], r.cbs[:0]
 		return
 	}
+	// This replica's time goes on from the group's, whatever its own
+	// wall clock says (see now).
+	r.leadBase, r.leadAt = sh.s.Now(), sh.cfg.Clock()
 	// A new term: lease tokens start above every earlier one, and the
 	// subscriptions of the old leader end (their leases stay held until
 	// they are settled or expire).

@@ -276,9 +276,37 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
+// now returns the scheduler time: this process's wall clock when the
+// shard opened plus the monotonic time elapsed since, so that a step of
+// the wall clock while it runs changes nothing.
+//
+// A replica leading its group goes on from the group's time instead (the
+// last Tick applied when it took the lead, or a later one it applies),
+// at the rate of its monotonic clock, slewed toward its own time by at
+// most 1/maxSlew of the time elapsed (500 ppm, as NTP slews). So a
+// leader whose wall clock is an hour ahead of its predecessor's expires
+// no lease early: a lease of 30 s lasts at least 29.985 s; one an hour
+// behind expires none late by more than as much.
 func (sh *Shard) now() sched.Time {
-	return sched.Time(sh.origin.UnixNano() + int64(sh.cfg.Clock().Sub(sh.origin)))
+	own := sched.Time(sh.origin.UnixNano() + int64(sh.cfg.Clock().Sub(sh.origin)))
+	r := sh.rep
+	if r == nil || !r.leading || r.leadAt.IsZero() {
+		return own
+	}
+	el := sched.Time(sh.cfg.Clock().Sub(r.leadAt))
+	t := r.leadBase + el
+	if cur := sh.s.Now(); cur > t {
+		// Entries of the previous leader applied since: go on from them.
+		r.leadBase += cur - t
+		t = cur
+	}
+	slew := el / maxSlew
+	return t + min(max(own-t, -slew), slew)
 }
+
+// maxSlew bounds how fast a leader's time moves toward its own wall
+// clock: by 1/maxSlew of the time elapsed (see now).
+const maxSlew = 2000
 
 // OpenedAt returns the index of the image a replica was opened from (see
 // Replication.ImageKey); 0 when it opened empty.

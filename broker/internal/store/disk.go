@@ -185,6 +185,7 @@ type segWrite struct {
 // I/O error it simulates.
 type hooks struct {
 	afterWrite     func() error          // after a commit's write, before its fsync
+	beforeSync     func()                // before a commit's fsync, when it has one
 	beforeTruncate func() error          // compaction: copies durable, log not yet truncated
 	freeSpace      func() (int64, error) // replaces statfs of the data directory
 }
@@ -751,6 +752,9 @@ func (d *Disk) write(sync bool) error {
 		return nil
 	}
 	if sync {
+		if d.hooks.beforeSync != nil {
+			d.hooks.beforeSync()
+		}
 		if err := d.log.Sync(); err != nil {
 			return fmt.Errorf("sync log: %w", err)
 		}
