@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,63 @@ func TestClusterMetaLeaderLoss(t *testing.T) {
 			metaLead+1, time.Since(killed).Round(time.Millisecond), retryable, w.sent.Load()-before)
 		c.Nodes[metaLead].Restart(t)
 		w.waitSent(ctx, w.sent.Load()+300)
+	})
+}
+
+// TestClusterSnapshotInstallInterrupted: a follower down until the
+// queue's log was compacted past it gets a snapshot when it comes back.
+// It is killed once the snapshot is durable in its log and before its
+// replica installs it (FILA_TEST_SNAPSHOT_PAUSE holds it there), and
+// started again: it installs the snapshot at start, catches up, and can
+// lead.
+func TestClusterSnapshotInstallInterrupted(t *testing.T) {
+	opts := []filatest.Option{filatest.WithBinary(filatest.FaultBinary(t)), filatest.WithEnv("FILA_TEST_SNAPSHOT_PAUSE=3s")}
+	runCluster(t, opts, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
+		lead := leaderOf(t, ctx, c, admin, "jobs")
+		f := (lead + 1) % len(c.Nodes)
+		c.Nodes[f].Kill()
+		la := connect(t, c.Nodes[lead].Addr).Admin()
+		// Until the leader's log starts after what the follower holds.
+		for {
+			w.waitSent(ctx, w.sent.Load()+200)
+			st, err := la.ClusterStatus(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			past := false
+			for _, g := range st.Groups {
+				for _, r := range g.Replicas {
+					if g.Queue == "jobs" && r.NodeID == uint64(f+1) && r.Known && g.FirstIndex > r.Match+1 {
+						past = true
+					}
+				}
+			}
+			if past {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the leader never compacted its log past the stopped follower")
+			}
+		}
+		before := strings.Count(c.Nodes[f].Log(), "received a snapshot")
+		c.Nodes[f].Restart(t)
+		for strings.Count(c.Nodes[f].Log(), "received a snapshot") == before {
+			if ctx.Err() != nil {
+				t.Fatal("the follower never received a snapshot")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.Nodes[f].Kill()
+		c.Nodes[f].Restart(t)
+		w.waitSent(ctx, w.sent.Load()+300)
+		if !strings.Contains(c.Nodes[f].Log(), "received before the node stopped") {
+			t.Errorf("node %d did not install at start the snapshot it was killed installing", f+1)
+		}
+		// Caught up, it can lead.
+		if lead = leaderOf(t, ctx, c, admin, "jobs"); lead != f {
+			c.Nodes[lead].Kill()
+			w.waitSent(ctx, w.sent.Load()+100)
+			c.Nodes[lead].Restart(t)
+		}
 	})
 }

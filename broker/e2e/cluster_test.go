@@ -177,7 +177,8 @@ func keepHistory(t *testing.T, h history.History) {
 // every acknowledged enqueue delivered, nothing delivered that was not
 // enqueued, no message enqueued twice (a resend across a failover keeps
 // its ID), nothing delivered after its ack was confirmed, attempts
-// within the queue's maximum. A failing run keeps its history.
+// within the queue's maximum. A failing run keeps its history and the
+// nodes' data directories, and logs where.
 func runCluster(t *testing.T, opts []filatest.Option, faults func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload)) {
 	if testing.Short() {
 		t.Skip("a multi-process cluster test")

@@ -34,13 +34,22 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	c := &Cluster{}
 	faults := t.TempDir()
+	// The nodes' data directories outlive a failing test, for a look at
+	// what the nodes held.
+	base, err := os.MkdirTemp("", "fila-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		s := &Server{Addr: client[i]}
 		for _, o := range opts {
 			o(s)
 		}
 		if s.DataDir == "" {
-			s.DataDir = t.TempDir()
+			s.DataDir = filepath.Join(base, fmt.Sprintf("node-%d", i+1))
+			if err := os.Mkdir(s.DataDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s.Env = append(s.Env,
 			fmt.Sprintf("FILA_SERVER_NODE_ID=node-%d", i+1),
@@ -69,6 +78,11 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			if t.Failed() {
 				t.Logf("node %d log:\n%s", i+1, s.Log())
 			}
+		}
+		if t.Failed() {
+			t.Logf("the nodes' data directories are kept in %s", base)
+		} else {
+			os.RemoveAll(base)
 		}
 	})
 	return c

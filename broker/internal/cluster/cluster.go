@@ -865,6 +865,9 @@ func (n *Node) handleReadies() error {
 			// Durable in the log now; the replica installs it before
 			// the entries after it.
 			n.log.Info("received a snapshot", "group", g.id, "queue", g.queue, "index", snap.GetMetadata().GetIndex(), "bytes", len(snap.GetData()))
+			if f := snapshotStored; f != nil {
+				f()
+			}
 			if g.sh == nil {
 				if err := n.installMeta(g, snap.GetMetadata().GetIndex(), snap.GetData()); err != nil {
 					return fmt.Errorf("group %d: snapshot: %w", g.id, err)
