@@ -212,3 +212,94 @@ func TestClusterSnapshotInstallInterrupted(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterClockAheadFailover: the two followers of a queue run with
+// wall clocks an hour ahead of the leader's (FILA_TEST_CLOCK_OFFSET).
+// A message is leased for 30 minutes; the leader is killed, and a node an
+// hour ahead leads. The lease is still held: the consumer's ack of it
+// succeeds. A new leader that took its own clock for the queue's time
+// would expire every lease at once.
+func TestClusterClockAheadFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-process cluster test")
+	}
+	bin := filatest.FaultBinary
+	if filatest.RaceBuild() {
+		bin = filatest.RaceFaultBinary
+	}
+	c := filatest.StartCluster(t, 3, filatest.WithBinary(bin(t)), filatest.WithEnv(clusterEnv...))
+	ctx := ctxT(t, 3*time.Minute)
+	cl := connect(t, c.Addrs())
+	admin := cl.Admin()
+	for {
+		err := admin.CreateQueue(ctx, fila.NewQueueSpec("held").VisibilityTimeout(30*time.Minute))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	lead := leaderOf(t, ctx, c, admin, "held")
+	for i, n := range c.Nodes {
+		if i == lead {
+			continue
+		}
+		n.Kill()
+		n.Env = append(n.Env, "FILA_TEST_CLOCK_OFFSET=1h")
+		n.Restart(t)
+	}
+	if lead != leaderOf(t, ctx, c, admin, "held") {
+		t.Skip("leadership moved while the followers restarted: the scenario needs the leader with the right clock")
+	}
+	send := func(body string) {
+		t.Helper()
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := cl.Producer().Send(sctx, fila.NewMessage("held", []byte(body)))
+			cancel()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send("held")
+	sub, err := cl.Consumer().Subscribe(ctx, "held", fila.Prefetch(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *fila.Delivery
+	select {
+	case d = <-sub.C():
+	case <-ctx.Done():
+		t.Fatal("no delivery")
+	}
+	c.Nodes[lead].Kill()
+	for leaderOf(t, ctx, c, admin, "held") == lead {
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Entries of the new leader, each with a tick of its time.
+	send("after-1")
+	time.Sleep(200 * time.Millisecond)
+	send("after-2")
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := d.Ack(actx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, fila.ErrLeaseExpired) {
+			t.Fatalf("the lease of a 30-minute visibility timeout expired at the failover to a node an hour ahead: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Nodes[lead].Restart(t)
+}

@@ -197,6 +197,9 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+		if testClock != nil {
+			cfg.Clock = testClock
+		}
 	}
 	origin := cfg.Clock()
 	sh := &Shard{
