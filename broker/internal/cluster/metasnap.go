@@ -148,21 +148,9 @@ func (n *Node) compactMeta(g *group) {
 		}
 		return
 	}
-	_, cs, err := g.log.InitialState()
-	if err != nil {
-		n.fail(err)
-		return
+	if n.compactLog(g, applied, data) {
+		n.log.Debug("compacted the meta group's log", "to", applied, "bytes", len(data))
 	}
-	var b store.Batch
-	if err := g.log.Compact(&b, applied, cs, data); err != nil {
-		n.log.Debug("compact", "group", g.id, "to", applied, "err", err)
-		return
-	}
-	if err := n.st.Apply(&b); err != nil {
-		n.fail(err)
-		return
-	}
-	n.log.Debug("compacted the meta group's log", "to", applied, "bytes", len(data))
 }
 
 // writeMeta replaces the meta group's state in the store with that of a

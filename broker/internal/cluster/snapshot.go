@@ -210,21 +210,31 @@ func (n *Node) compact(g *group, index uint64) {
 	if to < first {
 		return
 	}
+	if n.compactLog(g, to, nil) {
+		n.log.Debug("compacted a group's log", "group", g.id, "queue", g.queue, "to", to, "image", index)
+	}
+}
+
+// compactLog compacts group g's log up to index to, with a snapshot of
+// data (nil for a queue's group, whose state is in the store), and
+// reports whether it did. A storage failure stops the node (driver
+// goroutine).
+func (n *Node) compactLog(g *group, to uint64, data []byte) bool {
 	_, cs, err := g.log.InitialState()
 	if err != nil {
 		n.fail(err)
-		return
+		return false
 	}
 	var b store.Batch
-	if err := g.log.Compact(&b, to, cs, nil); err != nil {
+	if err := g.log.Compact(&b, to, cs, data); err != nil {
 		n.log.Debug("compact", "group", g.id, "to", to, "err", err)
-		return
+		return false
 	}
 	if err := n.st.Apply(&b); err != nil {
 		n.fail(err)
-		return
+		return false
 	}
-	n.log.Debug("compacted a group's log", "group", g.id, "queue", g.queue, "to", to, "image", index)
+	return true
 }
 
 // recoverReplica checks, at open, that queue group g's replica can go on
