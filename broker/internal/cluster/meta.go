@@ -397,6 +397,14 @@ func (n *Node) dropQueue(b *store.Batch, name string) error {
 				<-done
 			}
 			g.sh.Close()
+			// The shard wrote its applied index with its deletion, maybe
+			// after b deleted it; group IDs are never reused.
+			var b store.Batch
+			b.Delete(appliedKey(q.group))
+			b.Delete(imageKey(q.group))
+			if err := n.st.Apply(&b); err != nil {
+				n.log.Warn("cannot delete a deleted queue's replica records", "queue", name, "group", q.group, "err", err)
+			}
 		}()
 		if err := g.log.Destroy(b); err != nil {
 			return err
