@@ -28,18 +28,7 @@ func TestLeaderClockAheadExpiresNoLease(t *testing.T) {
 	}
 	c.converged("jobs")
 	lead := c.leader("jobs")
-	sh, err := c.nodes[lead].Route("jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sink{}
-	done := make(chan shard.Result, 1)
-	if err := sh.Subscribe(ctx, &shard.Subscribe{Sub: 1, Queue: "jobs", Credit: 1}, s, func(r shard.Result) { done <- r }); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-done; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	s := c.subscribe(lead, "jobs", 1)
 	var got sched.Delivered
 	eventually(t, "a delivery", func() error {
 		s.mu.Lock()
@@ -69,15 +58,7 @@ func TestLeaderClockAheadExpiresNoLease(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.converged("jobs")
-	ch := make(chan shard.Result, 1)
-	lsh, err := c.nodes[newLead].Local("jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lsh.QueueStats(ctx, "jobs", 0, func(r shard.Result) { ch <- r }); err != nil {
-		t.Fatal(err)
-	}
-	if st := (<-ch).Stats; st.Leased != 1 || st.Ready != 2 {
+	if st := c.stats(newLead, "jobs"); st.Leased != 1 || st.Ready != 2 {
 		t.Fatalf("on node %d, two hours ahead: leased %d ready %d; want the lease kept (1) and 2 ready", newLead+1, st.Leased, st.Ready)
 	}
 	refs := []sched.LeaseRef{{Queue: "jobs", ID: got.ID, Lease: got.Lease}}

@@ -219,8 +219,11 @@ type group struct {
 	quiesced atomic.Bool
 	idle     int
 	// snapTooBig: the meta group's state was found too large for a
-	// snapshot, and said so (driver goroutine).
+	// snapshot, and said so; snapTried is the applied index of the last
+	// attempt, so that such a state is read again only an interval later
+	// (driver goroutine).
 	snapTooBig bool
+	snapTried  uint64
 }
 
 type proposal struct {

@@ -249,6 +249,46 @@ func (c *testCluster) converged(queue string) {
 	})
 }
 
+// stats returns node i's statistics of queue, from its local replica,
+// retrying while the replica opens.
+func (c *testCluster) stats(i int, queue string) sched.QueueStats {
+	c.t.Helper()
+	var st sched.QueueStats
+	eventually(c.t, "stats of "+queue, func() error {
+		sh, err := c.nodes[i].Local(queue)
+		if err != nil {
+			return err
+		}
+		ch := make(chan shard.Result, 1)
+		if err := sh.QueueStats(context.Background(), queue, 0, func(r shard.Result) { ch <- r }); err != nil {
+			return err
+		}
+		r := <-ch
+		st = r.Stats
+		return r.Err
+	})
+	return st
+}
+
+// subscribe subscribes (as subscription 1) to queue on node i, which
+// must lead it, with credit, and returns the sink of its deliveries.
+func (c *testCluster) subscribe(i int, queue string, credit uint32) *sink {
+	c.t.Helper()
+	sh, err := c.nodes[i].Route(queue)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s := &sink{}
+	done := make(chan shard.Result, 1)
+	if err := sh.Subscribe(context.Background(), &shard.Subscribe{Sub: 1, Queue: queue, Credit: credit}, s, func(r shard.Result) { done <- r }); err != nil {
+		c.t.Fatal(err)
+	}
+	if r := <-done; r.Err != nil {
+		c.t.Fatal(r.Err)
+	}
+	return s
+}
+
 // sink collects a subscription's deliveries.
 type sink struct {
 	mu    sync.Mutex
@@ -306,18 +346,7 @@ func TestReplicatedQueue(t *testing.T) {
 
 	// Deliveries come from the leader once their Deliver entry commits;
 	// an ack on it applies on every replica.
-	sh, err := c.nodes[lead].Route("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sink{}
-	done := make(chan shard.Result, 1)
-	if err := sh.Subscribe(ctx, &shard.Subscribe{Sub: 1, Queue: "orders", Credit: 10}, s, func(r shard.Result) { done <- r }); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-done; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	s := c.subscribe(lead, "orders", 10)
 	var got []sched.Delivered
 	eventually(t, "three deliveries", func() error {
 		s.mu.Lock()
@@ -354,20 +383,7 @@ func TestReplicatedQueue(t *testing.T) {
 	// and agrees with the others.
 	c.start(lead)
 	c.converged("orders")
-	var st sched.QueueStats
-	eventually(t, "stats", func() error {
-		sh, err := c.nodes[lead].Local("orders")
-		if err != nil {
-			return err
-		}
-		ch := make(chan shard.Result, 1)
-		if err := sh.QueueStats(ctx, "orders", 0, func(r shard.Result) { ch <- r }); err != nil {
-			return err
-		}
-		r := <-ch
-		st = r.Stats
-		return r.Err
-	})
+	st := c.stats(lead, "orders")
 	// a and b acked; c leased to the old leader's subscription (kept
 	// until it expires); d ready.
 	if st.Ready != 1 || st.Leased != 1 {

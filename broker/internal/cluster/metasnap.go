@@ -133,9 +133,10 @@ func decodeMetaSnapshot(data []byte, prefixes []string, fn func(k, v []byte)) er
 func (n *Node) compactMeta(g *group) {
 	applied := g.applied.Load()
 	first, _ := g.log.FirstIndex()
-	if applied < first || applied-first+1 < n.cfg.MetaSnapshotEvery {
+	if applied < first || applied-first+1 < n.cfg.MetaSnapshotEvery || applied-g.snapTried < n.cfg.MetaSnapshotEvery {
 		return
 	}
+	g.snapTried = applied
 	data, err := n.metaSnapshot()
 	if err != nil {
 		n.fail(err)

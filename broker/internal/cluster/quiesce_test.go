@@ -9,7 +9,6 @@ import (
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched"
-	"github.com/fila-mq/fila/broker/internal/shard"
 )
 
 // groupStatus returns node i's status of queue's group.
@@ -79,18 +78,7 @@ func TestIdleGroupsQuiesce(t *testing.T) {
 	// peers while quiesced: it wakes, steps down (its subscription ends
 	// with NOT_LEADER), and the others elect a leader that serves.
 	lead = c.leader("idle")
-	sh, err := c.nodes[lead].Route("idle")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sink{}
-	done := make(chan shard.Result, 1)
-	if err := sh.Subscribe(ctx, &shard.Subscribe{Sub: 1, Queue: "idle", Credit: 10}, s, func(r shard.Result) { done <- r }); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-done; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	s := c.subscribe(lead, "idle", 10)
 	eventually(t, "the ready message delivered", func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -31,24 +31,7 @@ func TestQueueRecreated(t *testing.T) {
 			return &shard.Enqueue{Items: []sched.EnqueueItem{{Queue: "q", Msg: sched.Message{Body: []byte(body), PayloadSize: uint32(len(body)), IdempotencyKey: key}}}}
 		}
 	}
-	stats := func(i int) sched.QueueStats {
-		t.Helper()
-		var st sched.QueueStats
-		eventually(t, "stats", func() error {
-			sh, err := c.nodes[i].Local("q")
-			if err != nil {
-				return err
-			}
-			ch := make(chan shard.Result, 1)
-			if err := sh.QueueStats(ctx, "q", 0, func(r shard.Result) { ch <- r }); err != nil {
-				return err
-			}
-			r := <-ch
-			st = r.Stats
-			return r.Err
-		})
-		return st
-	}
+	stats := func(i int) sched.QueueStats { return c.stats(i, "q") }
 	for round := range 3 {
 		create()
 		for i := range 50 {
