@@ -37,6 +37,7 @@ func openCluster(cfg config.Config, st *store.Disk, shardCfg shard.Config, hooks
 		HeartbeatTicks:    cc.HeartbeatTicks,
 		SnapshotEvery:     cc.SnapshotLogSize,
 		MetaSnapshotEvery: uint64(cc.MetaSnapshotEntries),
+		SnapshotRate:      cc.SnapshotRate,
 		TLS:               peerTLS(scfg.TLS),
 		Shard:             shardCfg,
 		Effects:           node.ClusterEffects(hooks, scfg.Auth, rt),

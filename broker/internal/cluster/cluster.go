@@ -27,6 +27,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -60,6 +61,8 @@ type Storage interface {
 	shard.Storage
 	// Apply makes b durable and visible before it returns.
 	Apply(b *store.Batch) error
+	// ScanKeys is Scan without the values.
+	ScanKeys(start, end []byte, fn func(key []byte) error) error
 }
 
 // Effects are what the meta group's entries do on this node beyond its
@@ -127,6 +130,9 @@ type Config struct {
 	// between two snapshots of its state, after which its log is
 	// compacted (metasnap.go): 0 means 4096.
 	MetaSnapshotEvery uint64
+	// SnapshotRate bounds the bytes per second of each snapshot streamed
+	// to a follower; 0 means no bound.
+	SnapshotRate int64
 	// Rebuild is set when this node's store lost durable data (a
 	// repair dropped damaged records): its Raft logs may lack entries it
 	// acknowledged to its peers. Open then deletes every group's log and
@@ -157,6 +163,14 @@ type Node struct {
 	ctl   chan func()
 	stop  chan struct{}
 	done  chan struct{}
+	// ctx ends with Close (cancel), for the snapshot streams; streams
+	// counts the streams being sent (snapshot.go).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	streams sync.WaitGroup
+	// stagedGroups are the groups whose streamed snapshot was stepped
+	// into raft this round (driver goroutine).
+	stagedGroups []*group
 
 	waitMu  sync.Mutex
 	seq     uint64
@@ -203,15 +217,21 @@ type group struct {
 	// heard from it (driver goroutine).
 	rebuilding atomic.Bool
 	target     uint64
-	// snap is the snapshot a queue group's leader sends to followers
-	// that need entries compacted away (snapshot.go).
-	snap snapState
+	// streamed counts the snapshots a queue group's leader streamed to
+	// followers (snapshot.go).
+	streamed atomic.Uint64
+	// receiving: a streamed snapshot's data is being received; staged:
+	// it was, and its MsgSnap stepped into raft this round (driver
+	// goroutine; snapshot.go).
+	receiving bool
+	staged    *staged
 	// imaged is the index of the replica's previous image (driver
 	// goroutine).
 	imaged uint64
-	// granted holds, for each follower sent a snapshot, its index and
-	// the tick it went at: the leader keeps the entries after it while
-	// the follower installs it (driver goroutine; see compact).
+	// granted holds, for each follower sent a snapshot within
+	// snapshotGrace, its index and the tick it went at: the leader keeps
+	// the entries after it while the follower installs it (driver
+	// goroutine; see compact and handOver).
 	granted map[uint64]grant
 	// quiesced: the group is idle and not ticked (quiesce.go); idle
 	// counts the leader's ticks in a row that found it idle (driver
@@ -277,6 +297,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		waiters: map[uint64]chan metaResult{},
 		heard:   map[uint64]uint64{},
 	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	moved, err := checkIdentity(st, cfg.ClusterID, cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -331,10 +352,10 @@ func Open(cfg Config, st Storage) (*Node, error) {
 				}
 			})
 		},
+		Stream: n.receiveSnapshot,
 		SnapshotStatus: func(to, gid uint64, failed bool) {
 			n.post(func() {
 				if g := n.groups[gid]; g != nil {
-					g.snapshotSent(to, failed, n.ticks)
 					st := raft.SnapshotFinish
 					if failed {
 						st = raft.SnapshotFailure
@@ -439,8 +460,10 @@ func (n *Node) Close() error {
 	default:
 	}
 	close(n.stop)
+	n.cancel()
 	<-n.done
 	err := n.tr.Close()
+	n.streams.Wait()
 	n.closeGroups()
 	return err
 }
@@ -709,6 +732,14 @@ func (n *Node) step(msgs []peer.Message) {
 		if n.stepQuiesce(g, m.Msg) {
 			continue
 		}
+		if m.Msg.GetType() == pb.MessageType_MsgSnap && g.sh != nil && len(m.Msg.GetSnapshot().GetData()) == 0 {
+			// A queue group's snapshot comes with its data in a stream
+			// (receiveSnapshot), which stages the data first.
+			if s := g.staged; s == nil || s.index != m.Msg.GetSnapshot().GetMetadata().GetIndex() {
+				n.log.Debug("dropping a snapshot whose data was not received", "group", g.id, "from", m.Msg.GetFrom())
+				continue
+			}
+		}
 		n.wake(g)
 		if m.Msg.GetType() == pb.MessageType_MsgHeartbeat && !g.rebuilding.Load() {
 			if last, _ := g.log.LastIndex(); m.Msg.GetCommit() > last {
@@ -779,6 +810,7 @@ func (n *Node) handleReadies() error {
 	// the same from round to round.
 	b := &n.rb
 	b.Reset()
+	defer n.dropUntaken()
 	defer func() {
 		if b.Cap() > maxKeptBatch {
 			n.rb = store.Batch{}
@@ -797,8 +829,16 @@ func (n *Node) handleReadies() error {
 		}
 		rd := g.rn.Ready()
 		sync = sync || rd.MustSync || !raft.IsEmptySnap(rd.Snapshot)
-		if !raft.IsEmptySnap(rd.Snapshot) {
-			pre, err := g.log.ApplySnapshot(b, rd.Snapshot)
+		if snap := rd.Snapshot; !raft.IsEmptySnap(snap) {
+			var pre []*store.Batch
+			var err error
+			if s := g.staged; s != nil && s.index == snap.GetMetadata().GetIndex() {
+				// Streamed: its data is stored already.
+				g.staged = nil
+				err = g.log.ApplyStaged(b, snap, s.chunks, s.size)
+			} else {
+				pre, err = g.log.ApplySnapshot(b, snap)
+			}
 			if err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				return fmt.Errorf("group %d: snapshot: %w", g.id, err)
 			}
@@ -845,9 +885,7 @@ func (n *Node) handleReadies() error {
 		if r.sent {
 			continue
 		}
-		for _, m := range r.rd.Messages {
-			out[m.GetTo()] = append(out[m.GetTo()], peer.Message{Group: r.g.id, Msg: m})
-		}
+		n.route(r.g, r.rd.Messages, out)
 	}
 	for to, msgs := range out {
 		n.tr.Send(to, msgs)
@@ -867,7 +905,7 @@ func (n *Node) handleReadies() error {
 		if snap := rd.Snapshot; !raft.IsEmptySnap(snap) {
 			// Durable in the log now; the replica installs it before
 			// the entries after it.
-			n.log.Info("received a snapshot", "group", g.id, "queue", g.queue, "index", snap.GetMetadata().GetIndex(), "bytes", len(snap.GetData()))
+			n.log.Info("received a snapshot", "group", g.id, "queue", g.queue, "index", snap.GetMetadata().GetIndex())
 			if f := snapshotStored; f != nil {
 				f()
 			}
@@ -876,7 +914,7 @@ func (n *Node) handleReadies() error {
 					return fmt.Errorf("group %d: snapshot: %w", g.id, err)
 				}
 			} else {
-				g.sh.Install(snap.GetMetadata().GetIndex(), snap.GetData())
+				g.sh.Install(snap.GetMetadata().GetIndex(), g.log.OpenData())
 				g.applied.Store(snap.GetMetadata().GetIndex())
 			}
 		}
@@ -906,9 +944,7 @@ func (n *Node) send(g *group, msgs []*pb.Message) {
 		return
 	}
 	out := map[uint64][]peer.Message{}
-	for _, m := range msgs {
-		out[m.GetTo()] = append(out[m.GetTo()], peer.Message{Group: g.id, Msg: m})
-	}
+	n.route(g, msgs, out)
 	for to, ms := range out {
 		n.tr.Send(to, ms)
 	}

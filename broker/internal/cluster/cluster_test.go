@@ -30,6 +30,7 @@ type testCluster struct {
 	lane    [2]int64              // node 1's [scheduler] latency_budget and latency_idle, zeros for the defaults
 	snap    int64                 // Config.SnapshotEvery of every node
 	meta    uint64                // Config.MetaSnapshotEvery of every node
+	rate    int64                 // Config.SnapshotRate of every node
 	skew    map[int]time.Duration // how far node i's wall clock is ahead
 	ticks   int                   // Config.ElectionTicks of every node; 0: 10
 	peers   map[uint64]string
@@ -96,6 +97,7 @@ func (c *testCluster) start(i int) {
 		Rebuild:           c.rebuild[i],
 		SnapshotEvery:     c.snap,
 		MetaSnapshotEvery: c.meta,
+		SnapshotRate:      c.rate,
 		Shard:             shard.Config{Sched: c.sched(i), Clock: c.clock(i)},
 		Effects:           c.nodeEffects(i),
 	}, c.storage(i))

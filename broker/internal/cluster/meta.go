@@ -531,8 +531,8 @@ func (n *Node) ProposeConfig(ctx context.Context, change []byte) error {
 // entries at or below it again: a follower that lost its log could never
 // catch up under the same leader. A new leader starts from no such
 // knowledge. An announcement older than what the leader has since sent
-// the replica (it replicates to it, or sent it a snapshot past the
-// announced index) is ignored. The leadership goes to another replica
+// the replica (it sent it a snapshot past the announced index within
+// snapshotGrace) is ignored. The leadership goes to another replica
 // this node is connected to; with none, the group waits until one is
 // back (the rebuilding replica does not vote before it has caught up).
 // Driver goroutine.
@@ -546,21 +546,25 @@ func (n *Node) handOver(id uint64, groups map[uint64]uint64) {
 			continue
 		}
 		var match uint64
-		var state tracker.StateType
 		g.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
 			if pid == id {
-				match, state = pr.Match, pr.State
+				match = pr.Match
 			}
 		})
 		if match <= last {
 			continue // the leader's view holds: it catches the replica up
 		}
 		// An announcement made before the replica caught up, applied
-		// after: the leader replicates to it (a replica that lost its
-		// log rejects every append, which leaves it probing), or sent
-		// it a snapshot past what it announced. Handing over would only
-		// make the next leader send another snapshot.
-		if gr, ok := g.granted[id]; state == tracker.StateReplicate || ok && gr.index > last {
+		// after: the leader sent it a snapshot past what it announced,
+		// within snapshotGrace. Handing over would only make the next
+		// leader send another snapshot. The leader's replicating to it
+		// proves nothing: a replica that lost its log while the group
+		// was idle, and came back before the leader noticed, finds the
+		// leader in the replicate state, whose appends it rejects in
+		// vain (raft takes a rejection at or below the match for a stale
+		// one).
+		n.expireGrants(g)
+		if gr, ok := g.granted[id]; ok && gr.index > last {
 			continue
 		}
 		for _, to := range g.replicas {

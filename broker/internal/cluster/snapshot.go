@@ -1,13 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
-	"sync"
+	"io"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fila-mq/fila/broker/internal/peer"
@@ -26,119 +28,346 @@ import (
 // that a follower that is only slow catches up from the log, as etcd
 // keeps SnapshotCatchUpEntries.
 //
-// A follower that needs entries compacted away gets a snapshot: the
-// leader's latest image and a scan of the queue's records
-// (shard.SnapshotData), made on a goroutine of its own while raft is told
-// the snapshot is temporarily unavailable, and sent as one MsgSnap. The
-// follower writes it into its log's store (raftlog.ApplySnapshot), then
-// its replica installs it (shard.Install) before the entries after it.
-// If the node stops between the two, recoverReplica installs it again
-// from the log at the next start.
+// A follower that needs entries compacted away gets a snapshot, streamed
+// on a connection of its own (peer.Transport.SendStream) so that a queue
+// of any size is never held whole in memory and the group's heartbeats
+// are not held up behind it: the leader's latest image and a scan of the
+// queue's records (shard.WriteSnapshot), written as they are read. Raft
+// asks the log for a snapshot (snapshotSource) and gets the metadata at
+// the latest image; the driver takes the MsgSnap raft emits out of the
+// ordinary traffic (route) and streams it with its data (streamSnapshot).
+//
+// The follower (receiveSnapshot) checks the data as it arrives
+// (shard.CheckSnapshot) and stores it in chunks in its log's store
+// (raftlog.Stage), then steps the MsgSnap into raft. If raft takes it,
+// the driver records it (raftlog.ApplyStaged) and the replica installs it
+// (shard.Install), reading the chunks back, before the entries after it;
+// if not, the driver deletes the chunks. If the node stops between the
+// two, recoverReplica installs it again from the log at the next start.
 
-// maxSnapshotSize bounds a snapshot's data: it goes to a follower as one
-// peer message, with room for the message's other fields.
-const maxSnapshotSize = peer.MaxMessageSize - 1<<20
-
-// snapshotGrace is how long a leader keeps the entries a follower needs
-// after a snapshot: while it is being made and held for sending, and
-// while the follower installs it. Without it a leader under load could
-// compact its log past a snapshot before the follower had installed it,
-// and the follower would need another, and another: it never caught up
-// while the load lasted. After snapshotGrace the usual rule holds again,
-// so a follower that went away does not keep the log from compacting.
-const snapshotGrace = time.Minute
-
-// snapState is a leader's snapshot for its followers.
-type snapState struct {
-	mu    sync.Mutex
-	busy  bool   // being made
-	base  uint64 // the leader's image index when making started
-	index uint64 // of data, when not nil
-	data  []byte
-	// at is the driver tick at which the driver first saw data, once
-	// seen.
-	at   uint64
-	seen bool
-	// made counts the snapshots made.
-	made uint64
-}
-
-// slowSnapshots, set by tests before the cluster starts, is how long
-// making a snapshot takes at least, as it does for a large queue.
+// slowSnapshots, set by tests before the cluster starts, is how long a
+// leader waits at least before it streams a snapshot, as if the queue
+// were large.
 var slowSnapshots time.Duration
 
-// grant is a snapshot sent to a follower: its index, and the driver tick
-// it went at.
+// snapshotGrace is how long a leader keeps the entries a follower needs
+// after a snapshot, while the follower installs it. Without it a leader
+// under load could compact its log past a snapshot before the follower
+// had installed it, and the follower would need another, and another: it
+// never caught up while the load lasted. After snapshotGrace the usual
+// rule holds again, so a follower that went away does not keep the log
+// from compacting; and a leader that sent a follower a snapshot longer
+// ago no longer takes it for proof that the follower holds it (handOver).
+// A var so that tests may shorten it.
+var snapshotGrace = time.Minute
+
+// stageChunk is the size of the chunks a follower stores a streamed
+// snapshot's data in.
+var stageChunk = 4 << 20
+
+// grant is a snapshot sent to a follower: its index, the driver tick it
+// went at, and whether the follower has since caught up with the
+// leader's latest image (from then on the leader keeps no entries for
+// it, but still knows it holds the snapshot: handOver).
 type grant struct {
 	index, tick uint64
+	caughtUp    bool
 }
 
-// snapshotSource returns group g's raftlog source: the snapshot at the
-// replica's latest image, made on first demand.
+// staged is a streamed snapshot whose data a follower has stored, for
+// raft to take (driver goroutine).
+type staged struct {
+	index  uint64
+	chunks int
+	size   int64
+}
+
+// snapshotSource returns group g's raftlog source: a snapshot at the
+// replica's latest image (the one it opened from, if it made none since),
+// whose data is streamed when it is sent (streamSnapshot). Driver
+// goroutine.
 func (n *Node) snapshotSource(g *group) func() (*pb.Snapshot, error) {
 	return func() (*pb.Snapshot, error) {
-		s := &g.snap
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.data != nil {
-			term, err := g.log.Term(s.index)
-			if err == nil {
-				_, cs, err := g.log.InitialState()
-				if err == nil {
-					return &pb.Snapshot{Data: s.data, Metadata: &pb.SnapshotMetadata{
-						ConfState: cs, Index: proto.Uint64(s.index), Term: proto.Uint64(term),
-					}}, nil
-				}
-			}
-			// Older than the log's start: make a newer one.
-			s.data = nil
+		index := max(g.imaged, g.sh.OpenedAt())
+		if index == 0 {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		if !s.busy {
-			s.busy, s.base = true, g.imaged
-			go n.makeSnapshot(g)
+		term, err := g.log.Term(index)
+		if err != nil {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		return nil, raft.ErrSnapshotTemporarilyUnavailable
+		_, cs, err := g.log.InitialState()
+		if err != nil {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+			ConfState: cs, Index: proto.Uint64(index), Term: proto.Uint64(term),
+		}}, nil
 	}
 }
 
-// makeSnapshot reads group g's snapshot from the store, off the driver.
-func (n *Node) makeSnapshot(g *group) {
-	index, data, err := shard.SnapshotData(n.st, g.queue, imageKey(g.id))
-	if d := slowSnapshots; d > 0 {
-		time.Sleep(d)
+// route sends group g's messages: a queue group's snapshots are streamed,
+// the rest go on the peers' connections. Driver goroutine.
+func (n *Node) route(g *group, msgs []*pb.Message, out map[uint64][]peer.Message) {
+	for _, m := range msgs {
+		if m.GetType() == pb.MessageType_MsgSnap && g.sh != nil {
+			n.streamSnapshot(g, m)
+			continue
+		}
+		out[m.GetTo()] = append(out[m.GetTo()], peer.Message{Group: g.id, Msg: m})
 	}
-	s := &g.snap
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.busy = false
-	if err == nil && len(data) > maxSnapshotSize {
-		err = fmt.Errorf("%d bytes, over the %d a follower can store", len(data), maxSnapshotSize)
+}
+
+// streamSnapshot streams m, a snapshot of queue group g, to its follower
+// on a goroutine of its own, and reports to raft how it went. The image
+// sent is the latest stored when the stream starts, which may be newer
+// than m's; m's metadata follows it. Driver goroutine.
+func (n *Node) streamSnapshot(g *group, m *pb.Message) {
+	to := m.GetTo()
+	n.streams.Add(1)
+	go func() {
+		defer n.streams.Done()
+		index, size, err := n.sendSnapshot(g, m)
+		if err != nil {
+			n.log.Warn("cannot send a snapshot to a follower", "group", g.id, "queue", g.queue, "to", to, "err", err)
+		} else {
+			n.log.Info("sent a snapshot to a follower", "group", g.id, "queue", g.queue, "to", to, "index", index, "bytes", size)
+		}
+		n.post(func() {
+			if n.groups[g.id] != g {
+				return // deleted
+			}
+			st := raft.SnapshotFinish
+			if err != nil {
+				st = raft.SnapshotFailure
+			} else {
+				if g.granted == nil {
+					g.granted = map[uint64]grant{}
+				}
+				g.granted[to] = grant{index: index, tick: n.ticks}
+			}
+			g.rn.ReportSnapshot(to, st)
+		})
+	}()
+}
+
+// sendSnapshot streams m with the data of group g's latest image, and
+// returns the snapshot's index and its data's size.
+func (n *Node) sendSnapshot(g *group, m *pb.Message) (index uint64, size int64, err error) {
+	if d := slowSnapshots; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-n.stop:
+			return 0, 0, ErrStopped
+		}
+	}
+	index, image, found, err := shard.LoadImage(n.st, imageKey(g.id))
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case !found:
+		return 0, 0, fmt.Errorf("no image of queue %s", g.queue)
+	}
+	term, err := g.log.Term(index)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the term of the image at %d: %w", index, err)
+	}
+	meta := proto.CloneOf(m.GetSnapshot().GetMetadata())
+	meta.Index, meta.Term = proto.Uint64(index), proto.Uint64(term)
+	m.Snapshot = &pb.Snapshot{Metadata: meta}
+	g.streamed.Add(1)
+	size, err = n.tr.SendStream(n.ctx, m.GetTo(), peer.Message{Group: g.id, Msg: m}, func(w io.Writer) error {
+		if r := n.cfg.SnapshotRate; r > 0 {
+			w = &rateWriter{ctx: n.ctx, w: w, l: rate.NewLimiter(rate.Limit(r), rateBurst)}
+		}
+		return shard.WriteSnapshot(w, n.st, g.queue, index, image)
+	})
+	return index, size, err
+}
+
+// rateBurst is the most a rateWriter writes at once.
+const rateBurst = 256 << 10
+
+// A rateWriter writes to w at the rate l allows, rateBurst bytes at most
+// at a time; it fails with ctx's error once ctx is done.
+type rateWriter struct {
+	ctx context.Context
+	w   io.Writer
+	l   *rate.Limiter
+}
+
+func (r *rateWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), rateBurst)
+		if err := r.l.WaitN(r.ctx, k); err != nil {
+			return n, err
+		}
+		m, err := r.w.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// receiveSnapshot takes a snapshot streamed by the leader of group
+// m.Group: it checks the data and stores it in chunks as it reads it,
+// then steps the MsgSnap into raft. It refuses, storing nothing, a
+// snapshot of a group this node holds no replica of, a second one while
+// one is being received, one older than the log's, and data that does
+// not decode. Peer goroutine.
+func (n *Node) receiveSnapshot(from uint64, m peer.Message, data io.Reader) error {
+	meta := m.Msg.GetSnapshot().GetMetadata()
+	index := meta.GetIndex()
+	if m.Msg.GetType() != pb.MessageType_MsgSnap || index == 0 {
+		return fmt.Errorf("a stream of a %s message", m.Msg.GetType())
+	}
+	var g *group
+	err := n.call(func() error {
+		g = n.groups[m.Group]
+		switch {
+		case g == nil || g.sh == nil:
+			return fmt.Errorf("no replica of group %d here", m.Group)
+		case g.receiving:
+			return fmt.Errorf("group %d is receiving a snapshot already", m.Group)
+		}
+		g.receiving = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	st := &stager{n: n, g: g, index: index}
+	err = st.receive(data)
+	if err == nil {
+		n.log.Info("received a snapshot's data", "group", g.id, "queue", g.queue, "from", from, "index", index, "bytes", st.size)
+	}
+	if cerr := n.call(func() error {
+		g.receiving = false
+		if err != nil || n.groups[g.id] != g {
+			return err
+		}
+		g.staged = &staged{index: index, chunks: st.chunks, size: st.size}
+		n.stagedGroups = append(n.stagedGroups, g)
+		n.step([]peer.Message{m})
+		return nil
+	}); cerr != nil && err == nil {
+		err = cerr
 	}
 	if err != nil {
-		n.log.Error("cannot make a snapshot for a follower", "group", g.id, "queue", g.queue, "err", err)
-		return
+		st.drop()
 	}
-	s.index, s.data, s.seen = index, data, false
-	s.made++
-	n.log.Info("made a snapshot for a follower", "group", g.id, "queue", g.queue, "index", index, "bytes", len(data))
+	return err
 }
 
-// snapshotSent lets group g's snapshot go once the transport has sent or
-// dropped it (it is made again if another follower needs one), and, if it
-// went to follower to, notes the grant at driver tick now. Driver
-// goroutine.
-func (g *group) snapshotSent(to uint64, failed bool, now uint64) {
-	g.snap.mu.Lock()
-	index := g.snap.index
-	g.snap.data = nil
-	g.snap.mu.Unlock()
-	if failed {
+// call runs fn on the driver goroutine and returns its error, or
+// ErrStopped if the node stops first.
+func (n *Node) call(fn func() error) error {
+	done := make(chan error, 1)
+	n.post(func() { done <- fn() })
+	select {
+	case err := <-done:
+		return err
+	case <-n.stop:
+		return ErrStopped
+	}
+}
+
+// A stager stores a streamed snapshot's data in chunks of stageChunk
+// bytes in group g's log, as it is read.
+type stager struct {
+	n      *Node
+	g      *group
+	index  uint64
+	buf    []byte
+	chunks int
+	size   int64
+}
+
+// receive checks data as it reads it (shard.CheckSnapshot) and stores it.
+func (s *stager) receive(data io.Reader) error {
+	var b store.Batch
+	if err := s.g.log.Stage(&b, s.index); err != nil {
+		return err
+	}
+	if err := s.n.st.Apply(&b); err != nil {
+		return err
+	}
+	s.buf = make([]byte, 0, stageChunk)
+	got, err := shard.CheckSnapshot(s.g.queue, io.TeeReader(data, s))
+	switch {
+	case err != nil:
+		return err
+	case got != s.index:
+		return fmt.Errorf("%w: data of index %d for a snapshot at %d", shard.ErrBadSnapshot, got, s.index)
+	}
+	return s.flush()
+}
+
+// Write stores p: a chunk each time stageChunk bytes are in.
+func (s *stager) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), stageChunk-len(s.buf))
+		s.buf = append(s.buf, p[:k]...)
+		p = p[k:]
+		if len(s.buf) == stageChunk {
+			if err := s.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flush stores the chunk in the buffer, if any. The chunks are not
+// fsynced: the storage group that records the snapshot is, after them.
+func (s *stager) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	var b store.Batch
+	s.g.log.PutChunk(&b, s.index, s.chunks, s.buf)
+	b.NoSync()
+	if err := s.n.st.Apply(&b); err != nil {
+		return err
+	}
+	s.chunks++
+	s.size += int64(len(s.buf))
+	s.buf = s.buf[:0]
+	return nil
+}
+
+// drop deletes the chunks stored; a failure is left to the next stage or
+// start, which find them stale.
+func (s *stager) drop() {
+	if s.chunks == 0 {
 		return
 	}
-	if g.granted == nil {
-		g.granted = map[uint64]grant{}
+	var b store.Batch
+	s.g.log.DropStaged(&b, s.index, s.chunks)
+	b.NoSync()
+	if err := s.n.st.Apply(&b); err != nil {
+		s.n.log.Debug("cannot delete a dropped snapshot's chunks", "group", s.g.id, "err", err)
 	}
-	g.granted[to] = grant{index: index, tick: now}
+}
+
+// dropUntaken deletes the data of the streamed snapshots raft did not
+// take in this round: a snapshot stepped into raft is in the next Ready
+// if raft takes it (driver goroutine, at the end of handleReadies).
+func (n *Node) dropUntaken() {
+	for _, g := range n.stagedGroups {
+		if s := g.staged; s != nil {
+			g.staged = nil
+			n.log.Debug("raft did not take a streamed snapshot; deleting its data", "group", g.id, "index", s.index)
+			st := &stager{n: n, g: g, index: s.index, chunks: s.chunks}
+			st.drop()
+		}
+	}
+	n.stagedGroups = n.stagedGroups[:0]
 }
 
 // keep returns the index up to which group g's leader may compact its log
@@ -146,24 +375,20 @@ func (g *group) snapshotSent(to uint64, failed bool, now uint64) {
 // the entries after it are still needed by a follower that is recently
 // active and at most one image interval behind (beyond that a snapshot is
 // cheaper), by a follower a snapshot is being sent to, or that got one
-// within snapshotGrace and has not caught up to the latest image since,
-// and by a snapshot being made or held for sending. Driver goroutine.
+// within snapshotGrace and has not caught up to the latest image since.
+// Driver goroutine.
 func (n *Node) keep(g *group, index, prev uint64) uint64 {
 	to := index
-	grace := uint64(snapshotGrace / n.cfg.TickInterval)
-	for id, gr := range g.granted {
-		if n.ticks-gr.tick > grace {
-			delete(g.granted, id)
-		}
-	}
+	n.expireGrants(g)
 	for id, pr := range g.rn.Status().Progress {
 		if id == n.cfg.NodeID {
 			continue
 		}
 		need, kept := pr.Match, pr.RecentActive && pr.Match >= prev
-		if gr, ok := g.granted[id]; ok {
+		if gr, ok := g.granted[id]; ok && !gr.caughtUp {
 			if pr.Match >= index {
-				delete(g.granted, id) // caught up
+				gr.caughtUp = true
+				g.granted[id] = gr
 			} else {
 				need, kept = max(need, gr.index), true
 			}
@@ -175,21 +400,18 @@ func (n *Node) keep(g *group, index, prev uint64) uint64 {
 			to = min(to, need)
 		}
 	}
-	s := &g.snap
-	s.mu.Lock()
-	if s.data != nil && !s.seen {
-		s.at, s.seen = n.ticks, true
-	}
-	switch {
-	case s.busy:
-		to = min(to, s.base)
-	case s.data != nil && n.ticks-s.at > grace:
-		s.data = nil // no follower took it
-	case s.data != nil:
-		to = min(to, s.index)
-	}
-	s.mu.Unlock()
 	return to
+}
+
+// expireGrants forgets group g's snapshots sent more than snapshotGrace
+// ago (driver goroutine).
+func (n *Node) expireGrants(g *group) {
+	grace := uint64(snapshotGrace / n.cfg.TickInterval)
+	for id, gr := range g.granted {
+		if n.ticks-gr.tick > grace {
+			delete(g.granted, id)
+		}
+	}
 }
 
 // compact compacts group g's log once its replica's image at index is
@@ -249,10 +471,10 @@ func (n *Node) recoverReplica(g *group) error {
 	if si <= g.sh.OpenedAt() {
 		return nil
 	}
-	if len(snap.GetData()) == 0 {
+	if !g.log.HasData() {
 		return fmt.Errorf("%w: log compacted to %d, past the replica's image at %d", raftlog.ErrCorrupt, si, g.sh.OpenedAt())
 	}
 	n.log.Info("installing a snapshot received before the node stopped", "group", g.id, "queue", g.queue, "index", si)
-	g.sh.Install(si, snap.GetData())
+	g.sh.Install(si, g.log.OpenData())
 	return nil
 }

@@ -234,6 +234,11 @@ type ClusterConfig struct {
 	// log be compacted up to it, and is what a node that lags behind the
 	// compacted log is sent.
 	MetaSnapshotEntries int
+	// SnapshotRate bounds the bytes per second a node sends of each
+	// queue snapshot it streams to a follower (snapshot_rate, default 0:
+	// no bound; otherwise from 1MB to 1TB), so that catching a follower
+	// up leaves the leader's disk and network to its clients.
+	SnapshotRate int64
 }
 
 // Enabled reports whether cluster mode is on: whether NodeID is set.

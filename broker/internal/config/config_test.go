@@ -112,6 +112,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"cluster.heartbeat_ticks":            `1`,
 		"cluster.snapshot_log_size":          `"64MB"`,
 		"cluster.meta_snapshot_entries":      `4096`,
+		"cluster.snapshot_rate":              `"0B"`,
 		"scheduler.policy":                   `"stfq"`,
 		"scheduler.latency_budget":           `10`,
 		"scheduler.latency_idle":             `"100ms"`,
@@ -196,6 +197,7 @@ election_ticks = 20
 heartbeat_ticks = 2
 snapshot_log_size = "16MB"
 meta_snapshot_entries = 1000
+snapshot_rate = "32MB"
 
 [scheduler]
 policy = "stfq"
@@ -250,7 +252,7 @@ func fullConfig() Config {
 			NodeID: 2, ClusterID: "prod-eu", PeerListenAddr: "127.0.0.1:6001", AdvertiseAddr: "broker-2.example.com:6000",
 			Peers:             map[uint64]string{1: "10.0.0.1:6001", 2: "127.0.0.1:6001", 3: "[fd00::3]:6001"},
 			ReplicationFactor: 5, TickInterval: 50 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
-			SnapshotLogSize: 16 * Megabyte, MetaSnapshotEntries: 1000,
+			SnapshotLogSize: 16 * Megabyte, MetaSnapshotEntries: 1000, SnapshotRate: 32 * Megabyte,
 		},
 		Scheduler: SchedulerConfig{Policy: "stfq", LatencyBudget: 20, LatencyIdle: time.Second, Quantum: 4096},
 		Queue: QueueConfig{

@@ -203,6 +203,8 @@ var fields = []field{
 	{"cluster", "meta_snapshot_entries", kindInt,
 		func(c *Config) any { return &c.Cluster.MetaSnapshotEntries },
 		intIn(2, 100_000_000, func(c *Config) int64 { return int64(c.Cluster.MetaSnapshotEntries) })},
+	{"cluster", "snapshot_rate", kindSize,
+		func(c *Config) any { return &c.Cluster.SnapshotRate }, checkSnapshotRate},
 
 	{"scheduler", "policy", kindString,
 		func(c *Config) any { return &c.Scheduler.Policy }, checkPolicy},
@@ -524,6 +526,14 @@ func intIn(lo, hi int64, get func(*Config) int64) func(*Config) string {
 		}
 		return ""
 	}
+}
+
+// checkSnapshotRate allows 0 (no bound) or 1MB to 1TB.
+func checkSnapshotRate(c *Config) string {
+	if n := c.Cluster.SnapshotRate; n != 0 && (n < Megabyte || n > Terabyte) {
+		return fmt.Sprintf("0 (no bound) or a size from %s to %s", FormatSize(Megabyte), FormatSize(Terabyte))
+	}
+	return ""
 }
 
 func sizeIn(lo, hi int64, get func(*Config) int64) func(*Config) string {

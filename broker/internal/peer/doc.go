@@ -4,7 +4,8 @@
 // # Connections
 //
 // Two nodes share one TCP connection (TLS when configured), which carries
-// the messages of every group in both directions. The node with the lower
+// the messages of every group in both directions; only streams (below)
+// take connections of their own. The node with the lower
 // ID dials and the other accepts, so the pair never races to two
 // connections. The dialer dials as soon as it learns of the peer (New,
 // SetPeer) and redials whenever the connection breaks, after a backoff of
@@ -48,6 +49,7 @@
 // if it had come in a frame of its own; a chunk that runs past that
 // entry's end, or an entry over MaxMessageSize (1 GiB), closes the
 // connection. Nothing else is written between the chunks of one entry.
+// Larger data goes in a stream.
 //
 // # Sending and loss
 //
@@ -71,10 +73,52 @@
 // Every batch read from a peer goes to Config.Handler on that connection's
 // reader goroutine. Calls for one peer never overlap.
 //
+// # Streams
+//
+// A message with bulk data, such as the snapshot of a queue with a backlog
+// of many GiB, goes by SendStream on a connection of its own instead: on
+// the shared connection it would hold up the heartbeats and appends
+// behind it for as long as its writing takes, and its reader would hold
+// it whole in memory. A stream connection carries one message and its
+// data, which Config.Stream reads as it arrives, and one reply back.
+//
+// Either node dials, whatever the IDs. The hellos are those of a peer
+// connection with the magic "FILASNAP", the answer's too, and the
+// acceptor checks the dialer's as a peer's (the cluster ID, a known peer)
+// but for the rule that the lower ID dials; the dialer checks the answer
+// as a peer's. Then the dialer writes a header frame, data frames and an
+// end frame:
+//
+//	header: length 4B (BE) | group uvarint | raftpb.Message (protobuf)
+//	data:   length 4B (BE), 1 to 1 MiB | data bytes
+//	end:    length 4B = 0 | CRC-32C (Castagnoli) of the data 4B (BE) | data length uvarint
+//
+// The header's length counts the group's and the message's bytes, at most
+// MaxFrameSize. The data is cut into frames of up to 1 MiB as it is written,
+// and its reader gets io.EOF only once the end frame's checksum and
+// length matched. The acceptor then writes its handler's reply and
+// closes:
+//
+//	status 1B (0 accepted, 1 refused) | reason length uvarint (at most 4096) | reason
+//
+// The acceptor reads the header within 10 s and every later read within
+// 30 s. The dialer writes each frame within 10 s, writes data it has held
+// for 5 s in a frame not yet full, so that data written slowly still
+// arrives, and waits for the reply for a minute. A data frame over 1 MiB,
+// a header over MaxFrameSize or not a group and a message, a uvarint not
+// in its shortest form or over 64 bits, a bad status, and a reason over
+// 4096 bytes close the connection and are logged at Warn. Data whose
+// checksum or length does not match fails the handler's read, and its
+// refusal goes back. A connection that fails, Close or RemovePeer at
+// either end, and the isolation of the peer at either end (checked at
+// every frame) abort the stream without a reply: SendStream fails and
+// the handler's read fails.
+//
 // # Fault injection
 //
 // Isolate drops every message to and from the given peers, in both
 // directions, until Heal, without closing the connections: a partition
-// that TCP has not noticed. The end-to-end tests reach it through an admin
-// hook to cut a cluster apart.
+// that TCP has not noticed. Streams to and from them fail at their next
+// frame. The end-to-end tests reach it through an admin hook to cut a
+// cluster apart.
 package peer

@@ -36,7 +36,10 @@ const (
 	// bytes of a 64 MiB frame. The writer cuts its frames there.
 	maxFrameEntries = 1 << 14
 
+	// helloMagic opens the hello of a peer connection, streamMagic that of
+	// a stream connection (stream.go); both are 8 bytes.
 	helloMagic   = "FILAPEER"
+	streamMagic  = "FILASNAP"
 	helloVersion = 1
 	// helloFixedLen is the hello up to the cluster ID: magic, version,
 	// node ID, cluster ID length.
@@ -49,29 +52,48 @@ const (
 // hello of this version, as opposed to the connection's I/O errors.
 var errBadHello = errors.New("not a fila peer hello")
 
-// appendHello appends the hello of node in cluster to b. cluster is at most
-// maxClusterID bytes (New checks).
+// appendHello appends the peer hello of node in cluster to b. cluster is
+// at most maxClusterID bytes (New checks).
 func appendHello(b []byte, node uint64, cluster string) []byte {
-	b = append(b, helloMagic...)
+	return appendHelloOf(b, helloMagic, node, cluster)
+}
+
+// appendHelloOf appends the hello of node in cluster to b, opening with
+// magic: helloMagic or streamMagic.
+func appendHelloOf(b []byte, magic string, node uint64, cluster string) []byte {
+	b = append(b, magic...)
 	b = append(b, helloVersion)
 	b = binary.BigEndian.AppendUint64(b, node)
 	b = append(b, byte(len(cluster)))
 	return append(b, cluster...)
 }
 
-// readHello reads one hello from r and returns the node ID and the cluster
-// ID it carries. Its error wraps errBadHello if the magic or the version is
-// wrong, or r's error (io.ErrUnexpectedEOF for a hello cut short).
+// readHello reads one peer hello from r and returns the node ID and the
+// cluster ID it carries. Its error wraps errBadHello if the magic is not
+// helloMagic or the version is wrong, or is r's error (io.ErrUnexpectedEOF
+// for a hello cut short).
 func readHello(r io.Reader) (node uint64, cluster string, err error) {
+	magic, node, cluster, err := readAnyHello(r)
+	if err == nil && magic != helloMagic {
+		return 0, "", fmt.Errorf("%w: magic %q", errBadHello, magic)
+	}
+	return node, cluster, err
+}
+
+// readAnyHello reads one hello from r, of a peer connection or of a stream
+// connection, and returns its magic (helloMagic or streamMagic), node ID
+// and cluster ID. Its errors are readHello's.
+func readAnyHello(r io.Reader) (magic string, node uint64, cluster string, err error) {
 	var fixed [helloFixedLen]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return 0, "", err
+		return "", 0, "", err
 	}
-	if string(fixed[:len(helloMagic)]) != helloMagic {
-		return 0, "", fmt.Errorf("%w: magic %q", errBadHello, fixed[:len(helloMagic)])
+	magic = string(fixed[:len(helloMagic)])
+	if magic != helloMagic && magic != streamMagic {
+		return "", 0, "", fmt.Errorf("%w: magic %q", errBadHello, magic)
 	}
 	if v := fixed[len(helloMagic)]; v != helloVersion {
-		return 0, "", fmt.Errorf("%w: version %d, want %d", errBadHello, v, helloVersion)
+		return "", 0, "", fmt.Errorf("%w: version %d, want %d", errBadHello, v, helloVersion)
 	}
 	node = binary.BigEndian.Uint64(fixed[len(helloMagic)+1:])
 	id := make([]byte, fixed[helloFixedLen-1])
@@ -79,9 +101,9 @@ func readHello(r io.Reader) (node uint64, cluster string, err error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return 0, "", err
+		return "", 0, "", err
 	}
-	return node, string(id), nil
+	return magic, node, string(id), nil
 }
 
 // entryLen is the length of a frame entry holding a message of size bytes.

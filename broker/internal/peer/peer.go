@@ -58,6 +58,9 @@ type counters struct {
 	msgsReceived, bytesReceived   atomic.Uint64
 	msgsDropped, bytesDropped     atomic.Uint64
 	msgsDroppedIn, bytesDroppedIn atomic.Uint64
+
+	streamsSent, streamBytesSent         atomic.Uint64
+	streamsReceived, streamBytesReceived atomic.Uint64
 }
 
 // A conn is one connection with a peer, after the hellos.
@@ -173,6 +176,11 @@ func (p *peer) stats() PeerStats {
 		BytesDropped:   p.n.bytesDropped.Load(),
 		MsgsDroppedIn:  p.n.msgsDroppedIn.Load(),
 		BytesDroppedIn: p.n.bytesDroppedIn.Load(),
+
+		StreamsSent:         p.n.streamsSent.Load(),
+		StreamBytesSent:     p.n.streamBytesSent.Load(),
+		StreamsReceived:     p.n.streamsReceived.Load(),
+		StreamBytesReceived: p.n.streamBytesReceived.Load(),
 	}
 }
 
@@ -448,7 +456,7 @@ func (p *peer) dial() {
 		p.mu.Lock()
 		addr := p.addr
 		p.mu.Unlock()
-		nc, err := p.t.dial(p.ctx, p.id, addr)
+		nc, err := p.t.dial(p.ctx, p.id, addr, helloMagic)
 		switch {
 		case p.ctx.Err() != nil:
 			if nc != nil {
@@ -567,10 +575,12 @@ func (p *peer) readFrames(c *conn) error {
 		if chunk, ok, err := chunkEntry(body); err != nil {
 			return err
 		} else if ok {
+			// add copies the chunk, so buf is free for the next frame.
 			if body, err = big.add(chunk); err != nil {
 				return err
 			}
 			if body == nil {
+				continue // the entry is not whole yet
 			}
 		}
 		msgs, err := decodeBatch(body, nil)

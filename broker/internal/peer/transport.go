@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -35,7 +36,8 @@ type Config struct {
 	ListenAddr string
 	// Peers maps the ID of every other node to its address (host:port). An
 	// entry for NodeID itself is ignored. Only the addresses of peers with
-	// a higher ID are dialed; the others are kept for Stats.
+	// a higher ID are dialed for the shared connection; every address is
+	// dialed by SendStream, and kept for Stats.
 	Peers map[uint64]string
 	// TLS, when not nil, makes every connection TLS: it is the server's
 	// configuration on accepted connections and the client's on dialed
@@ -69,6 +71,20 @@ type Config struct {
 	// not when Close or a replaced connection closes it. It runs on the
 	// connection's reader goroutine and must not block.
 	Down func(id uint64)
+	// Stream, if not nil, receives the streamed messages of peers
+	// (SendStream): m, and its data, read from data until io.EOF. It runs
+	// on the stream connection's own goroutine and may block as long as it
+	// reads. data returns io.EOF only after the whole data has arrived and
+	// matched its checksum; any other error (connection lost, checksum
+	// mismatch, frame too large, peer isolated, RemovePeer, Close) means
+	// the data is incomplete. Returning nil accepts the stream: the
+	// sender's SendStream returns nil. Returning an error refuses it: the
+	// sender's SendStream returns an error carrying its text (its first
+	// 4096 bytes). A nil Stream refuses every stream. The handler must not
+	// keep data after returning, and must not call Close. The sender waits
+	// for the answer for a minute after the end of the data: work that
+	// takes longer after io.EOF loses the answer (SendStream fails).
+	Stream func(from uint64, m Message, data io.Reader) error
 	// Logger receives connection events and refusals; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -99,6 +115,13 @@ type PeerStats struct {
 	// MsgsDroppedIn and BytesDroppedIn count messages read from the peer
 	// and discarded because it was isolated.
 	MsgsDroppedIn, BytesDroppedIn uint64
+	// StreamsSent and StreamBytesSent count the streams to the peer
+	// (SendStream) that it accepted, and their data bytes, without the
+	// header, the frames' prefixes or the end frame.
+	StreamsSent, StreamBytesSent uint64
+	// StreamsReceived and StreamBytesReceived count the streams from the
+	// peer that Config.Stream accepted, and the data bytes it read of them.
+	StreamsReceived, StreamBytesReceived uint64
 }
 
 const (
@@ -134,7 +157,7 @@ type Transport struct {
 
 	mu        sync.RWMutex
 	peers     map[uint64]*peer
-	accepting map[net.Conn]struct{} // accepted, still in the handshake
+	accepting map[net.Conn]struct{} // accepted, in the handshake or carrying a stream
 	closed    bool
 
 	// isolated holds the isolated peers' IDs, replaced whole by Isolate
@@ -284,7 +307,8 @@ func (t *Transport) Stats() map[uint64]PeerStats {
 }
 
 // Isolate drops every message to and from the peers ids, in both
-// directions, until Heal; their connections stay up. It adds to the peers
+// directions, until Heal; their connections stay up, but their streams
+// fail at the next frame and new ones at once. It adds to the peers
 // already isolated, and may name peers not yet added.
 func (t *Transport) Isolate(ids ...uint64) {
 	t.mu.Lock()
@@ -379,7 +403,8 @@ func (t *Transport) accept() {
 }
 
 // handshake checks an accepted connection's hello, answers it, and hands
-// the connection to its peer; or closes it, logging why.
+// the connection to its peer, or receives the stream it carries; or closes
+// it, logging why.
 func (t *Transport) handshake(nc net.Conn) {
 	defer t.wg.Done()
 	defer func() {
@@ -388,9 +413,10 @@ func (t *Transport) handshake(nc net.Conn) {
 		t.mu.Unlock()
 	}()
 	remote := nc.RemoteAddr().String()
+	kind := "peer" // or "stream", once the hello says so
 	refuse := func(reason string, attrs ...any) {
 		nc.Close()
-		t.log.Warn("refusing a peer connection", append([]any{"remote", remote, "reason", reason}, attrs...)...)
+		t.log.Warn("refusing a "+kind+" connection", append([]any{"remote", remote, "reason", reason}, attrs...)...)
 	}
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if tc, ok := nc.(*tls.Conn); ok {
@@ -399,7 +425,11 @@ func (t *Transport) handshake(nc net.Conn) {
 			return
 		}
 	}
-	id, cluster, err := readHello(nc)
+	magic, id, cluster, err := readAnyHello(nc)
+	stream := magic == streamMagic
+	if stream {
+		kind = "stream"
+	}
 	switch {
 	case errors.Is(err, errBadHello):
 		refuse(err.Error())
@@ -419,22 +449,27 @@ func (t *Transport) handshake(nc net.Conn) {
 		refuse("unknown node", "peer", id)
 		return
 	}
-	if id > t.cfg.NodeID {
+	if id > t.cfg.NodeID && !stream {
 		refuse(fmt.Sprintf("node %d dialed node %d; the lower ID dials", id, t.cfg.NodeID), "peer", id)
 		return
 	}
-	if _, err := nc.Write(appendHello(nil, t.cfg.NodeID, t.cfg.ClusterID)); err != nil {
+	if _, err := nc.Write(appendHelloOf(nil, magic, t.cfg.NodeID, t.cfg.ClusterID)); err != nil {
 		nc.Close()
 		t.log.Debug("peer connection closed in its hello", "remote", remote, "peer", id, "err", err)
 		return
 	}
 	nc.SetDeadline(time.Time{})
+	if stream {
+		t.receiveStream(p, nc)
+		return
+	}
 	p.attach(nc)
 }
 
-// dial connects to the peer id at addr and exchanges hellos; ctx ends the
+// dial connects to the peer id at addr and exchanges hellos opening with
+// magic (helloMagic, or streamMagic for a stream connection); ctx ends the
 // attempt early.
-func (t *Transport) dial(ctx context.Context, id uint64, addr string) (net.Conn, error) {
+func (t *Transport) dial(ctx context.Context, id uint64, addr, magic string) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -461,15 +496,17 @@ func (t *Transport) dial(ctx context.Context, id uint64, addr string) (net.Conn,
 		}
 		nc = tc
 	}
-	if _, err := nc.Write(appendHello(nil, t.cfg.NodeID, t.cfg.ClusterID)); err != nil {
+	if _, err := nc.Write(appendHelloOf(nil, magic, t.cfg.NodeID, t.cfg.ClusterID)); err != nil {
 		nc.Close()
 		return nil, err
 	}
-	got, cluster, err := readHello(nc)
+	gotMagic, got, cluster, err := readAnyHello(nc)
 	switch {
 	case err != nil:
 		// An acceptor that refuses us closes without a word: look at its log.
 		err = fmt.Errorf("hello: %w", err)
+	case gotMagic != magic:
+		err = fmt.Errorf("hello: answered %q to %q", gotMagic, magic)
 	case cluster != t.cfg.ClusterID:
 		err = fmt.Errorf("cluster ID mismatch: %q, want %q", cluster, t.cfg.ClusterID)
 	case got != id:

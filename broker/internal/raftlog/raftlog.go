@@ -19,7 +19,10 @@
 // A received snapshot whose data is larger than 64 MiB is stored in
 // chunks, each written in a storage group of its own before the group
 // that records the snapshot (ApplySnapshot), so that a snapshot may be
-// larger than a store value or a storage group.
+// larger than a store value or a storage group. A snapshot streamed from
+// the leader is stored in chunks as it arrives (Stage, PutChunk), before
+// raft sees it, and recorded with ApplyStaged. Chunked data is never held
+// whole in memory: OpenData reads it back.
 //
 // Writes go into a store.Batch the caller commits (Append, SetHardState,
 // ApplySnapshot, Compact); the Log's view changes at once, and reads of
@@ -32,6 +35,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -43,10 +47,12 @@ import (
 
 // KV is what a Log reads of the store: Get returns an error wrapping
 // store.ErrNotFound for a missing key; Scan calls fn for the keys in
-// [start, end) in order.
+// [start, end) in order, with their values, as the store was at one
+// moment (store.Disk.Scan); ScanKeys does the same without the values.
 type KV interface {
 	Get(key []byte) ([]byte, error)
 	Scan(start, end []byte, fn func(key, value []byte) error) error
+	ScanKeys(start, end []byte, fn func(key []byte) error) error
 }
 
 // ErrCorrupt is wrapped by the errors of a group whose stored log does not
@@ -71,10 +77,12 @@ type Log struct {
 	// scratch encodes an entry before the batch copies it.
 	scratch []byte
 	// chunks is how many chunk records hold the stored snapshot's data
-	// (0: none, the data is in the snap record); stale holds chunk keys
-	// found at Open that belong to no stored snapshot (a node that
-	// stopped while it wrote one), deleted with the next snapshot.
+	// (0: none, the data is in the snap record), and size their bytes;
+	// stale holds chunk keys found at Open that belong to no stored
+	// snapshot (a node that stopped while it wrote one), deleted with the
+	// next snapshot or stage.
 	chunks int
+	size   int64
 	stale  [][]byte
 }
 
@@ -143,28 +151,25 @@ func Open(kv KV, g uint64) (*Log, error) {
 	return l, nil
 }
 
-// loadChunks reads the stored snapshot's data from its chunks, if it is
-// stored in chunks, and notes the chunk records of no stored snapshot.
+// loadChunks checks that the chunk records of the stored snapshot's
+// data, if it is stored in chunks, are all there, without reading them,
+// and notes the chunk records of no stored snapshot.
 func (l *Log) loadChunks() error {
-	count, size := 0, 0
+	count, size := 0, int64(0)
 	if v, err := l.kv.Get(l.key("sc")); err == nil {
 		c, k := binary.Uvarint(v)
 		n, k2 := binary.Uvarint(v[max(k, 0):])
-		if k <= 0 || k2 <= 0 || c > 1<<20 || n > c*uint64(chunkSize) {
+		if k <= 0 || k2 <= 0 || c == 0 || c > maxChunks || n > c*uint64(chunkSize) {
 			return fmt.Errorf("%w: snapshot chunk count", ErrCorrupt)
 		}
-		count, size = int(c), int(n)
+		count, size = int(c), int64(n)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
-	}
-	var data []byte
-	if count > 0 {
-		data = make([]byte, 0, size)
 	}
 	si, next := l.snap.Metadata.GetIndex(), 0
 	start := l.chunkKey(0, 0)
 	end := append(l.key("sd"), '0') // after "sd/"
-	err := l.kv.Scan(start, end, func(k, v []byte) error {
+	err := l.kv.ScanKeys(start, end, func(k []byte) error {
 		if len(k) != len(start) {
 			l.stale = append(l.stale, bytes.Clone(k))
 			return nil
@@ -179,20 +184,20 @@ func (l *Log) loadChunks() error {
 			return fmt.Errorf("%w: snapshot %d: chunk %d follows %d", ErrCorrupt, si, n, next-1)
 		}
 		next++
-		data = append(data, v...)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if next != count || len(data) != size {
-		return fmt.Errorf("%w: snapshot %d: %d of %d chunks, %d of %d bytes", ErrCorrupt, si, next, count, len(data), size)
+	if next != count {
+		return fmt.Errorf("%w: snapshot %d: %d of %d chunks", ErrCorrupt, si, next, count)
 	}
-	if count > 0 {
-		l.snap.Data, l.chunks = data, count
-	}
+	l.chunks, l.size = count, size
 	return nil
 }
+
+// maxChunks bounds a snapshot's chunk records.
+const maxChunks = 1 << 24
 
 func groupPrefix(g uint64) []byte {
 	p := append([]byte("r/"), make([]byte, 8)...)
@@ -227,7 +232,7 @@ func (l *Log) dropChunks(b *store.Batch) {
 	for _, k := range l.stale {
 		b.Delete(k)
 	}
-	l.chunks, l.stale = 0, nil
+	l.chunks, l.size, l.stale = 0, 0, nil
 }
 
 // first is the index of the first entry held; last the last one's.
@@ -370,7 +375,8 @@ func (l *Log) SetSource(src func() (*pb.Snapshot, error)) {
 
 // Stored returns the stored snapshot: the one the log was last compacted
 // to (Compact), with the data it was given, or the last one received
-// (ApplySnapshot), with its data, until the next Compact.
+// (ApplySnapshot, ApplyStaged), with its data unless that is stored in
+// chunks (OpenData reads it), until the next Compact.
 func (l *Log) Stored() *pb.Snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -437,8 +443,9 @@ func (l *Log) SetHardState(b *store.Batch, hs *pb.HardState) {
 // stored in chunks, one per batch in pre, which the caller commits, in
 // order, before b; until b is committed they belong to no snapshot, and a
 // later ApplySnapshot or Compact deletes them if the node stops before.
-// The Log keeps snap's Data (not a copy) until the next Compact. It fails
-// with raft.ErrSnapOutOfDate for a snapshot older than the current one.
+// The Log keeps snap's Data (not a copy) until the next Compact, unless it
+// is stored in chunks. It fails with raft.ErrSnapOutOfDate for a snapshot
+// older than the current one.
 func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) (pre []*store.Batch, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -461,13 +468,127 @@ func (l *Log) ApplySnapshot(b *store.Batch, snap *pb.Snapshot) (pre []*store.Bat
 			pre = append(pre, &p)
 			l.chunks++
 		}
-		b.Put(l.key("snap"), appendSnapshot(nil, &pb.Snapshot{Metadata: l.snap.Metadata}))
-		sc := binary.AppendUvarint(nil, uint64(l.chunks))
-		b.Put(l.key("sc"), binary.AppendUvarint(sc, uint64(len(snap.GetData()))))
+		l.snap.Data = nil
+		l.putChunked(b, l.chunks, int64(len(snap.GetData())))
 	}
 	l.cs = nil
 	b.Delete(l.key("cs"))
 	return pre, nil
+}
+
+// putChunked puts into b the records of a snapshot whose data is in count
+// chunks of size bytes in all. Called with l.mu held.
+func (l *Log) putChunked(b *store.Batch, count int, size int64) {
+	l.chunks, l.size = count, size
+	b.Put(l.key("snap"), appendSnapshot(nil, &pb.Snapshot{Metadata: l.snap.Metadata}))
+	sc := binary.AppendUvarint(nil, uint64(count))
+	b.Put(l.key("sc"), binary.AppendUvarint(sc, uint64(size)))
+}
+
+// Stage puts into b what starts storing the data of a snapshot at index
+// as it is received, before raft sees the snapshot: the deletion of the
+// stale chunk records found at Open. The data then goes in chunks of at
+// most 64 MiB (PutChunk), and ApplyStaged records the snapshot; a stage
+// that ends otherwise deletes its chunks (DropStaged). The caller runs
+// one stage at a time per group, and none while an ApplySnapshot or
+// ApplyStaged of the group is not yet committed. It fails with
+// raft.ErrSnapOutOfDate for an index at or before the stored snapshot's.
+func (l *Log) Stage(b *store.Batch, index uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if index <= l.snap.Metadata.GetIndex() {
+		return raft.ErrSnapOutOfDate
+	}
+	for _, k := range l.stale {
+		b.Delete(k)
+	}
+	l.stale = nil
+	return nil
+}
+
+// PutChunk puts chunk n of the staged data of the snapshot at index into
+// b; chunks go in order from 0, each at most 64 MiB.
+func (l *Log) PutChunk(b *store.Batch, index uint64, n int, chunk []byte) {
+	b.Put(l.chunkKey(index, n), chunk)
+}
+
+// DropStaged puts into b the deletion of the count chunks staged for the
+// snapshot at index.
+func (l *Log) DropStaged(b *store.Batch, index uint64, count int) {
+	for n := range count {
+		b.Delete(l.chunkKey(index, n))
+	}
+}
+
+// ApplyStaged is ApplySnapshot for a snapshot whose data was staged:
+// count chunks (PutChunk) of size bytes in all, already committed. snap's
+// Data is ignored. It fails with raft.ErrSnapOutOfDate for a snapshot
+// older than the current one, and with an error for count 0 or over the
+// chunk limit.
+func (l *Log) ApplyStaged(b *store.Batch, snap *pb.Snapshot, count int, size int64) error {
+	if count <= 0 || count > maxChunks {
+		return fmt.Errorf("raftlog: a staged snapshot of %d chunks", count)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	si := snap.GetMetadata().GetIndex()
+	if si <= l.snap.Metadata.GetIndex() {
+		return raft.ErrSnapOutOfDate
+	}
+	l.dropThrough(b, si, false)
+	l.dropChunks(b)
+	l.snap = &pb.Snapshot{Metadata: proto.CloneOf(snap.GetMetadata())}
+	l.putChunked(b, count, size)
+	l.cs = nil
+	b.Delete(l.key("cs"))
+	return nil
+}
+
+// HasData reports whether the stored snapshot has data: in its record or
+// in chunks.
+func (l *Log) HasData() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.chunks > 0 || len(l.snap.Data) > 0
+}
+
+// OpenData returns a reader of the stored snapshot's data, as the store
+// holds it now: what a later Compact or snapshot deletes stays readable
+// until the reader is closed. Chunked data is read a chunk at a time, by
+// a goroutine that ends when the reader reaches the end or is closed; the
+// caller must close it. A chunk missing or of the wrong size fails the
+// read with an error wrapping ErrCorrupt.
+func (l *Log) OpenData() io.ReadCloser {
+	l.mu.Lock()
+	si, count, size, data := l.snap.Metadata.GetIndex(), l.chunks, l.size, l.snap.Data
+	l.mu.Unlock()
+	if count == 0 {
+		return io.NopCloser(bytes.NewReader(data))
+	}
+	pr, pw := io.Pipe()
+	pinned := make(chan struct{})
+	go func() {
+		var once sync.Once
+		pin := func() { once.Do(func() { close(pinned) }) }
+		defer pin()
+		n, got := 0, int64(0)
+		err := l.kv.Scan(l.chunkKey(si, 0), l.chunkKey(si+1, 0), func(k, v []byte) error {
+			pin()
+			if len(k) != len(l.chunkKey(0, 0)) || int(binary.BigEndian.Uint32(k[len(k)-4:])) != n {
+				return fmt.Errorf("%w: snapshot %d: chunk %d missing", ErrCorrupt, si, n)
+			}
+			n++
+			got += int64(len(v))
+			_, err := pw.Write(v)
+			return err
+		})
+		if err == nil && (n != count || got != size) {
+			err = fmt.Errorf("%w: snapshot %d: %d of %d chunks, %d of %d bytes", ErrCorrupt, si, n, count, got, size)
+		}
+		pw.CloseWithError(err) // nil: io.EOF
+	}()
+	<-pinned
+	return pr
 }
 
 // Compact makes a snapshot at applied index i, with the configuration cs

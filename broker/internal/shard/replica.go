@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -61,11 +62,12 @@ type Replication struct {
 
 // An Entry is one committed entry of the group's log: its index and its
 // data, as Propose was given it (empty for the entries Raft adds itself);
-// or, with Snapshot set, a snapshot of the group at Index (Install).
+// or, with Snapshot set, a snapshot of the group at Index, whose data it
+// reads (Install).
 type Entry struct {
 	Index    uint64
 	Data     []byte
-	Snapshot bool
+	Snapshot io.ReadCloser
 }
 
 // entryVersion is the first byte of a proposed entry:
@@ -346,11 +348,25 @@ func (sh *Shard) drainCommitted() {
 	}
 }
 
+// dropCommitted closes the data of the snapshots still queued when the
+// shard stops: they are installed from the log at the next start.
+func (sh *Shard) dropCommitted() {
+	sh.commitMu.Lock()
+	ents := sh.committed
+	sh.committed = nil
+	sh.commitMu.Unlock()
+	for _, e := range ents {
+		if e.Snapshot != nil {
+			e.Snapshot.Close()
+		}
+	}
+}
+
 // applyEntry applies one committed entry. Only the proposer answers its
 // results; every replica applies its effects and records its index.
 func (sh *Shard) applyEntry(e Entry) {
 	r := sh.rep
-	if e.Snapshot {
+	if e.Snapshot != nil {
 		sh.install(e)
 		return
 	}

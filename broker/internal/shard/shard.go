@@ -423,6 +423,7 @@ func (sh *Shard) run() {
 				break
 			}
 			sh.flush(timer)
+			sh.dropCommitted()
 			return
 		}
 		if sh.rep != nil {

@@ -1,10 +1,12 @@
 package shard
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -67,112 +69,194 @@ func LoadImage(st Storage, key []byte) (index uint64, image []byte, found bool, 
 	return binary.BigEndian.Uint64(v), v[8:], true, nil
 }
 
-// SnapshotData returns the snapshot of queue's replica held in st: the
-// image stored under imageKey with its index, and every record of the
-// queue's key ranges as they are now. It fails with the store's errors,
-// or one wrapping ErrBadSnapshot when no image is stored.
-func SnapshotData(st Storage, queue string, imageKey []byte) (index uint64, data []byte, err error) {
-	index, image, found, err := LoadImage(st, imageKey)
-	if err != nil {
-		return 0, nil, err
+// WriteSnapshot writes to w the snapshot of queue's replica held in st
+// at index: image, the scheduler's image stored at index (LoadImage), and
+// every record of the queue's key ranges as they are now, read in one
+// moment of the store (one Scan per range, so a record written between
+// two ranges may be missing or stale: the entries after index, which the
+// receiver replays, write it again). It reads and writes as it goes, so
+// a snapshot of any size costs a bounded amount of memory. It fails with
+// w's errors or the store's.
+func WriteSnapshot(w io.Writer, st Storage, queue string, index uint64, image []byte) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	var hdr []byte
+	hdr = append(hdr, snapshotVersion)
+	hdr = binary.AppendUvarint(hdr, index)
+	hdr = binary.AppendUvarint(hdr, uint64(len(image)))
+	if _, err := bw.Write(hdr); err != nil {
+		return err
 	}
-	if !found {
-		return 0, nil, fmt.Errorf("%w: no image of queue %s", ErrBadSnapshot, queue)
+	if _, err := bw.Write(image); err != nil {
+		return err
 	}
-	data = append(data, snapshotVersion)
-	data = binary.AppendUvarint(data, index)
-	data = binary.AppendUvarint(data, uint64(len(image)))
-	data = append(data, image...)
 	for _, r := range sched.QueueRanges(queue) {
 		err := st.Scan(r.Start, r.End, func(k, v []byte) error {
-			data = binary.AppendUvarint(data, uint64(len(k)))
-			data = append(data, k...)
-			data = binary.AppendUvarint(data, uint64(len(v)))
-			data = append(data, v...)
-			return nil
+			hdr = binary.AppendUvarint(hdr[:0], uint64(len(k)))
+			bw.Write(hdr)
+			bw.Write(k)
+			hdr = binary.AppendUvarint(hdr[:0], uint64(len(v)))
+			bw.Write(hdr)
+			_, err := bw.Write(v)
+			return err
 		})
 		if err != nil {
-			return 0, nil, err
+			return err
 		}
 	}
-	return index, data, nil
+	return bw.Flush()
 }
 
-// snapshot is a decoded snapshot's data; its slices point into the data.
-type snapshot struct {
-	index   uint64
-	image   []byte
-	records [][2][]byte
+// A snapshotReader decodes a snapshot's data as it reads it: the header
+// (readSnapshot), then one record at a time (next).
+type snapshotReader struct {
+	r      *bufio.Reader
+	src    *readErr
+	queue  string
+	ranges []sched.KeyRange
+	index  uint64
+	image  []byte
+	n      int    // records read
+	k, v   []byte // the last record's, reused
 }
 
-// decodeSnapshot decodes a snapshot of queue. It fails with an error
-// wrapping ErrBadSnapshot when data does not decode or holds a record
-// outside the queue's key ranges.
-func decodeSnapshot(queue string, data []byte) (*snapshot, error) {
-	if len(data) == 0 || data[0] != snapshotVersion {
-		return nil, fmt.Errorf("%w: version", ErrBadSnapshot)
+// readSnapshot reads the header of a snapshot of queue from r: its
+// version, index and image. It fails with an error wrapping
+// ErrBadSnapshot for data that is not a snapshot's, or with r's error.
+func readSnapshot(queue string, r io.Reader) (*snapshotReader, error) {
+	src := &readErr{r: r}
+	s := &snapshotReader{r: bufio.NewReaderSize(src, 256<<10), src: src, queue: queue, ranges: sched.QueueRanges(queue)}
+	v, err := s.r.ReadByte()
+	if err != nil || v != snapshotVersion {
+		return nil, s.bad(err, "version")
 	}
-	b := data[1:]
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, false
-		}
-		b = b[n:]
-		return v, true
+	if s.index, err = binary.ReadUvarint(s.r); err != nil {
+		return nil, s.bad(err, "index")
 	}
-	take := func() ([]byte, bool) {
-		n, ok := next()
-		if !ok || n > uint64(len(b)) {
-			return nil, false
-		}
-		v := b[:n:n]
-		b = b[n:]
-		return v, true
-	}
-	s := &snapshot{}
-	var ok bool
-	if s.index, ok = next(); !ok {
-		return nil, fmt.Errorf("%w: index", ErrBadSnapshot)
-	}
-	if s.image, ok = take(); !ok {
-		return nil, fmt.Errorf("%w: image", ErrBadSnapshot)
-	}
-	ranges := sched.QueueRanges(queue)
-	for len(b) > 0 {
-		k, ok1 := take()
-		v, ok2 := take()
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("%w: record %d", ErrBadSnapshot, len(s.records))
-		}
-		in := false
-		for _, r := range ranges {
-			if bytes.Compare(k, r.Start) >= 0 && bytes.Compare(k, r.End) < 0 {
-				in = true
-				break
-			}
-		}
-		if !in {
-			return nil, fmt.Errorf("%w: record %q is not queue %s's", ErrBadSnapshot, k, queue)
-		}
-		s.records = append(s.records, [2][]byte{k, v})
+	if s.image, err = s.take(nil, maxImageSize.Load()); err != nil {
+		return nil, s.bad(err, "image")
 	}
 	return s, nil
 }
 
+// readErr remembers the error of the reader under a snapshotReader, other
+// than io.EOF: a failure to read, as opposed to bad data.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// bad wraps a failure to decode what: the reader's error if it failed,
+// else ErrBadSnapshot (data that ends early or holds a bad value).
+func (s *snapshotReader) bad(err error, what string) error {
+	if s.src.err != nil {
+		return fmt.Errorf("snapshot %s: %w", what, s.src.err)
+	}
+	if err == nil {
+		return fmt.Errorf("%w: %s", ErrBadSnapshot, what)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrBadSnapshot, what, err)
+}
+
+var errTooLong = errors.New("length over the limit")
+
+// take reads a length (uvarint, at most limit) and that many bytes into
+// buf's storage.
+func (s *snapshotReader) take(buf []byte, limit int64) ([]byte, error) {
+	n, err := binary.ReadUvarint(s.r)
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(limit) {
+		return nil, errTooLong
+	}
+	if uint64(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(s.r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// next returns the next record, valid until the following call, or
+// io.EOF after the last. A record that does not decode, or lies outside
+// the queue's key ranges, fails with an error wrapping ErrBadSnapshot.
+func (s *snapshotReader) next() (k, v []byte, err error) {
+	if _, err := s.r.Peek(1); err != nil {
+		if s.src.err != nil {
+			return nil, nil, fmt.Errorf("snapshot record %d: %w", s.n, s.src.err)
+		}
+		return nil, nil, io.EOF
+	}
+	if s.k, err = s.take(s.k, store.MaxKeySize); err != nil {
+		return nil, nil, s.bad(err, fmt.Sprintf("record %d", s.n))
+	}
+	if s.v, err = s.take(s.v, store.MaxValueSize); err != nil {
+		return nil, nil, s.bad(err, fmt.Sprintf("record %d", s.n))
+	}
+	in := false
+	for _, r := range s.ranges {
+		if bytes.Compare(s.k, r.Start) >= 0 && bytes.Compare(s.k, r.End) < 0 {
+			in = true
+			break
+		}
+	}
+	if !in {
+		return nil, nil, fmt.Errorf("%w: record %q is not queue %s's", ErrBadSnapshot, s.k, s.queue)
+	}
+	s.n++
+	return s.k, s.v, nil
+}
+
+// CheckSnapshot reads a snapshot of queue from r to its end and returns
+// its index, without storing anything: a receiver checks a snapshot as
+// it arrives, so that data that does not decode is refused rather than
+// installed. It checks the layout and every record's key, not the image,
+// which only Install loads (loading it here would cost the memory of the
+// queue's whole state once more). It fails with an error wrapping
+// ErrBadSnapshot, or with r's error.
+func CheckSnapshot(queue string, r io.Reader) (index uint64, err error) {
+	s, err := readSnapshot(queue, r)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		if _, _, err := s.next(); err == io.EOF {
+			return s.index, nil
+		} else if err != nil {
+			return 0, err
+		}
+	}
+}
+
 // Install replaces the replica's state with a snapshot of its group at
-// index (SnapshotData's data), received from the leader: the queue's
-// records, its image and the applied index are written in one storage
-// group, and the replica goes on from the entries after index. It is
-// queued behind the entries handed to Commit before it, and ignored if
-// the replica has applied index already. A snapshot that does not decode
+// index (WriteSnapshot's data, read from data), received from the
+// leader: the queue's records, its image and the applied index are
+// written in storage groups as data is read, the image and the applied
+// index last, and the replica goes on from the entries after index. It
+// is queued behind the entries handed to Commit before it, and ignored if
+// the replica has applied index already. The shard closes data once done
+// with it, or when it closes first. A snapshot that does not decode
 // stops the replica, as a committed entry that does not would.
-func (sh *Shard) Install(index uint64, data []byte) {
-	sh.Commit([]Entry{{Index: index, Data: data, Snapshot: true}})
+func (sh *Shard) Install(index uint64, data io.ReadCloser) {
+	sh.Commit([]Entry{{Index: index, Snapshot: data}})
 }
 
 // install applies a snapshot entry on the loop goroutine.
 func (sh *Shard) install(e Entry) {
+	defer e.Snapshot.Close()
 	r := sh.rep
 	if e.Index <= r.applied {
 		return
@@ -186,7 +270,7 @@ func (sh *Shard) install(e Entry) {
 
 func (sh *Shard) installSnapshot(e Entry) error {
 	r := sh.rep
-	snap, err := decodeSnapshot(r.cfg.Queue, e.Data)
+	snap, err := readSnapshot(r.cfg.Queue, e.Snapshot)
 	if err != nil {
 		return err
 	}
@@ -216,22 +300,29 @@ func (sh *Shard) installSnapshot(e Entry) error {
 		})
 		b = &store.Batch{}
 	}
-	var old [][]byte // the replica's records, deleted after the scan
+	// The replica's records go first: the scan sees the store of one
+	// moment, so the deletions submitted meanwhile do not disturb it.
 	for _, rg := range sched.QueueRanges(r.cfg.Queue) {
 		err := sh.st.Scan(rg.Start, rg.End, func(k, _ []byte) error {
-			old = append(old, bytes.Clone(k))
+			b.Delete(k)
+			next()
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 	}
-	for _, k := range old {
-		b.Delete(k)
-		next()
-	}
-	for _, kv := range snap.records {
-		b.Put(kv[0], kv[1])
+	var size int64
+	for {
+		k, v, err := snap.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		b.Put(k, v)
+		size += int64(len(k) + len(v))
 		next()
 	}
 	sh.putImage(b, snap.index, snap.image)
@@ -245,7 +336,7 @@ func (sh *Shard) installSnapshot(e Entry) error {
 	r.applied = snap.index
 	r.sinceImage = 0
 	r.imageSize = len(snap.image)
-	sh.log.Info("installed a snapshot", "index", snap.index, "records", len(snap.records), "bytes", len(e.Data))
+	sh.log.Info("installed a snapshot", "index", snap.index, "records", snap.n, "bytes", size+int64(len(snap.image)))
 	sh.applyImage(b, snap.index)
 	return nil
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -30,6 +33,49 @@ func snapshotOf(index uint64, image []byte, records ...[2]string) []byte {
 	return b
 }
 
+// snapshotData returns the snapshot of queue's replica in st, with the
+// image stored under imageKey, as a leader streams it.
+func snapshotData(st Storage, queue string, imageKey []byte) (uint64, []byte, error) {
+	index, image, found, err := LoadImage(st, imageKey)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !found {
+		return 0, nil, fmt.Errorf("%w: no image of queue %s", ErrBadSnapshot, queue)
+	}
+	var buf bytes.Buffer
+	if err := WriteSnapshot(&buf, st, queue, index, image); err != nil {
+		return 0, nil, err
+	}
+	return index, buf.Bytes(), nil
+}
+
+// snapshot is a decoded snapshot's data.
+type snapshot struct {
+	index   uint64
+	image   []byte
+	records [][2][]byte
+}
+
+// decodeSnapshot decodes a whole snapshot of queue.
+func decodeSnapshot(queue string, data []byte) (*snapshot, error) {
+	r, err := readSnapshot(queue, bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	s := &snapshot{index: r.index, image: r.image}
+	for {
+		k, v, err := r.next()
+		if err == io.EOF {
+			return s, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.records = append(s.records, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+	}
+}
+
 // TestSnapshotData: a snapshot holds the stored image and every record of
 // the queue's key ranges, and nothing of another queue; it decodes to
 // them, and a record outside the queue's ranges is refused.
@@ -46,9 +92,9 @@ func TestSnapshotData(t *testing.T) {
 	if err := st.Apply(&b); err != nil {
 		t.Fatal(err)
 	}
-	index, data, err := SnapshotData(st, "jobs", []byte("image"))
+	index, data, err := snapshotData(st, "jobs", []byte("image"))
 	if err != nil || index != 42 {
-		t.Fatalf("SnapshotData = %d, %v", index, err)
+		t.Fatalf("snapshotData = %d, %v", index, err)
 	}
 	s, err := decodeSnapshot("jobs", data)
 	if err != nil {
@@ -60,8 +106,32 @@ func TestSnapshotData(t *testing.T) {
 	if _, err := decodeSnapshot("jobs2", data); !errors.Is(err, ErrBadSnapshot) {
 		t.Errorf("decoded as another queue's: %v; want ErrBadSnapshot", err)
 	}
-	if _, _, err := SnapshotData(st, "jobs", []byte("none")); !errors.Is(err, ErrBadSnapshot) {
-		t.Errorf("SnapshotData without an image: %v; want ErrBadSnapshot", err)
+	if _, _, err := snapshotData(st, "jobs", []byte("none")); !errors.Is(err, ErrBadSnapshot) {
+		t.Errorf("snapshotData without an image: %v; want ErrBadSnapshot", err)
+	}
+}
+
+// TestCheckSnapshot: a receiver's check reads a whole snapshot and returns
+// its index; data cut short is a bad snapshot, and a failing reader's
+// error comes back as itself, not as bad data.
+func TestCheckSnapshot(t *testing.T) {
+	img := sched.New(sched.Config{}).AppendImage(nil)
+	r := sched.QueueRanges("q")
+	data := snapshotOf(9, img, [2]string{string(r[2].Start) + "id", "body"})
+	if index, err := CheckSnapshot("q", bytes.NewReader(data)); err != nil || index != 9 {
+		t.Fatalf("CheckSnapshot = %d, %v; want 9", index, err)
+	}
+	// Cut anywhere but between records, it is refused.
+	between := len(snapshotOf(9, img))
+	for cut := 1; cut < len(data); cut++ {
+		if _, err := CheckSnapshot("q", bytes.NewReader(data[:cut])); !errors.Is(err, ErrBadSnapshot) && cut != between {
+			t.Fatalf("cut at %d of %d: %v; want ErrBadSnapshot", cut, len(data), err)
+		}
+	}
+	broken := errors.New("connection lost")
+	_, err := CheckSnapshot("q", io.MultiReader(bytes.NewReader(data[:len(data)-3]), iotest.ErrReader(broken)))
+	if !errors.Is(err, broken) || errors.Is(err, ErrBadSnapshot) {
+		t.Errorf("a reader that fails: %v; want its error, not ErrBadSnapshot", err)
 	}
 }
 
@@ -76,6 +146,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, ErrBadSnapshot) {
 				t.Fatalf("error %v does not wrap ErrBadSnapshot", err)
+			}
+			if _, err := CheckSnapshot("q", bytes.NewReader(data)); !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("CheckSnapshot of data that does not decode: %v; want ErrBadSnapshot", err)
 			}
 			return
 		}
@@ -96,6 +169,10 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		again, err := decodeSnapshot("q", snapshotOf(s.index, s.image, recs...))
 		if err != nil || again.index != s.index || !bytes.Equal(again.image, s.image) || len(again.records) != len(recs) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, s)
+		}
+		// The receiver's check agrees.
+		if index, err := CheckSnapshot("q", bytes.NewReader(data)); err != nil || index != s.index {
+			t.Fatalf("CheckSnapshot = %d, %v; want %d", index, err, s.index)
 		}
 	})
 }
@@ -326,7 +403,7 @@ func TestInstallInGroups(t *testing.T) {
 	old.waitApplied(t, last)
 	var data []byte
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		index, d, err := SnapshotData(old.st, "q", old.rep.ImageKey)
+		index, d, err := snapshotData(old.st, "q", old.rep.ImageKey)
 		if err == nil && index == last {
 			data = d
 			break
@@ -360,7 +437,7 @@ func TestInstallInGroups(t *testing.T) {
 		t.Fatalf("before the install: %+v, want 30 ready", s)
 	}
 	l.index = last
-	l.Install(last, data)
+	l.Install(last, io.NopCloser(bytes.NewReader(data)))
 	l.waitApplied(t, last)
 	want, _, err := old.QueueDigest("q")
 	if err != nil {
