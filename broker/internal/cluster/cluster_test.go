@@ -49,14 +49,20 @@ func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluste
 	for _, o := range opts {
 		o(c)
 	}
+	// Each port is held until all are picked: a port closed at once may
+	// be picked again for the next node.
+	var held []net.Listener
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, l)
 		c.peers[uint64(i+1)] = l.Addr().String()
-		l.Close()
 		c.stores = append(c.stores, store.NewMem())
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	c.nodes = make([]*Node, n)
 	for i := range n {

@@ -36,6 +36,30 @@ func (c *testCluster) firstIndex(i int, queue string) uint64 {
 	return first
 }
 
+// create creates queue, retrying until the meta group has a leader.
+func (c *testCluster) create(queue string) {
+	c.t.Helper()
+	eventually(c.t, "create "+queue, func() error {
+		_, err := c.nodes[0].CreateQueue(context.Background(), sched.QueueSpec{Name: queue})
+		return err
+	})
+}
+
+// compacted loads queue until its leader's log is compacted past its
+// first entries, and returns the leader.
+func (c *testCluster) compacted(queue string) int {
+	c.t.Helper()
+	lead := c.leader(queue)
+	eventually(c.t, "the leader's log of "+queue+" compacted", func() error {
+		c.load(queue, 1) // an entry after the image, for the compaction to follow
+		if f := c.firstIndex(lead, queue); f <= 10 {
+			return fmt.Errorf("first index %d", f)
+		}
+		return nil
+	})
+	return lead
+}
+
 // load enqueues batches of 1 KiB messages to queue, several fairness
 // keys, and acks some of what a subscription on the leader receives, so
 // that the queue's state holds ready, leased and acked messages.
@@ -96,14 +120,7 @@ func TestSnapshots(t *testing.T) {
 		c.load(q.Name, 60)
 	}
 	for _, q := range queues {
-		lead := c.leader(q.Name)
-		eventually(t, "the leader's log of "+q.Name+" compacted", func() error {
-			c.load(q.Name, 1) // an entry after the image, for the compaction to follow
-			if f := c.firstIndex(lead, q.Name); f <= 10 {
-				return fmt.Errorf("first index %d", f)
-			}
-			return nil
-		})
+		c.compacted(q.Name)
 	}
 
 	// Node 3 comes back with its store, behind the compacted logs: it
@@ -155,21 +172,10 @@ func TestSnapshots(t *testing.T) {
 // written, installs the snapshot from its log when it starts again.
 func TestSnapshotInstalledAtRestart(t *testing.T) {
 	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 8 << 10 })
-	ctx := context.Background()
-	eventually(t, "create jobs", func() error {
-		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
-		return err
-	})
+	c.create("jobs")
 	c.stop(2)
 	c.load("jobs", 60)
-	lead := c.leader("jobs")
-	eventually(t, "the leader's log compacted", func() error {
-		c.load("jobs", 1)
-		if f := c.firstIndex(lead, "jobs"); f <= 10 {
-			return fmt.Errorf("first index %d", f)
-		}
-		return nil
-	})
+	c.compacted("jobs")
 	c.start(2)
 	c.converged("jobs")
 	n := c.nodes[2]
@@ -205,10 +211,7 @@ func TestFollowerCatchesUpUnderLoad(t *testing.T) {
 	t.Cleanup(func() { slowSnapshots = 0 })
 	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 4 << 10 })
 	ctx := context.Background()
-	eventually(t, "create jobs", func() error {
-		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
-		return err
-	})
+	c.create("jobs")
 	c.load("jobs", 20)
 	replaced := (c.leader("jobs") + 1) % 3
 	c.stop(replaced)
@@ -302,10 +305,7 @@ func TestFollowerCatchesUpUnderLoad(t *testing.T) {
 func TestStaleRebuiltAnnouncement(t *testing.T) {
 	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 4 << 10 })
 	ctx := context.Background()
-	eventually(t, "create jobs", func() error {
-		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
-		return err
-	})
+	c.create("jobs")
 	c.load("jobs", 30)
 	lead := c.leader("jobs")
 	rebuilt := (lead + 1) % 3
@@ -362,23 +362,12 @@ func TestStreamedSnapshot(t *testing.T) {
 	defer func(n int) { stageChunk = n }(stageChunk)
 	stageChunk = 4 << 10
 	c := newTestCluster(t, 3, func(c *testCluster) { c.snap, c.rate = 8<<10, 4<<20 })
-	ctx := context.Background()
-	eventually(t, "create jobs", func() error {
-		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
-		return err
-	})
+	c.create("jobs")
 	c.load("jobs", 5)
 	follower := (c.leader("jobs") + 1) % 3
 	c.stop(follower)
 	c.load("jobs", 60)
-	lead := c.leader("jobs")
-	eventually(t, "the leader's log compacted", func() error {
-		c.load("jobs", 1)
-		if f := c.firstIndex(lead, "jobs"); f <= 10 {
-			return fmt.Errorf("first index %d", f)
-		}
-		return nil
-	})
+	lead := c.compacted("jobs")
 	c.start(follower)
 	c.converged("jobs")
 
@@ -488,11 +477,7 @@ func TestRebuiltTwiceWhileIdle(t *testing.T) {
 	defer func(d time.Duration) { snapshotGrace = d }(snapshotGrace)
 	snapshotGrace = 300 * time.Millisecond
 	c := newTestCluster(t, 3, func(c *testCluster) { c.snap = 8 << 10 })
-	ctx := context.Background()
-	eventually(t, "create jobs", func() error {
-		_, err := c.nodes[0].CreateQueue(ctx, sched.QueueSpec{Name: "jobs"})
-		return err
-	})
+	c.create("jobs")
 	c.load("jobs", 5)
 	lost := (c.leader("jobs") + 1) % 3
 	rebuild := func() {
@@ -506,14 +491,7 @@ func TestRebuiltTwiceWhileIdle(t *testing.T) {
 	}
 	c.stop(lost)
 	c.load("jobs", 60)
-	lead := c.leader("jobs")
-	eventually(t, "the leader's log compacted", func() error {
-		c.load("jobs", 1)
-		if f := c.firstIndex(lead, "jobs"); f <= 10 {
-			return fmt.Errorf("first index %d", f)
-		}
-		return nil
-	})
+	c.compacted("jobs")
 	rebuild()
 	// Idle, past the grace, the node loses its store again.
 	time.Sleep(3 * snapshotGrace)
