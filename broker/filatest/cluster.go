@@ -2,7 +2,6 @@ package filatest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,8 +25,8 @@ type Cluster struct {
 // node; a failing test logs every node's log.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	client := freePorts(t, n)
-	peer := freePorts(t, n)
+	ports := FreePorts(t, 2*n)
+	client, peer := ports[:n], ports[n:]
 	var peers []string
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("%d@%s", i+1, peer[i]))
@@ -144,24 +143,4 @@ func (c *Cluster) Addrs() string {
 		a = append(a, s.Addr)
 	}
 	return strings.Join(a, ",")
-}
-
-// freePorts returns n distinct free 127.0.0.1 ports, as host:port. They
-// are free when found; a process started right after binds them.
-func freePorts(t testing.TB, n int) []string {
-	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
 }

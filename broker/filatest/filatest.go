@@ -126,7 +126,8 @@ func RaceBuild() bool { return raceBuild }
 // Start starts a server and stops it when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s := &Server{Addr: "127.0.0.1:0"}
+	// Not "127.0.0.1:0": Restart binds the same address again (FreePorts).
+	s := &Server{Addr: FreePorts(t, 1)[0]}
 	for _, o := range opts {
 		o(s)
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -333,16 +334,31 @@ func freePort() (int, error) {
 }
 
 // freePorts returns n distinct ports of 127.0.0.1 that were free a
-// moment ago.
+// moment ago. They come from below the kernel's ephemeral range (Linux's
+// ip_local_port_range), so that no outgoing connection of the servers
+// started on them (a cluster's nodes dial each other) takes one as its
+// source port before the server meant for it binds it.
 func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if p, err := strconv.Atoi(f[0]); err == nil && p > lo+1000 {
+				hi = p
+			}
+		}
+	}
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("proc: no %d free ports of 127.0.0.1 in [%d, %d)", n, lo, hi)
+		}
+		p := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

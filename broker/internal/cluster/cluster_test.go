@@ -5,20 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/fila-mq/fila/broker/filatest"
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/raftlog"
 	"github.com/fila-mq/fila/broker/internal/sched"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // testCluster is n in-process nodes over the real peer transport, each
@@ -49,20 +48,9 @@ func newTestCluster(t *testing.T, n int, opts ...func(*testCluster)) *testCluste
 	for _, o := range opts {
 		o(c)
 	}
-	// Each port is held until all are picked: a port closed at once may
-	// be picked again for the next node.
-	var held []net.Listener
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		c.peers[uint64(i+1)] = l.Addr().String()
+	for i, addr := range filatest.FreePorts(t, n) {
+		c.peers[uint64(i+1)] = addr
 		c.stores = append(c.stores, store.NewMem())
-	}
-	for _, l := range held {
-		l.Close()
 	}
 	c.nodes = make([]*Node, n)
 	for i := range n {
@@ -470,12 +458,7 @@ func (s *failingStore) Apply(b *store.Batch) error {
 // driver, Status fails at once with ErrStopped (naming the failure)
 // rather than waiting for a driver that will never run it.
 func TestStatusAfterStorageFailure(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := filatest.FreePorts(t, 1)[0]
 	st := &failingStore{Mem: store.NewMem()}
 	defer st.Close()
 	n, err := Open(Config{

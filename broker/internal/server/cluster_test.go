@@ -1,10 +1,10 @@
 package server
 
 import (
-	"net"
 	"testing"
 	"time"
 
+	"github.com/fila-mq/fila/broker/filatest"
 	"github.com/fila-mq/fila/broker/internal/cluster"
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/node"
@@ -17,12 +17,7 @@ import (
 func pipeClusterServer(t *testing.T) (*Server, func() *pipeClient) {
 	t.Helper()
 	log, logged := pipeLog()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := l.Addr().String()
-	l.Close()
+	peer := filatest.FreePorts(t, 1)[0]
 	hooks := node.NewHooks(hook.Limits{}, nil, log)
 	st := store.NewMem()
 	cn, err := cluster.Open(cluster.Config{
