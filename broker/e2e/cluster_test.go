@@ -60,6 +60,9 @@ type workload struct {
 	seq   atomic.Int64
 	acked atomic.Int64
 	sent  atomic.Int64
+	// lastSent is when an enqueue was last acknowledged (Unix ns), and
+	// maxPause the longest wait between two since resetPause.
+	lastSent, maxPause atomic.Int64
 
 	mu   sync.Mutex
 	errs map[string]int // failed enqueues by error text
@@ -88,6 +91,15 @@ func (w *workload) produce(ctx context.Context, c *fila.Client, name string, sto
 		}
 		w.rec.EnqueueOK(name, token, [16]byte(id))
 		w.sent.Add(1)
+		now := time.Now().UnixNano()
+		if prev := w.lastSent.Swap(now); prev != 0 {
+			for {
+				m := w.maxPause.Load()
+				if now-prev <= m || w.maxPause.CompareAndSwap(m, now-prev) {
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -180,13 +192,25 @@ func keepHistory(t *testing.T, h history.History) {
 // within the queue's maximum. A failing run keeps its history and the
 // nodes' data directories, and logs where.
 func runCluster(t *testing.T, opts []filatest.Option, faults func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload)) {
+	runClusterOf(t, 3, opts, faults)
+}
+
+// runClusterOf is runCluster on nodes nodes ("jobs" is placed on three of
+// them).
+func runClusterOf(t *testing.T, nodes int, opts []filatest.Option, faults func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload)) {
+	runClusterJoining(t, nodes, 0, opts, faults)
+}
+
+// runClusterJoining is runClusterOf whose last joining nodes start with
+// cluster.join, waiting to be added (filatest.StartClusterJoining).
+func runClusterJoining(t *testing.T, nodes, joining int, opts []filatest.Option, faults func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload)) {
 	if testing.Short() {
 		t.Skip("a multi-process cluster test")
 	}
 	if filatest.RaceBuild() {
 		t.Skip("a load test of three processes: under the race detector it would measure the detector (the cluster package's tests run with it)")
 	}
-	c := filatest.StartCluster(t, 3, append([]filatest.Option{filatest.WithEnv(clusterEnv...)}, opts...)...)
+	c := filatest.StartClusterJoining(t, nodes, joining, append([]filatest.Option{filatest.WithEnv(clusterEnv...)}, opts...)...)
 	ctx := ctxT(t, 15*time.Minute)
 	admin := connect(t, c.Addrs()).Admin()
 	createQueue(t, ctx, admin, "jobs")
@@ -263,6 +287,14 @@ func createQueue(t *testing.T, ctx context.Context, admin *fila.Administrator, n
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// resetPause starts a window in which pause measures the longest wait
+// between two acknowledged enqueues.
+func (w *workload) resetPause() { w.maxPause.Store(0) }
+
+// pause returns the longest wait between two acknowledged enqueues since
+// resetPause.
+func (w *workload) pause() time.Duration { return time.Duration(w.maxPause.Load()) }
 
 // waitSent waits until n enqueues have been acknowledged.
 func (w *workload) waitSent(ctx context.Context, n int64) {

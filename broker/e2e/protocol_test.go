@@ -108,6 +108,11 @@ func TestEveryRequestOpcodeAnswered(t *testing.T) {
 		&wire.GetAcl{KeyID: "nope"},
 		&wire.Topology{Queue: "q"},
 		&wire.ClusterStatus{},
+		&wire.MoveQueue{Queue: "q", Replicas: []uint64{1, 2, 3}},
+		&wire.DrainNode{NodeID: 1},
+		&wire.Rebalance{DryRun: true},
+		&wire.AddNode{NodeID: 2, PeerAddr: "127.0.0.1:1"},
+		&wire.RemoveNode{NodeID: 2},
 		&wire.DeleteQueue{Name: "q"},
 		&wire.Subscribe{Queue: "gone", Prefetch: 1},
 	}

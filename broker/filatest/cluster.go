@@ -14,6 +14,8 @@ import (
 type Cluster struct {
 	// Nodes are the servers; Nodes[i] has Raft node ID i+1.
 	Nodes []*Server
+	// PeerAddrs are their peer transport addresses, host:port.
+	PeerAddrs []string
 	// isolate[i] is node i's FILA_TEST_ISOLATE_FILE.
 	isolate []string
 	// slow[i] is node i's FILA_TEST_SLOW_FSYNC_FILE.
@@ -25,12 +27,21 @@ type Cluster struct {
 // node; a failing test logs every node's log.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
+	return StartClusterJoining(t, n, 0, opts...)
+}
+
+// StartClusterJoining is StartCluster of n nodes whose last joining ones
+// are not members at first: each starts with cluster.join set and waits
+// until a member adds it (Administrator.AddNode, with its PeerAddr).
+func StartClusterJoining(t testing.TB, n, joining int, opts ...Option) *Cluster {
+	t.Helper()
 	ports := FreePorts(t, 2*n)
 	client, peer := ports[:n], ports[n:]
 	var peers []string
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("%d@%s", i+1, peer[i]))
 	}
+	members := n - joining
 	c := &Cluster{}
 	faults := t.TempDir()
 	// The nodes' data directories outlive a failing test, for a look at
@@ -50,16 +61,22 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 				t.Fatal(err)
 			}
 		}
+		known := peers[:members]
+		if i >= members {
+			known = peers
+			s.Env = append(s.Env, "FILA_CLUSTER_JOIN=true")
+		}
 		s.Env = append(s.Env,
 			fmt.Sprintf("FILA_SERVER_NODE_ID=node-%d", i+1),
 			fmt.Sprintf("FILA_CLUSTER_NODE_ID=%d", i+1),
-			"FILA_CLUSTER_PEERS="+strings.Join(peers, ","),
+			"FILA_CLUSTER_PEERS="+strings.Join(known, ","),
 			"FILA_CLUSTER_PEER_LISTEN_ADDR="+peer[i],
 			"FILA_CLUSTER_ADVERTISE_ADDR="+client[i],
 			"FILA_TEST_ISOLATE_FILE="+c.isolateFile(faults, i),
 			"FILA_TEST_SLOW_FSYNC_FILE="+c.slowFile(faults, i),
 		)
 		c.Nodes = append(c.Nodes, s)
+		c.PeerAddrs = append(c.PeerAddrs, peer[i])
 	}
 	// A node listens before its groups have a quorum: start them in
 	// turn.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fila-mq/fila/conformance"
 	fila "github.com/fila-mq/fila/sdk/go"
@@ -65,6 +66,81 @@ var manual = []conformance.Scenario{
 				st.want("send result", rs[0].Err, fila.ErrForbidden)
 			}
 			st.want("stats", second(c.Admin().QueueStats(ctx, "er.billing")), fila.ErrForbidden)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "cluster/move_queue", Manual: true,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			st.want("move queue", c.Admin().MoveQueue(ctx, "cl.orders", 2, 3, 4), nil)
+			cs, err := c.Admin().ClusterStatus(ctx)
+			st.want("cluster status", err, nil)
+			if err == nil {
+				moving := len(cs.Groups) == 2 && slices.Equal(cs.Groups[1].Target, []uint64{2, 3, 4}) &&
+					len(cs.Groups[1].Replicas) == 4 && cs.Groups[1].Replicas[3].Learner && !cs.Groups[1].Replicas[0].Learner
+				st.check("cluster status", moving && len(cs.Groups[0].Target) == 0, "got %+v", cs)
+			}
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "cluster/drain_node", Manual: true,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			queues, err := c.Admin().DrainNode(ctx, 3)
+			st.want("drain node", err, nil)
+			st.check("drain node", err != nil || queues == 2, "planned %d queues; want 2", queues)
+			cs, err := c.Admin().ClusterStatus(ctx)
+			st.want("cluster status", err, nil)
+			if err == nil {
+				var states []string
+				for _, n := range cs.Nodes {
+					states = append(states, n.State)
+				}
+				moving := len(cs.Groups) == 3 && len(cs.Groups[0].Target) == 0 &&
+					slices.Equal(cs.Groups[1].Target, []uint64{1, 2, 4}) && slices.Equal(cs.Groups[2].Target, []uint64{1, 2, 4})
+				st.check("cluster status", moving && slices.Equal(states, []string{fila.NodeActive, fila.NodeActive, fila.NodeDraining, fila.NodeActive}), "got %+v", cs)
+			}
+			st.want("undrain node", c.Admin().UndrainNode(ctx, 3), nil)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "cluster/membership", Manual: true,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			a := c.Admin()
+			st.want("add node", a.AddNode(ctx, 4, "10.0.0.4:5556"), nil)
+			plan, err := a.Rebalance(ctx, true)
+			st.want("rebalance dry run", err, nil)
+			st.check("rebalance dry run", err != nil || len(plan.Moves) == 1 && plan.Moves[0] == fila.RebalanceMove{Queue: "orders", From: 1, To: 4} &&
+				len(plan.Leads) == 1 && plan.Leads[0] == fila.RebalanceLead{Queue: "orders", Node: 4}, "got %+v", plan)
+			_, err = a.Rebalance(ctx, false)
+			st.want("rebalance", err, nil)
+			cs, err := a.ClusterStatus(ctx)
+			st.want("cluster status", err, nil)
+			if err == nil {
+				pending := len(cs.Pending) == 1 && cs.Pending[0] == fila.RebalanceMove{Queue: "billing", From: 2, To: 4}
+				st.check("cluster status", pending && len(cs.Groups) == 2 && cs.Groups[1].PreferredLeader == 4, "got %+v", cs)
+			}
+			st.want("remove node", a.RemoveNode(ctx, 3), fila.ErrInvalidArgument)
+			st.want("remove drained node", a.RemoveNode(ctx, 5), nil)
 			st.want("close", c.Close(), nil)
 			return st.err
 		},

@@ -583,6 +583,60 @@ runs as a single node answers node_id 0, with no nodes and no groups.`,
 		},
 	},
 	{
+		Name: "admin/move_queue",
+		Doc: `MoveQueue asks to move a queue's replicas to other nodes: a broker that
+runs as a single node has none to move, and answers NOT_SUPPORTED.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			st.want("move queue", c.Admin().MoveQueue(ctx, "adm.move", 2, 3, 4), fila.ErrNotSupported)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "admin/drain_node",
+		Doc: `DrainNode asks to move every queue off a node, and its undo to take the
+node back into service: a broker that runs as a single node has no other
+node to move its queues to, and answers both NOT_SUPPORTED.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			_, err = c.Admin().DrainNode(ctx, 2)
+			st.want("drain node", err, fila.ErrNotSupported)
+			st.want("undrain node", c.Admin().UndrainNode(ctx, 2), fila.ErrNotSupported)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
+		Name: "admin/membership",
+		Doc: `Rebalance (a dry run and a plan), AddNode and RemoveNode change or
+even out a cluster's members: a broker that runs as a single node has
+none to change, and answers each NOT_SUPPORTED.`,
+		Run: func(ctx context.Context, s *conformance.Session) error {
+			c, err := connect(ctx, s)
+			if err != nil {
+				return err
+			}
+			var st steps
+			_, err = c.Admin().Rebalance(ctx, true)
+			st.want("rebalance dry run", err, fila.ErrNotSupported)
+			_, err = c.Admin().Rebalance(ctx, false)
+			st.want("rebalance", err, fila.ErrNotSupported)
+			st.want("add node", c.Admin().AddNode(ctx, 4, "10.0.0.4:5556"), fila.ErrNotSupported)
+			st.want("remove node", c.Admin().RemoveNode(ctx, 3), fila.ErrNotSupported)
+			st.want("close", c.Close(), nil)
+			return st.err
+		},
+	},
+	{
 		Name: "admin/redrive",
 		Doc: `A message nacked on its last attempt is dead-lettered; Redrive of the
 DLQ moves it back (attempts reset) and it is delivered again. Redrive of a

@@ -41,8 +41,11 @@ func frameKey(f wire.Frame) routeKey {
 		*wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
 		return metaKey
 	}
-	// Ping, Topology, ClusterStatus: any node answers them (ClusterStatus
-	// with its own view), so they go to the node the Router asks first.
+	// Ping, Topology, ClusterStatus, MoveQueue, DrainNode, Rebalance,
+	// AddNode, RemoveNode: any node answers them (ClusterStatus with its
+	// own view; the others once their change, which the node forwards to
+	// the meta group itself, is applied there), so they go to the node
+	// the Router asks first.
 	return anyKey
 }
 

@@ -203,6 +203,12 @@ func TestRouteKeys(t *testing.T) {
 		{&wire.Ping{}, anyKey},
 		{&wire.Topology{Queue: "orders"}, anyKey},
 		{&wire.ClusterStatus{}, anyKey},
+		{&wire.MoveQueue{Queue: "orders", Replicas: []uint64{1, 2, 3}}, anyKey},
+		{&wire.DrainNode{NodeID: 2}, anyKey},
+		{&wire.DrainNode{NodeID: 2, Undo: true}, anyKey},
+		{&wire.Rebalance{DryRun: true}, anyKey},
+		{&wire.AddNode{NodeID: 4, PeerAddr: "h:1"}, anyKey},
+		{&wire.RemoveNode{NodeID: 4}, anyKey},
 	}
 	for _, tt := range tests {
 		if got := frameKey(tt.f); got != tt.want {

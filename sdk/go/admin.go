@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -403,7 +404,8 @@ func Consume(pattern string) Permission {
 }
 
 // Admin allows every admin operation on matching queues; Admin("*") also
-// allows runtime config and API key management, and ClusterStatus.
+// allows runtime config and API key management, ClusterStatus, MoveQueue,
+// DrainNode, UndrainNode, Rebalance, AddNode and RemoveNode.
 func Admin(pattern string) Permission {
 	return Permission{kind: wire.PermissionKindAdmin, pattern: pattern}
 }
@@ -565,6 +567,10 @@ type ClusterStatus struct {
 	// Groups are the Raft groups the answering node holds a replica of:
 	// the meta group first, then the queues' groups by queue name.
 	Groups []ClusterGroup
+	// Pending are the moves of the last rebalance (Administrator.
+	// Rebalance) not yet started, in the order they start; nil when none
+	// is left, and from a broker that predates rebalances.
+	Pending []RebalanceMove
 }
 
 // Clustered reports whether the answering broker runs in a cluster
@@ -583,7 +589,23 @@ type ClusterNode struct {
 	// Connected is whether the answering node has a peer connection to
 	// it; always true for the answering node itself.
 	Connected bool
+	// State is the member's state as the answering node has applied the
+	// meta group's log: NodeActive, NodeDraining or NodeDrained (see
+	// Administrator.DrainNode); "" from a broker that predates drains.
+	State string
 }
+
+// The states of a cluster member, as ClusterNode.State gives them.
+const (
+	// NodeActive is a member that takes new replicas and leads groups.
+	NodeActive = "active"
+	// NodeDraining is a member being drained (Administrator.DrainNode)
+	// that still holds replicas, which are being moved off it.
+	NodeDraining = "draining"
+	// NodeDrained is a drained member: it holds no replica of any queue,
+	// takes none and leads no group, but still votes in the meta group.
+	NodeDrained = "drained"
+)
 
 // ClusterGroup is one Raft group as the answering node sees it: the meta
 // group (ID 1, Queue "") or a queue's (with its dead-letter queue).
@@ -608,6 +630,44 @@ type ClusterGroup struct {
 	// the group or the loss of a node it needs wakes it. The meta group
 	// never quiesces; a broker that predates quiescence reports false.
 	Quiesced bool
+	// Target is the replica set, by node ID, that a move under way (see
+	// Administrator.MoveQueue) is taking the queue's group to, as the
+	// answering node knows the plan; nil when no move is under way, for
+	// the meta group, and from a broker that predates moves.
+	Target []uint64
+	// PreferredLeader is the node a rebalance (Administrator.Rebalance)
+	// prefers to lead the queue's group: its leader hands the lead to it
+	// once it is a voter caught up with the log. 0 for none.
+	PreferredLeader uint64
+}
+
+// RebalanceMove is one replica move of a rebalance: Queue's replica on
+// node From goes to node To.
+type RebalanceMove struct {
+	Queue    string
+	From, To uint64
+}
+
+// RebalanceLead is a queue's preferred leader as a rebalance sets it.
+type RebalanceLead struct {
+	Queue string
+	Node  uint64
+}
+
+// RebalancePlan is what a rebalance does (Administrator.Rebalance): the
+// replica moves, in the order they start, and the preferred leaders it
+// changes. Both are empty when the cluster is balanced.
+type RebalancePlan struct {
+	Moves []RebalanceMove
+	Leads []RebalanceLead
+}
+
+func rebalanceMoves(ms []wire.RebalanceMove) []RebalanceMove {
+	var out []RebalanceMove
+	for _, m := range ms {
+		out = append(out, RebalanceMove{Queue: m.Queue, From: m.FromNodeID, To: m.ToNodeID})
+	}
+	return out
 }
 
 // ClusterReplica is one member of a group and how far its log has caught
@@ -619,6 +679,11 @@ type ClusterReplica struct {
 	// Match is the highest log index the leader knows the replica holds;
 	// Lag how many entries it is behind the leader's LastIndex.
 	Match, Lag uint64
+	// Learner is whether the replica is a learner: it receives the
+	// group's log but does not vote, while a move catches it up before it
+	// becomes a voter. False for a voter, and from a broker that predates
+	// moves.
+	Learner bool
 }
 
 // ClusterStatus returns one node's view of the cluster: its members, and
@@ -636,19 +701,194 @@ func (a *Administrator) ClusterStatus(ctx context.Context) (*ClusterStatus, erro
 		return nil, err
 	}
 	r := resp.(*wire.ClusterStatusResult)
-	st := &ClusterStatus{NodeID: r.NodeID}
+	st := &ClusterStatus{NodeID: r.NodeID, Pending: rebalanceMoves(r.Pending)}
 	for _, n := range r.Nodes {
-		st.Nodes = append(st.Nodes, ClusterNode{ID: n.NodeID, Addr: n.Addr, PeerAddr: n.PeerAddr, Connected: n.Connected})
+		st.Nodes = append(st.Nodes, ClusterNode{ID: n.NodeID, Addr: n.Addr, PeerAddr: n.PeerAddr, Connected: n.Connected, State: n.State})
 	}
 	for _, g := range r.Groups {
 		cg := ClusterGroup{
 			ID: g.GroupID, Queue: g.Queue, Leader: g.LeaderNodeID, Term: g.Term,
 			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced, FirstIndex: g.FirstIndex,
+			Target: g.Target, PreferredLeader: g.PreferredLeader,
 		}
 		for _, rp := range g.Replicas {
-			cg.Replicas = append(cg.Replicas, ClusterReplica{NodeID: rp.NodeID, Known: rp.Known, Match: rp.Match, Lag: rp.Lag})
+			cg.Replicas = append(cg.Replicas, ClusterReplica{NodeID: rp.NodeID, Known: rp.Known, Match: rp.Match, Lag: rp.Lag, Learner: rp.Learner})
 		}
 		st.Groups = append(st.Groups, cg)
 	}
 	return st, nil
+}
+
+// MoveQueue moves queue's replicas, with its dead-letter queue's (they
+// share one Raft group), to the cluster members replicas: 1 to 64
+// distinct Raft node IDs (cluster.node_id), in any order. It returns
+// once the move's plan is recorded in the cluster's meta group and the
+// node that took the request has applied it; the move itself then runs
+// in the background, one Raft configuration change at a time: each new
+// node joins as a learner and catches up, then the listed nodes become
+// the voters and the nodes left out delete their copies. ClusterStatus
+// shows a move under way as its group's Target, and the new nodes as
+// Learner replicas until they vote; the move is done when no node
+// reports a Target for the group and its leader lists exactly replicas,
+// none a learner. Moving a queue to the replicas it has clears a plan
+// under way.
+//
+// Like ClusterStatus, the request goes to the node the client asks first
+// (see Connect): any node takes it. It is not resent after a lost
+// connection, since the plan may have been recorded: ClusterStatus tells.
+// It needs admin on "*".
+//
+// It returns *MoveQueueError with MoveQueueQueueNotFound (errors.Is
+// ErrQueueNotFound) when no queue has that name (a dead-letter queue is
+// moved with its queue, not by its own name), or *StatusError: FORBIDDEN
+// without the permission, NOT_SUPPORTED from a broker that runs as a
+// single node, INVALID_ARGUMENT for an empty list, a duplicate, a node
+// that is not a member or more than 64 IDs, UNAVAILABLE when no meta
+// leader took the plan in time (retrying may succeed); or an error
+// wrapping ErrConnectionLost, ErrClosed or ctx's error.
+func (a *Administrator) MoveQueue(ctx context.Context, queue string, replicas ...uint64) error {
+	_, err := a.c.request(ctx, &wire.MoveQueue{Queue: queue, Replicas: replicas}, queue)
+	return err
+}
+
+// DrainNode drains the cluster member nodeID (its Raft node ID,
+// cluster.node_id), such as before taking it out of service: the node
+// takes no new replica and leads no group, and each queue it holds a
+// replica of is moved (as MoveQueue moves it) to its other replicas plus
+// the member holding the fewest replicas that is not draining, if there
+// is one (otherwise the queue keeps one replica fewer). It returns the
+// number of queues whose move it planned, once the drain is recorded in
+// the cluster's meta group and the node that took the request has
+// applied it; the moves then run in the background. ClusterStatus shows
+// the node's State as NodeDraining while it still holds a replica, then
+// NodeDrained (it still votes in the meta group), and each queue's move
+// as its group's Target. Draining a node again plans the moves of
+// whatever it still holds (a queue moved back onto it since, say; 0 when
+// there is none); the drain survives any node's restart. The node that
+// takes the request may be the one drained.
+//
+// Like ClusterStatus, the request goes to the node the client asks first
+// (see Connect): any node takes it. It is not resent after a lost
+// connection, since the drain may have been recorded: ClusterStatus
+// tells. It needs admin on "*".
+//
+// It returns *StatusError: FORBIDDEN without the permission,
+// NOT_SUPPORTED from a broker that runs as a single node,
+// INVALID_ARGUMENT for a node that is not a member or when every other
+// member is draining, UNAVAILABLE when no meta leader took the drain in
+// time (retrying may succeed); or an error wrapping ErrConnectionLost,
+// ErrClosed or ctx's error.
+func (a *Administrator) DrainNode(ctx context.Context, nodeID uint64) (queues int, err error) {
+	resp, err := a.c.request(ctx, &wire.DrainNode{NodeID: nodeID}, strconv.FormatUint(nodeID, 10))
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.(*wire.DrainNodeResult).Queues), nil
+}
+
+// UndrainNode undoes a drain of the cluster member nodeID (see
+// DrainNode): the node is NodeActive again and takes new replicas and
+// leads groups. The moves the drain planned go on: moving a queue back
+// onto the node is a MoveQueue. Undoing a drain of a node that is not
+// draining does nothing. It returns once the change is recorded in the
+// cluster's meta group and the node that took the request has applied
+// it, and like DrainNode goes to the node the client asks first, is not
+// resent after a lost connection, and needs admin on "*".
+//
+// It returns *StatusError: FORBIDDEN without the permission,
+// NOT_SUPPORTED from a broker that runs as a single node,
+// INVALID_ARGUMENT for a node that is not a member, UNAVAILABLE when no
+// meta leader took the change in time (retrying may succeed); or an
+// error wrapping ErrConnectionLost, ErrClosed or ctx's error.
+func (a *Administrator) UndrainNode(ctx context.Context, nodeID uint64) error {
+	_, err := a.c.request(ctx, &wire.DrainNode{NodeID: nodeID, Undo: true}, strconv.FormatUint(nodeID, 10))
+	return err
+}
+
+// Rebalance evens out the queues' replicas and leaders over the cluster's
+// members that are not draining: it plans replica moves, from the node
+// holding the most to the one holding the fewest, until every node is
+// within one replica of every other, then preferred leaders until each
+// node leads within one queue of every other. Both count queues, not
+// bytes or traffic; a queue with a move under way keeps it.
+//
+// With dryRun it returns the plan, as the node that took the request
+// sees the cluster, and changes nothing. Otherwise it returns the plan
+// once it is recorded in the cluster's meta group (replacing the moves
+// of an earlier rebalance not yet started) and the node that took the
+// request has applied it; the moves then start in order, in the
+// background, each once neither of its nodes takes part in another move:
+// at most one move per node at a time. A queue's leader hands the lead
+// to its preferred leader once that node is caught up. ClusterStatus
+// shows the moves not yet started (Pending), each move under way as its
+// group's Target, and each group's PreferredLeader.
+//
+// Like ClusterStatus, the request goes to the node the client asks first
+// (see Connect); it is not resent after a lost connection, since the
+// plan may have been recorded. It needs admin on "*".
+//
+// It returns *StatusError: FORBIDDEN without the permission,
+// NOT_SUPPORTED from a broker that runs as a single node, UNAVAILABLE
+// when no meta leader took the plan in time (retrying may succeed); or
+// an error wrapping ErrConnectionLost, ErrClosed or ctx's error.
+func (a *Administrator) Rebalance(ctx context.Context, dryRun bool) (*RebalancePlan, error) {
+	resp, err := a.c.request(ctx, &wire.Rebalance{DryRun: dryRun}, "")
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*wire.RebalanceResult)
+	plan := &RebalancePlan{Moves: rebalanceMoves(r.Moves)}
+	for _, l := range r.Leads {
+		plan.Leads = append(plan.Leads, RebalanceLead{Queue: l.Queue, Node: l.NodeID})
+	}
+	return plan, nil
+}
+
+// AddNode adds the node nodeID (its Raft node ID, cluster.node_id, never
+// used before), whose peer transport listens at peerAddr (host:port, as
+// the other nodes dial it), to the cluster. Start the node first with
+// cluster.join set and cluster.peers listing members it can reach and
+// itself: it waits to be added. Every node then records the new member
+// and connects to it, and the meta group's leader adds it to the meta
+// group, as a learner until it holds the meta log, then as a voter. The
+// new node holds no queue until a move or a rebalance places some on it.
+// AddNode returns once the node that took the request has applied the
+// addition; ClusterStatus then lists the new member.
+//
+// Like ClusterStatus, the request goes to the node the client asks first
+// and is not resent after a lost connection. It needs admin on "*".
+//
+// It returns *StatusError: FORBIDDEN without the permission,
+// NOT_SUPPORTED from a broker that runs as a single node,
+// INVALID_ARGUMENT for ID 0, a member already, a node removed before
+// (IDs are never reused) or an address that is not host:port,
+// UNAVAILABLE when no meta leader took it in time (retrying may
+// succeed); or an error wrapping ErrConnectionLost, ErrClosed or ctx's
+// error.
+func (a *Administrator) AddNode(ctx context.Context, nodeID uint64, peerAddr string) error {
+	_, err := a.c.request(ctx, &wire.AddNode{NodeID: nodeID, PeerAddr: peerAddr}, strconv.FormatUint(nodeID, 10))
+	return err
+}
+
+// RemoveNode removes the member nodeID from the cluster for good. It must
+// hold no replica of any queue: drain it first (DrainNode) and wait
+// until ClusterStatus shows it NodeDrained. The meta group's leader takes
+// it out of the meta group; every node then forgets it and refuses its
+// connections, and the removed node stops taking part. Its ID is never
+// accepted again: AddNode refuses it, and the node, restarted on its
+// data directory, refuses to start. RemoveNode returns once the node
+// that took the request has applied the removal.
+//
+// Like ClusterStatus, the request goes to the node the client asks first
+// and is not resent after a lost connection. It needs admin on "*".
+//
+// It returns *StatusError: FORBIDDEN without the permission,
+// NOT_SUPPORTED from a broker that runs as a single node,
+// INVALID_ARGUMENT for a node that is not a member, the last member, or
+// a node that still holds replicas, UNAVAILABLE when no meta leader took
+// it in time (retrying may succeed); or an error wrapping
+// ErrConnectionLost, ErrClosed or ctx's error.
+func (a *Administrator) RemoveNode(ctx context.Context, nodeID uint64) error {
+	_, err := a.c.request(ctx, &wire.RemoveNode{NodeID: nodeID}, strconv.FormatUint(nodeID, 10))
+	return err
 }

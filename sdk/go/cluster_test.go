@@ -360,14 +360,16 @@ func TestClusterStatusAsksTheFirstNode(t *testing.T) {
 	a.write(id, &wire.ClusterStatusResult{
 		NodeID: 1,
 		Nodes: []wire.ClusterNode{
-			{NodeID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true},
-			{NodeID: 2, Addr: "b:1", PeerAddr: "b:2"},
+			{NodeID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true, State: "active"},
+			{NodeID: 2, Addr: "b:1", PeerAddr: "b:2", State: "draining"},
+			{NodeID: 3, Addr: "c:1", PeerAddr: "c:2", Connected: true, State: "drained"},
 		},
 		Groups: []wire.ClusterGroup{
 			{GroupID: 1, LeaderNodeID: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9,
 				Replicas: []wire.ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
 			{GroupID: 2, Queue: "orders", LeaderNodeID: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
-				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}, Quiesced: true},
+				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}, {NodeID: 3, Known: true, Match: 1, Lag: 6, Learner: true}},
+				Quiesced: true, Target: []uint64{1, 3}},
 		},
 	})
 	r := <-got
@@ -376,14 +378,200 @@ func TestClusterStatusAsksTheFirstNode(t *testing.T) {
 	}
 	want := &ClusterStatus{
 		NodeID: 1,
-		Nodes:  []ClusterNode{{ID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true}, {ID: 2, Addr: "b:1", PeerAddr: "b:2"}},
+		Nodes: []ClusterNode{
+			{ID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true, State: NodeActive},
+			{ID: 2, Addr: "b:1", PeerAddr: "b:2", State: NodeDraining},
+			{ID: 3, Addr: "c:1", PeerAddr: "c:2", Connected: true, State: NodeDrained},
+		},
 		Groups: []ClusterGroup{
 			{ID: 1, Leader: 2, Term: 3, Commit: 9, Applied: 8, LastIndex: 9, Replicas: []ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
 			{ID: 2, Queue: "orders", Leader: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 7,
-				Replicas: []ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}}, Quiesced: true},
+				Replicas: []ClusterReplica{{NodeID: 1, Known: true, Match: 7}, {NodeID: 2, Known: true, Match: 4, Lag: 3}, {NodeID: 3, Known: true, Match: 1, Lag: 6, Learner: true}},
+				Quiesced: true, Target: []uint64{1, 3}},
 		},
 	}
 	if !reflect.DeepEqual(r.st, want) || !r.st.Clustered() {
 		t.Errorf("ClusterStatus() = %+v; want %+v", r.st, want)
+	}
+}
+
+// TestMoveQueueAsksTheFirstNode: MoveQueue, like ClusterStatus, goes to
+// the first seed even with the meta group's leader known to be another
+// node, carries the queue and the node IDs as given, and maps the
+// broker's answers: success, QUEUE_NOT_FOUND as *MoveQueueError, and
+// NOT_SUPPORTED (a single node) or INVALID_ARGUMENT as *StatusError.
+func TestMoveQueueAsksTheFirstNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1,b:1")
+	a := fc.accept("a:1")
+
+	created := make(chan error, 1)
+	go func() { created <- c.Admin().CreateQueue(ctx, NewQueueSpec("orders")) }()
+	id, _ := readAs[wire.CreateQueue](t, a)
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeNotLeader, Message: "meta led by b", LeaderHint: "b:1"})
+	b := fc.accept("b:1")
+	id, _ = readAs[wire.CreateQueue](t, b)
+	b.write(id, &wire.CreateQueueOk{Name: "orders", DeadLetterQueue: "orders.dlq"})
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		answer wire.Frame
+		check  func(err error) bool
+	}{
+		{"planned", &wire.MoveQueueResult{}, func(err error) bool { return err == nil }},
+		{"no such queue", &wire.ErrorFrame{Code: wire.CodeQueueNotFound, Message: "queue not found"}, func(err error) bool {
+			var me *MoveQueueError
+			return errors.As(err, &me) && me.Code == MoveQueueQueueNotFound && me.Target == "orders" && errors.Is(err, ErrQueueNotFound)
+		}},
+		{"single node", &wire.ErrorFrame{Code: wire.CodeNotSupported, Message: "not supported"}, func(err error) bool {
+			var se *StatusError
+			return errors.As(err, &se) && se.Code == wire.CodeNotSupported && errors.Is(err, ErrNotSupported)
+		}},
+		{"not a member", &wire.ErrorFrame{Code: wire.CodeInvalidArgument, Message: "node 9 is not a member"}, func(err error) bool {
+			return errors.Is(err, ErrInvalidArgument) && strings.Contains(err.Error(), "node 9 is not a member")
+		}},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- c.Admin().MoveQueue(ctx, "orders", 3, 1, 2) }()
+		id, m := readAs[wire.MoveQueue](t, a)
+		if m.Queue != "orders" || !reflect.DeepEqual(m.Replicas, []uint64{3, 1, 2}) {
+			t.Fatalf("%s: MoveQueue sent %+v; want orders to 3, 1, 2", tc.name, m)
+		}
+		a.write(id, tc.answer)
+		if err := <-done; !tc.check(err) {
+			t.Errorf("%s: MoveQueue() = %#v (%v)", tc.name, err, err)
+		}
+	}
+}
+
+// TestDrainNodeAsksTheFirstNode: DrainNode and UndrainNode, like
+// ClusterStatus, go to the first seed even with the meta group's leader
+// known to be another node, carry the node ID and undo as given, and map
+// the broker's answers: the number of queues planned, and NOT_SUPPORTED
+// (a single node) or INVALID_ARGUMENT as *StatusError naming the node.
+func TestDrainNodeAsksTheFirstNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1,b:1")
+	a := fc.accept("a:1")
+
+	created := make(chan error, 1)
+	go func() { created <- c.Admin().CreateQueue(ctx, NewQueueSpec("orders")) }()
+	id, _ := readAs[wire.CreateQueue](t, a)
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeNotLeader, Message: "meta led by b", LeaderHint: "b:1"})
+	b := fc.accept("b:1")
+	id, _ = readAs[wire.CreateQueue](t, b)
+	b.write(id, &wire.CreateQueueOk{Name: "orders", DeadLetterQueue: "orders.dlq"})
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+
+	type outcome struct {
+		queues int
+		err    error
+	}
+	for _, tc := range []struct {
+		name   string
+		undo   bool
+		answer wire.Frame
+		check  func(o outcome) bool
+	}{
+		{"planned", false, &wire.DrainNodeResult{Queues: 7}, func(o outcome) bool { return o.err == nil && o.queues == 7 }},
+		{"nothing left", false, &wire.DrainNodeResult{}, func(o outcome) bool { return o.err == nil && o.queues == 0 }},
+		{"undone", true, &wire.DrainNodeResult{}, func(o outcome) bool { return o.err == nil }},
+		{"single node", false, &wire.ErrorFrame{Code: wire.CodeNotSupported, Message: "not supported"}, func(o outcome) bool {
+			var se *StatusError
+			return errors.As(o.err, &se) && se.Code == wire.CodeNotSupported && se.Op == "drain node" && se.Target == "2" &&
+				errors.Is(o.err, ErrNotSupported) && o.err.Error() == "fila: drain node 2: not supported"
+		}},
+		{"single node, undo", true, &wire.ErrorFrame{Code: wire.CodeNotSupported, Message: "not supported"}, func(o outcome) bool {
+			return errors.Is(o.err, ErrNotSupported)
+		}},
+		{"the last active member", false, &wire.ErrorFrame{Code: wire.CodeInvalidArgument, Message: "drain node 2: no other member is left that is not draining: invalid argument"}, func(o outcome) bool {
+			return errors.Is(o.err, ErrInvalidArgument) && o.err.Error() == "fila: drain node 2: no other member is left that is not draining: invalid argument"
+		}},
+		{"unavailable", false, &wire.ErrorFrame{Code: wire.CodeUnavailable, Message: "no meta leader"}, func(o outcome) bool {
+			return errors.Is(o.err, ErrUnavailable) && o.queues == 0
+		}},
+	} {
+		done := make(chan outcome, 1)
+		go func() {
+			if tc.undo {
+				done <- outcome{err: c.Admin().UndrainNode(ctx, 2)}
+				return
+			}
+			q, err := c.Admin().DrainNode(ctx, 2)
+			done <- outcome{q, err}
+		}()
+		id, m := readAs[wire.DrainNode](t, a)
+		if m.NodeID != 2 || m.Undo != tc.undo {
+			t.Fatalf("%s: DrainNode sent %+v; want node 2, undo %v", tc.name, m, tc.undo)
+		}
+		a.write(id, tc.answer)
+		if o := <-done; !tc.check(o) {
+			t.Errorf("%s: = %d, %#v (%v)", tc.name, o.queues, o.err, o.err)
+		}
+	}
+}
+
+// TestMembershipOps: Rebalance, AddNode and RemoveNode go to the first
+// seed, carry their arguments, and map the broker's answers: the plan,
+// and errors as *StatusError naming the operation and node.
+func TestMembershipOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fc := newFakeCluster(t, "a:1", "b:1")
+	c := fc.connect(ctx, "a:1,b:1")
+	a := fc.accept("a:1")
+	admin := c.Admin()
+
+	planned := make(chan *RebalancePlan, 1)
+	go func() {
+		p, err := admin.Rebalance(ctx, true)
+		if err != nil {
+			t.Error(err)
+		}
+		planned <- p
+	}()
+	id, rb := readAs[wire.Rebalance](t, a)
+	if !rb.DryRun {
+		t.Errorf("Rebalance(dry run) sent %+v", rb)
+	}
+	a.write(id, &wire.RebalanceResult{
+		Moves: []wire.RebalanceMove{{Queue: "orders", FromNodeID: 1, ToNodeID: 4}},
+		Leads: []wire.RebalanceLead{{Queue: "orders", NodeID: 4}},
+	})
+	want := &RebalancePlan{Moves: []RebalanceMove{{"orders", 1, 4}}, Leads: []RebalanceLead{{"orders", 4}}}
+	if got := <-planned; !reflect.DeepEqual(got, want) {
+		t.Errorf("Rebalance = %+v; want %+v", got, want)
+	}
+
+	added := make(chan error, 1)
+	go func() { added <- admin.AddNode(ctx, 4, "10.0.0.4:5556") }()
+	id, an := readAs[wire.AddNode](t, a)
+	if an.NodeID != 4 || an.PeerAddr != "10.0.0.4:5556" {
+		t.Errorf("AddNode sent %+v", an)
+	}
+	a.write(id, &wire.ErrorFrame{Code: wire.CodeInvalidArgument, Message: "add node 4: it was removed from the cluster, and node IDs are never reused: invalid argument"})
+	var se *StatusError
+	if err := <-added; !errors.As(err, &se) || se.Op != "add node" || se.Target != "4" || !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("AddNode of a removed node = %#v (%v)", err, err)
+	}
+
+	removed := make(chan error, 1)
+	go func() { removed <- admin.RemoveNode(ctx, 3) }()
+	id, rn := readAs[wire.RemoveNode](t, a)
+	if rn.NodeID != 3 {
+		t.Errorf("RemoveNode sent %+v", rn)
+	}
+	a.write(id, &wire.RemoveNodeResult{})
+	if err := <-removed; err != nil {
+		t.Errorf("RemoveNode = %v", err)
 	}
 }

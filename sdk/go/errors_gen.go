@@ -841,6 +841,39 @@ func (e *TopologyError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
+// MoveQueueCode is a domain error code that MoveQueue can return.
+type MoveQueueCode uint16
+
+const (
+	// MoveQueueQueueNotFound no queue has this name.
+	MoveQueueQueueNotFound MoveQueueCode = 20
+)
+
+// String returns the spec name of the code, such as QUEUE_NOT_FOUND.
+func (c MoveQueueCode) String() string {
+	return wire.Code(c).String()
+}
+
+// MoveQueueError is a domain failure of MoveQueue; Code is one of
+// MoveQueueQueueNotFound. Other failures of MoveQueue are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+type MoveQueueError struct {
+	Code MoveQueueCode
+	// Target is what the failure concerns: a queue name, a key ID; may be empty.
+	Target string
+	// Message is the broker's detail.
+	Message string
+}
+
+func (e *MoveQueueError) Error() string {
+	return formatError("move queue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *MoveQueueError) Is(target error) bool {
+	return target == sentinel(wire.Code(e.Code))
+}
+
 // opError returns the error for code c answering request op: the operation's own
 // error type for its domain codes, *StatusError for everything else.
 func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error {
@@ -1016,6 +1049,15 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 				Target:  target,
 			}
 		}
+	case wire.OpMoveQueue:
+		switch c {
+		case wire.CodeQueueNotFound:
+			return &MoveQueueError{
+				Code:    MoveQueueCode(c),
+				Message: msg,
+				Target:  target,
+			}
+		}
 	}
 	return &StatusError{
 		Code:       c,
@@ -1085,6 +1127,16 @@ func opVerb(op wire.Opcode) string {
 		return "topology"
 	case wire.OpClusterStatus:
 		return "cluster status"
+	case wire.OpMoveQueue:
+		return "move queue"
+	case wire.OpDrainNode:
+		return "drain node"
+	case wire.OpRebalance:
+		return "rebalance"
+	case wire.OpAddNode:
+		return "add node"
+	case wire.OpRemoveNode:
+		return "remove node"
 	}
 	return strings.ToLower(op.String())
 }

@@ -2297,6 +2297,374 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeResourceExhausted,
 		op:   wire.OpClusterStatus,
 		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *MoveQueueError
+			return errors.As(err, &e) && e.Code == MoveQueueQueueNotFound
+		},
+		code: wire.CodeQueueNotFound,
+		op:   wire.OpMoveQueue,
+		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpMoveQueue,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpMoveQueue,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpMoveQueue,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpMoveQueue,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpMoveQueue,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpMoveQueue,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpMoveQueue,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpMoveQueue,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpMoveQueue,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpDrainNode,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpDrainNode,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpDrainNode,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpDrainNode,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpDrainNode,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpDrainNode,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpDrainNode,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpDrainNode,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpDrainNode,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpRebalance,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpRebalance,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpRebalance,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpRebalance,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpRebalance,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpRebalance,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpRebalance,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpRebalance,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpRebalance,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpAddNode,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpAddNode,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpAddNode,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpAddNode,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpAddNode,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpAddNode,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpAddNode,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpAddNode,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpAddNode,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpRemoveNode,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpRemoveNode,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpRemoveNode,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpRemoveNode,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpRemoveNode,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpRemoveNode,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpRemoveNode,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpRemoveNode,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpRemoveNode,
+		sent: ErrResourceExhausted,
 	}} {
 		err := opError(tc.op, tc.code, "q", "detail", "")
 		if !tc.check(err) {

@@ -348,3 +348,161 @@ func ExampleAdministrator_CreateAPIKey() {
 	perms, _ := admin.GetACL(ctx, key.ID)
 	fmt.Println(perms)
 }
+
+// Moving a queue's replicas to other nodes of a cluster (needs a broker
+// in a cluster, and an admin key on "*"): the call returns once the plan
+// is recorded; the move runs in the background, and ClusterStatus shows
+// it under way until the group has no Target and no learner left.
+func ExampleAdministrator_MoveQueue() {
+	ctx := context.Background()
+	addr := cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555")
+	client, err := fila.Connect(ctx, addr, fila.WithAPIKey(os.Getenv("FILA_API_KEY")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	admin := client.Admin()
+
+	if err := admin.MoveQueue(ctx, "orders", 2, 3, 4); err != nil {
+		log.Fatal(err) // *fila.MoveQueueError for a missing queue, NOT_SUPPORTED on a single node
+	}
+	// The node the client reached first answers ClusterStatus with its
+	// own view; `fila cluster move --wait` asks every node.
+	for range 600 {
+		st, err := admin.ClusterStatus(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, g := range st.Groups {
+			if g.Queue != "orders" {
+				continue
+			}
+			learners := 0
+			for _, r := range g.Replicas {
+				if r.Learner {
+					learners++
+				}
+			}
+			fmt.Println("replicas", len(g.Replicas), "learners", learners, "target", g.Target)
+			if len(g.Target) == 0 && learners == 0 {
+				return
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	log.Fatal("orders is still moving after 10 minutes")
+}
+
+// Draining node 3 of a cluster before taking it out of service (needs a
+// broker in a cluster, and an admin key on "*"): the call returns the
+// number of queues whose move off the node it planned; the moves run in
+// the background, and ClusterStatus shows the node draining until it
+// holds no replica, then drained.
+func ExampleAdministrator_DrainNode() {
+	ctx := context.Background()
+	addr := cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555")
+	client, err := fila.Connect(ctx, addr, fila.WithAPIKey(os.Getenv("FILA_API_KEY")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	admin := client.Admin()
+
+	queues, err := admin.DrainNode(ctx, 3)
+	if err != nil {
+		log.Fatal(err) // NOT_SUPPORTED on a single node, INVALID_ARGUMENT for a node that is not a member
+	}
+	fmt.Println("moving", queues, "queues off node 3")
+	// The node the client reached first answers with its own view;
+	// `fila cluster drain --wait` asks every node.
+	for range 600 {
+		st, err := admin.ClusterStatus(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, n := range st.Nodes {
+			if n.ID == 3 && n.State == fila.NodeDrained {
+				fmt.Println("node 3 is drained")
+				return
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	log.Fatal("node 3 is still draining after 10 minutes")
+}
+
+// Putting a drained node back into service: it takes new replicas
+// again. The queues moved off it stay where they are; MoveQueue moves
+// one back.
+func ExampleAdministrator_UndrainNode() {
+	ctx := context.Background()
+	addr := cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555")
+	client, err := fila.Connect(ctx, addr, fila.WithAPIKey(os.Getenv("FILA_API_KEY")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	if err := client.Admin().UndrainNode(ctx, 3); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Even out a cluster after adding a node: a dry run first, then the plan.
+func ExampleAdministrator_Rebalance() {
+	ctx := context.Background()
+	addr := cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555")
+	client, err := fila.Connect(ctx, addr, fila.WithAPIKey(os.Getenv("FILA_API_KEY")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	admin := client.Admin()
+
+	plan, err := admin.Rebalance(ctx, true)
+	if err != nil {
+		log.Fatal(err) // NOT_SUPPORTED on a single node
+	}
+	for _, m := range plan.Moves {
+		fmt.Printf("%s: node %d -> node %d\n", m.Queue, m.From, m.To)
+	}
+	if len(plan.Moves) == 0 && len(plan.Leads) == 0 {
+		fmt.Println("balanced")
+		return
+	}
+	if _, err := admin.Rebalance(ctx, false); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Replace node 3 by node 4: add the new node (started with
+// FILA_CLUSTER_JOIN=true), drain the old one, then remove it.
+func ExampleAdministrator_AddNode() {
+	ctx := context.Background()
+	addr := cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555")
+	client, err := fila.Connect(ctx, addr, fila.WithAPIKey(os.Getenv("FILA_API_KEY")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	admin := client.Admin()
+
+	if err := admin.AddNode(ctx, 4, "10.0.0.4:5556"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := admin.DrainNode(ctx, 3); err != nil {
+		log.Fatal(err)
+	}
+	for drained := false; !drained; time.Sleep(time.Second) {
+		st, err := admin.ClusterStatus(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, n := range st.Nodes {
+			drained = drained || n.ID == 3 && n.State == fila.NodeDrained
+		}
+	}
+	if err := admin.RemoveNode(ctx, 3); err != nil {
+		log.Fatal(err)
+	}
+}

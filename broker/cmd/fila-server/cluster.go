@@ -38,6 +38,7 @@ func openCluster(cfg config.Config, st *store.Disk, shardCfg shard.Config, hooks
 		SnapshotEvery:     cc.SnapshotLogSize,
 		MetaSnapshotEvery: uint64(cc.MetaSnapshotEntries),
 		SnapshotRate:      cc.SnapshotRate,
+		Join:              cc.Join,
 		TLS:               peerTLS(scfg.TLS),
 		Shard:             shardCfg,
 		Effects:           node.ClusterEffects(hooks, scfg.Auth, rt),

@@ -174,6 +174,11 @@ const (
 	OpTopology
 	OpRelease
 	OpClusterStatus
+	OpMoveQueue
+	OpDrainNode
+	OpRebalance
+	OpAddNode
+	OpRemoveNode
 	opEnd
 )
 
@@ -185,7 +190,8 @@ var opNames = [...]string{
 	OpGetConfig: "get config", OpListConfig: "list config", OpDeleteConfig: "delete config",
 	OpRedrive: "redrive", OpCreateAPIKey: "create api key", OpRevokeAPIKey: "revoke api key",
 	OpListAPIKeys: "list api keys", OpSetACL: "set acl", OpGetACL: "get acl", OpTopology: "topology",
-	OpRelease: "release", OpClusterStatus: "cluster status",
+	OpRelease: "release", OpClusterStatus: "cluster status", OpMoveQueue: "move queue",
+	OpDrainNode: "drain node", OpRebalance: "rebalance", OpAddNode: "add node", OpRemoveNode: "remove node",
 }
 
 // String returns the operation's name in lower case, such as "enqueue".
@@ -204,8 +210,10 @@ type Need struct {
 }
 
 // Everything is the queue name that stands for the whole broker in a Need:
-// runtime config, API keys and the cluster's status need Admin on it,
-// which only the pattern "*" grants, since no queue name contains "*".
+// runtime config, API keys, the cluster's status, moving a queue's
+// replicas, draining, adding and removing nodes and rebalancing need
+// Admin on it, which only the pattern
+// "*" grants, since no queue name contains "*".
 const Everything = "*"
 
 // DLQSuffix ends the name of every dead-letter queue: the DLQ of "orders"
@@ -224,7 +232,8 @@ const DLQSuffix = ".dlq"
 //	SetConfig, GetConfig, ListConfig,
 //	DeleteConfig, CreateApiKey, RevokeApiKey,
 //	ListApiKeys, SetAcl, GetAcl,
-//	ClusterStatus                             admin on "*" (Everything)
+//	ClusterStatus, MoveQueue, DrainNode,
+//	Rebalance, AddNode, RemoveNode            admin on "*" (Everything)
 //	Ping, Unsubscribe, ListQueues             nothing but a valid key
 //
 // Credit is checked against the queue of the subscription it names, so a
@@ -251,7 +260,7 @@ func Required(op Op, queue string) (needs [2]Need, n int) {
 		}
 	case OpTopology:
 		needs[0] = Need{AnyKind, queue}
-	default: // config, API keys, the cluster's status, and any op this table does not know
+	default: // config, API keys, the cluster's status, moves and drains, and any op this table does not know
 		needs[0] = Need{Admin, Everything}
 	}
 	return needs, 1

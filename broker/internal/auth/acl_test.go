@@ -192,6 +192,12 @@ func TestRequired(t *testing.T) {
 		{OpSetACL, "", []Need{{Admin, "*"}}},
 		{OpGetACL, "", []Need{{Admin, "*"}}},
 		{OpClusterStatus, "", []Need{{Admin, "*"}}},
+		{OpMoveQueue, "", []Need{{Admin, "*"}}},
+		{OpMoveQueue, "orders", []Need{{Admin, "*"}}},
+		{OpDrainNode, "", []Need{{Admin, "*"}}},
+		{OpRebalance, "", []Need{{Admin, "*"}}},
+		{OpAddNode, "", []Need{{Admin, "*"}}},
+		{OpRemoveNode, "", []Need{{Admin, "*"}}},
 		{Op(0), "orders", []Need{{Admin, "*"}}},
 		{Op(200), "orders", []Need{{Admin, "*"}}},
 	}

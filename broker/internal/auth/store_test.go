@@ -494,6 +494,13 @@ func TestDLQRules(t *testing.T) {
 		{"topology needs some kind", []Permission{{Produce, "orders"}}, OpTopology, "billing", false},
 		{"cluster status needs admin on *", []Permission{{Admin, "orders.*"}, {Produce, "*"}, {Consume, "*"}}, OpClusterStatus, Everything, false},
 		{"cluster status with admin on *", []Permission{{Admin, "*"}}, OpClusterStatus, Everything, true},
+		{"moving a queue needs admin on *, not on the queue", []Permission{{Admin, "orders"}, {Admin, "orders.*"}, {Produce, "*"}, {Consume, "*"}}, OpMoveQueue, Everything, false},
+		{"moving a queue with admin on *", []Permission{{Admin, "*"}}, OpMoveQueue, Everything, true},
+		{"draining a node needs admin on *", []Permission{{Admin, "orders"}, {Admin, "orders.*"}, {Produce, "*"}, {Consume, "*"}}, OpDrainNode, Everything, false},
+		{"draining a node with admin on *", []Permission{{Admin, "*"}}, OpDrainNode, Everything, true},
+		{"rebalancing needs admin on *", []Permission{{Admin, "orders"}, {Produce, "*"}}, OpRebalance, Everything, false},
+		{"adding a node needs admin on *", []Permission{{Admin, "orders"}, {Consume, "*"}}, OpAddNode, Everything, false},
+		{"removing a node with admin on *", []Permission{{Admin, "*"}}, OpRemoveNode, Everything, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

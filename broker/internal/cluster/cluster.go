@@ -133,6 +133,10 @@ type Config struct {
 	// SnapshotRate bounds the bytes per second of each snapshot streamed
 	// to a follower; 0 means no bound.
 	SnapshotRate int64
+	// Join: this node joins a running cluster, which adds it (AddNode):
+	// it does not bootstrap the meta group with Peers as its members.
+	// Peers then lists members to reach, and this node.
+	Join bool
 	// Rebuild is set when this node's store lost durable data (a
 	// repair dropped damaged records): its Raft logs may lack entries it
 	// acknowledged to its peers. Open then deletes every group's log and
@@ -190,6 +194,9 @@ type Node struct {
 	// quiesce.go).
 	ticks uint64
 	heard map[uint64]uint64
+	// dropping holds, for each group whose replica is being deleted
+	// (dropReplica), a channel closed once it is (driver goroutine).
+	dropping map[uint64]chan struct{}
 }
 
 // group is one Raft group on this node.
@@ -204,7 +211,24 @@ type group struct {
 	term   atomic.Uint64
 	// commit and applied are the driver's, for status.
 	commit, applied atomic.Uint64
-	replicas        []uint64
+	// replicas are the group's voters (of both halves of a joint
+	// configuration), incoming those of its incoming half, learners its
+	// learners, and joint whether its configuration is joint; boot is
+	// the configuration it was created with (driver goroutine; setConf).
+	replicas, incoming, learners []uint64
+	joint                        bool
+	boot                         []uint64
+	// moveTo is the replica set a move is taking a queue's group to, nil
+	// when none is under way; moveAt is the tick of the move's last step
+	// and moveConfs the count of configurations applied then, confs the
+	// count now (driver goroutine; move.go).
+	moveTo           []uint64
+	moveAt           uint64
+	confs, moveConfs uint64
+	// lead is a queue group's preferred leader (a rebalance's), 0 for
+	// none; rebalanceAt is the tick the meta group's leader last
+	// proposed a rebalance step at (driver goroutine; rebalance.go).
+	lead, rebalanceAt uint64
 	// campaign: a new group's preferred leader campaigns once its
 	// bootstrap configuration is applied (driver goroutine).
 	campaign bool
@@ -284,18 +308,19 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		cfg.MetaSnapshotEvery = 4096
 	}
 	n := &Node{
-		cfg:     cfg,
-		st:      st,
-		log:     cfg.Logger,
-		groups:  map[uint64]*group{},
-		byQueue: map[string]*group{},
-		inbox:   make(chan []peer.Message, 1024),
-		propc:   make(chan proposal, 4096),
-		ctl:     make(chan func(), 64),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		waiters: map[uint64]chan metaResult{},
-		heard:   map[uint64]uint64{},
+		cfg:      cfg,
+		st:       st,
+		log:      cfg.Logger,
+		groups:   map[uint64]*group{},
+		byQueue:  map[string]*group{},
+		inbox:    make(chan []peer.Message, 1024),
+		propc:    make(chan proposal, 4096),
+		ctl:      make(chan func(), 64),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		waiters:  map[uint64]chan metaResult{},
+		heard:    map[uint64]uint64{},
+		dropping: map[uint64]chan struct{}{},
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	moved, err := checkIdentity(st, cfg.ClusterID, cfg.NodeID)
@@ -312,6 +337,9 @@ func Open(cfg Config, st Storage) (*Node, error) {
 	if err := n.meta.load(st); err != nil {
 		return nil, err
 	}
+	if n.meta.removed[cfg.NodeID] {
+		return nil, ErrRemoved
+	}
 	if err := n.openGroups(); err != nil {
 		n.closeGroups()
 		if errors.Is(err, raftlog.ErrCorrupt) && !cfg.Rebuild {
@@ -327,10 +355,14 @@ func Open(cfg Config, st Storage) (*Node, error) {
 			return nil, err
 		}
 	}
+	// The members as the meta group knows them, and those of the
+	// configuration it may not know yet (a node that joins).
 	peers := map[uint64]string{}
-	for id, addr := range cfg.Peers {
-		if id != cfg.NodeID {
-			peers[id] = addr
+	for _, m := range []map[uint64]string{cfg.Peers, n.meta.members} {
+		for id, addr := range m {
+			if id != cfg.NodeID && !n.meta.removed[id] {
+				peers[id] = addr
+			}
 		}
 	}
 	tr, err := peer.New(peer.Config{
@@ -406,17 +438,24 @@ func (n *Node) lostLog(g *group, last, commit uint64) {
 // openGroups opens the meta group and the groups of the queues this node
 // holds, as the meta state stored here lists them.
 func (n *Node) openGroups() error {
-	metaPeers := slices.Sorted(mapKeys(n.cfg.Peers))
-	if err := n.openGroup(&group{id: MetaGroup, replicas: metaPeers}); err != nil {
+	// A node that joins a running cluster waits to be added to the meta
+	// group (AddNode) rather than start one of its own.
+	var metaPeers []uint64
+	if !n.cfg.Join {
+		metaPeers = slices.Sorted(mapKeys(n.cfg.Peers))
+	}
+	if err := n.openGroup(&group{id: MetaGroup, replicas: metaPeers, boot: metaPeers}); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(mapKeys(n.meta.queues)) {
 		q := n.meta.queues[name]
 		n.cfg.Effects.QueueCreated(q.spec)
-		if slices.Contains(q.replicas, n.cfg.NodeID) {
+		if q.hosts(n.cfg.NodeID) {
 			if _, err := n.openQueueGroup(q); err != nil {
 				return err
 			}
+		} else if err := n.dropStale(q); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -553,18 +592,28 @@ func (n *Node) openGroup(g *group) error {
 	if err != nil {
 		return fmt.Errorf("cluster: group %d: %w", gid, err)
 	}
-	if last, _ := l.LastIndex(); last == 0 {
-		peers := make([]raft.Peer, len(g.replicas))
-		for i, id := range g.replicas {
+	if _, cs, err := l.InitialState(); err == nil && len(cs.GetVoters()) > 0 {
+		n.setConf(g, cs)
+	} else if last, _ := l.LastIndex(); last == 0 && slices.Contains(g.boot, n.cfg.NodeID) && slices.Contains(g.replicas, n.cfg.NodeID) {
+		// A replica of the group's first configuration writes the same
+		// first entries as every other one; a node that a move adds
+		// starts empty, and its leader sends it the log as to a
+		// learner, which a replica that does not yet know it belongs
+		// is.
+		peers := make([]raft.Peer, len(g.boot))
+		for i, id := range g.boot {
 			peers[i] = raft.Peer{ID: id}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			return fmt.Errorf("cluster: group %d: bootstrap: %w", gid, err)
 		}
+		g.replicas = g.boot
 		// A new queue group's preferred leader, which spreads the
 		// groups' leaders over the nodes, campaigns at once rather than
 		// after an election timeout.
-		g.campaign = gid != MetaGroup && g.replicas[int(gid)%len(g.replicas)] == n.cfg.NodeID
+		g.campaign = gid != MetaGroup && g.moveTo == nil && g.boot[int(gid)%len(g.boot)] == n.cfg.NodeID
+	} else if !slices.Contains(g.replicas, n.cfg.NodeID) {
+		g.replicas = nil // joining: not a voter until the log says so
 	}
 	g.rn, g.log = rn, l
 	if g.sh != nil {
@@ -589,7 +638,7 @@ func (n *Node) openGroup(g *group) error {
 // fresh replica the queue's definition.
 func (n *Node) openQueueGroup(q *queueInfo) (*group, error) {
 	name := q.spec.Name
-	g := &group{id: q.group, queue: name, replicas: q.replicas}
+	g := &group{id: q.group, queue: name, replicas: q.replicas, boot: q.boot, moveTo: q.target, lead: q.lead}
 	scfg := n.cfg.Shard
 	scfg.Logger = n.log.With("queue", name)
 	scfg.Replication = &shard.Replication{
@@ -661,11 +710,26 @@ func (n *Node) run() {
 		case <-n.stop:
 			return
 		case <-ticker.C:
+			if n.failed.Load() != nil {
+				return // removed from the cluster (members.go)
+			}
 			n.ticks++
 			n.keepalive()
 			for _, g := range n.groups {
 				if g.rebuilding.Load() {
 					continue
+				}
+				switch {
+				case g.moveTo != nil:
+					n.moveStep(g)
+				case g.id == MetaGroup:
+					if n.meta.removed[n.cfg.NodeID] {
+						n.followMembers()
+					}
+					n.shedLead(g)
+					n.rebalanceStep(g)
+				case g.lead != 0 && g.lead != n.cfg.NodeID && g.leader.Load() == n.cfg.NodeID:
+					n.followLead(g)
 				}
 				if g.quiesced.Load() {
 					if !n.wakeNeeded(g) {
@@ -913,9 +977,11 @@ func (n *Node) handleReadies() error {
 				if err := n.installMeta(g, snap.GetMetadata().GetIndex(), snap.GetData()); err != nil {
 					return fmt.Errorf("group %d: snapshot: %w", g.id, err)
 				}
+				n.setConf(g, snap.GetMetadata().GetConfState())
 			} else {
 				g.sh.Install(snap.GetMetadata().GetIndex(), g.log.OpenData())
 				g.applied.Store(snap.GetMetadata().GetIndex())
+				n.setConf(g, snap.GetMetadata().GetConfState())
 			}
 		}
 		if err := n.apply(g, rd.CommittedEntries); err != nil {
@@ -988,6 +1054,7 @@ func (n *Node) apply(g *group, ents []*pb.Entry) error {
 			// The configuration is stored as it is applied: a group
 			// restarts from it when its applied index is past it.
 			cs := g.rn.ApplyConfChange(cc)
+			n.setConf(g, cs)
 			var b store.Batch
 			if err := g.log.SetConfState(&b, cs); err != nil {
 				return err

@@ -32,6 +32,9 @@ type testCluster struct {
 	rate    int64                 // Config.SnapshotRate of every node
 	skew    map[int]time.Duration // how far node i's wall clock is ahead
 	ticks   int                   // Config.ElectionTicks of every node; 0: 10
+	// members, if > 0, is how many of the nodes start the cluster: the
+	// others are started with Config.Join, and wait to be added.
+	members int
 	peers   map[uint64]string
 	stores  []*store.Mem
 	nodes   []*Node
@@ -78,13 +81,33 @@ func noEffects() Effects {
 
 func (c *testCluster) start(i int) {
 	c.t.Helper()
+	n, err := Open(c.config(i), c.storage(i))
+	if err != nil {
+		c.t.Fatalf("open node %d: %v", i+1, err)
+	}
+	c.nodes[i] = n
+}
+
+// config returns node i's configuration.
+func (c *testCluster) config(i int) Config {
 	id := uint64(i + 1)
-	n, err := Open(Config{
+	peers, join := c.peers, false
+	if c.members > 0 {
+		peers = map[uint64]string{}
+		for j := range c.members {
+			peers[uint64(j+1)] = c.peers[uint64(j+1)]
+		}
+		if i >= c.members {
+			peers[id], join = c.peers[id], true
+		}
+	}
+	return Config{
 		NodeID:            id,
 		ClusterID:         "test",
 		PeerListenAddr:    c.peers[id],
 		AdvertiseAddr:     fmt.Sprintf("client-%d:5555", id),
-		Peers:             c.peers,
+		Peers:             peers,
+		Join:              join,
 		TickInterval:      20 * time.Millisecond,
 		ElectionTicks:     cmp.Or(c.ticks, 10),
 		HeartbeatTicks:    1,
@@ -94,11 +117,7 @@ func (c *testCluster) start(i int) {
 		SnapshotRate:      c.rate,
 		Shard:             shard.Config{Sched: c.sched(i), Clock: c.clock(i)},
 		Effects:           c.nodeEffects(i),
-	}, c.storage(i))
-	if err != nil {
-		c.t.Fatalf("open node %d: %v", id, err)
 	}
-	c.nodes[i] = n
 }
 
 // clock returns node i's wall clock: nil (time.Now) unless it is skewed.

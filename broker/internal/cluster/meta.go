@@ -23,6 +23,10 @@ import (
 //
 //	m/n/<id:8>    a node's client address
 //	m/q/<name>    a queue: group uvarint, replica count uvarint, replica IDs uvarint…, CreateQueue command
+//	m/p/<name>    a queue's placement plan, when it was ever moved (move.go)
+//	m/d/<id:8>    a node being drained, empty (drain.go)
+//	m/b           the moves of the last rebalance not yet started (rebalance.go)
+//	m/m/, m/x/    the members and the removed nodes, once they changed (members.go)
 //	m/next        the next queue group's ID, 8 bytes
 //
 // and the meta group's applied index under r/<1>/applied, written in the
@@ -31,6 +35,18 @@ type metaState struct {
 	nodes     map[uint64]string
 	queues    map[string]*queueInfo
 	nextGroup uint64
+	// draining holds the nodes being drained (drain.go).
+	draining map[uint64]bool
+	// pending are the moves of the last rebalance not yet started
+	// (rebalance.go).
+	pending []PlannedMove
+	// members are the cluster's members and their peer addresses, once
+	// recorded (empty until the first change: the members are then the
+	// meta group's voters, voters, with Config.Peers's addresses); removed
+	// the nodes removed from it (members.go).
+	members map[uint64]string
+	voters  []uint64
+	removed map[uint64]bool
 }
 
 // queueInfo is one queue's placement.
@@ -38,6 +54,12 @@ type queueInfo struct {
 	spec     sched.QueueSpec
 	group    uint64
 	replicas []uint64
+	// boot is the replica set the group was created with; target the
+	// one a move is taking it to, nil when none is under way (move.go).
+	boot, target []uint64
+	// lead is the preferred leader a rebalance set, 0 for none
+	// (rebalance.go).
+	lead uint64
 }
 
 // queueOf returns the queue named name or whose DLQ it names, or nil.
@@ -61,6 +83,27 @@ func cutSuffix(s, suffix string) (string, bool) {
 func (m *metaState) load(st Storage) error {
 	m.nodes = map[uint64]string{}
 	m.queues = map[string]*queueInfo{}
+	m.draining = map[uint64]bool{}
+	m.members = map[uint64]string{}
+	m.removed = map[uint64]bool{}
+	for _, s := range []struct {
+		prefix string
+		fn     func(id uint64, v []byte)
+	}{
+		{"m/m/", func(id uint64, v []byte) { m.members[id] = string(v) }},
+		{"m/x/", func(id uint64, _ []byte) { m.removed[id] = true }},
+	} {
+		err := st.Scan([]byte(s.prefix), prefixEnd(s.prefix), func(k, v []byte) error {
+			if len(k) != len(s.prefix)+8 {
+				return fmt.Errorf("cluster: meta: %s key of %d bytes", s.prefix, len(k))
+			}
+			s.fn(binary.BigEndian.Uint64(k[len(s.prefix):]), v)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	m.nextGroup = MetaGroup + 1
 	err := st.Scan([]byte("m/n/"), []byte("m/n0"), func(k, v []byte) error {
 		if len(k) != 4+8 {
@@ -81,6 +124,37 @@ func (m *metaState) load(st Storage) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	err = st.Scan([]byte("m/p/"), []byte("m/p0"), func(k, v []byte) error {
+		q := m.queues[string(k[4:])]
+		if q == nil {
+			return nil // deleted with its queue; a stale record is harmless
+		}
+		if err := decodePlacement(v, q); err != nil {
+			return fmt.Errorf("cluster: meta: placement of queue %s: %w", k[4:], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = st.Scan([]byte("m/d/"), []byte("m/d0"), func(k, v []byte) error {
+		if len(k) != 4+8 {
+			return fmt.Errorf("cluster: meta: drain key of %d bytes", len(k))
+		}
+		m.draining[binary.BigEndian.Uint64(k[4:])] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m.pending = nil
+	if v, err := st.Get(rebalanceKey); err == nil {
+		if m.pending, err = decodeMoves(v); err != nil {
+			return fmt.Errorf("cluster: meta: rebalance moves: %w", err)
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	if v, err := st.Get([]byte("m/next")); err == nil && len(v) == 8 {
@@ -134,6 +208,7 @@ func decodeQueueInfo(b []byte) (*queueInfo, error) {
 		return nil, fmt.Errorf("%s, not CreateQueue", c.Kind())
 	}
 	q.spec = cq.Spec
+	q.boot = q.replicas
 	return q, nil
 }
 
@@ -146,12 +221,23 @@ const (
 	metaAuth        = 4 // body: an encoded auth.Change
 	metaConfig      = 5 // body: an encoded rtconf.Change
 	metaRebuilt     = 6 // body: node ID uvarint, count uvarint, count × (group uvarint, last index uvarint)
+	metaMoveQueue   = 7 // body: name length uvarint, name, count uvarint, count × node ID uvarint
+	metaPlaced      = 8 // body: group uvarint, then as metaMoveQueue's
+	metaDrain       = 9 // body: node ID uvarint, undo 1B
+	// metaRebalance plans a rebalance; metaRebalanceStep starts one of
+	// its moves (body: the move, as rebalanceKey holds each).
+	metaRebalance     = 10
+	metaRebalanceStep = 11
+	metaAddNode       = 12 // body: node ID uvarint, peer address
+	metaRemoveNode    = 13 // body: node ID uvarint
 )
 
 // metaResult is a meta entry's outcome on the node that proposed it.
 type metaResult struct {
 	err     error
 	created sched.QueueCreated
+	moved   int           // queues whose move a drain planned
+	plan    RebalancePlan // a rebalance's
 }
 
 // proposeMeta proposes a meta command and waits for this node to apply
@@ -299,6 +385,20 @@ func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaRes
 		}
 		n.handOver(id, groups)
 		return metaResult{}, nil
+	case metaMoveQueue:
+		return n.applyMove(b, body)
+	case metaPlaced:
+		return n.applyPlaced(b, body)
+	case metaDrain:
+		return n.applyDrain(b, body)
+	case metaRebalance:
+		return n.applyRebalance(b)
+	case metaRebalanceStep:
+		return n.applyRebalanceStep(b, body)
+	case metaAddNode:
+		return n.applyAddNode(b, body)
+	case metaRemoveNode:
+		return n.applyRemoveNode(b, body)
 	}
 	return metaResult{}, fmt.Errorf("unknown meta command %d", kind)
 }
@@ -318,17 +418,15 @@ func (n *Node) applyCreateQueue(b *store.Batch, spec sched.QueueSpec) (metaResul
 			spec.Name, sched.DLQSuffix, fault.ErrInvalidArgument)}, nil
 	}
 	n.mu.Lock()
-	members := slices.Sorted(mapKeys(n.cfg.Peers))
-	load := map[uint64]int{}
-	for _, q := range n.meta.queues {
-		for _, id := range q.replicas {
-			load[id]++
-		}
+	// No new replica goes to a node being drained, while another can
+	// take it.
+	members := n.meta.byLoad(n.meta.memberIDs())
+	if i := slices.IndexFunc(members, func(id uint64) bool { return n.meta.draining[id] }); i > 0 {
+		members = members[:i]
 	}
-	slices.SortStableFunc(members, func(a, b uint64) int { return load[a] - load[b] })
 	rf := min(n.cfg.ReplicationFactor, len(members))
 	replicas := slices.Sorted(slices.Values(members[:rf]))
-	q := &queueInfo{spec: spec, group: n.meta.nextGroup, replicas: replicas}
+	q := &queueInfo{spec: spec, group: n.meta.nextGroup, replicas: replicas, boot: replicas}
 	n.meta.nextGroup++
 	n.meta.queues[spec.Name] = q
 	next := n.meta.nextGroup
@@ -382,37 +480,13 @@ func (n *Node) dropQueue(b *store.Batch, name string) error {
 	}
 	delete(n.meta.queues, name)
 	g := n.groups[q.group]
-	delete(n.groups, q.group)
-	delete(n.byQueue, name)
-	delete(n.byQueue, name+sched.DLQSuffix)
 	n.mu.Unlock()
+	b.Delete(placementKey(name))
 	n.cfg.Effects.QueueDeleted(name)
-	if g != nil {
-		// The replica's state goes outside the log: the group is gone.
-		// Its shard may be waiting to propose to this goroutine, so it
-		// deletes and stops on its own.
-		go func() {
-			done := make(chan shard.Result, 1)
-			if err := g.sh.Init(&shard.DeleteQueue{Name: name}, func(r shard.Result) { done <- r }); err == nil {
-				<-done
-			}
-			g.sh.Close()
-			// The shard wrote its applied index with its deletion, maybe
-			// after b deleted it; group IDs are never reused.
-			var b store.Batch
-			b.Delete(appliedKey(q.group))
-			b.Delete(imageKey(q.group))
-			if err := n.st.Apply(&b); err != nil {
-				n.log.Warn("cannot delete a deleted queue's replica records", "queue", name, "group", q.group, "err", err)
-			}
-		}()
-		if err := g.log.Destroy(b); err != nil {
-			return err
-		}
-		b.Delete(appliedKey(q.group))
-		b.Delete(imageKey(q.group))
+	if g == nil {
+		return nil
 	}
-	return nil
+	return n.dropReplica(b, q, g)
 }
 
 // register proposes this node's client address until the meta state

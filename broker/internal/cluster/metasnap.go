@@ -195,7 +195,11 @@ func (n *Node) installMeta(g *group, index uint64, data []byte) error {
 	}
 	n.mu.Lock()
 	old := maps.Clone(n.meta.queues)
-	n.meta.nodes, n.meta.nextGroup = next.nodes, next.nextGroup
+	n.meta.nodes, n.meta.nextGroup, n.meta.draining, n.meta.pending = next.nodes, next.nextGroup, next.draining, next.pending
+	if len(next.members) > 0 {
+		n.meta.members = next.members
+	}
+	n.meta.removed = next.removed
 	n.mu.Unlock()
 	// Queues gone, or replaced by another of the same name (another group).
 	var b store.Batch
@@ -213,19 +217,27 @@ func (n *Node) installMeta(g *group, index uint64, data []byte) error {
 	}
 	for _, name := range slices.Sorted(mapKeys(next.queues)) {
 		q := next.queues[name]
-		if o := old[name]; o != nil && o.group == q.group {
-			continue
-		}
 		n.mu.Lock()
 		n.meta.queues[name] = q
 		n.mu.Unlock()
+		if o := old[name]; o != nil && o.group == q.group {
+			// The same queue, maybe moved since.
+			if err := n.place(q); err != nil {
+				return err
+			}
+			continue
+		}
 		n.cfg.Effects.QueueCreated(q.spec)
-		if slices.Contains(q.replicas, n.cfg.NodeID) {
+		if q.hosts(n.cfg.NodeID) {
 			if _, err := n.openQueueGroup(q); err != nil {
 				return fmt.Errorf("queue %s: %w", name, err)
 			}
 		}
 	}
+	for id, addr := range n.meta.members {
+		n.tr.SetPeer(id, addr)
+	}
+	n.followMembers()
 	if f := n.cfg.Effects.Reload; f != nil {
 		if err := f(); err != nil {
 			return err

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -54,7 +55,7 @@ func isQuiesce(m *pb.Message) bool {
 // keepalive sends every peer a liveness message. Driver goroutine.
 func (n *Node) keepalive() {
 	me := n.cfg.NodeID
-	for id := range n.cfg.Peers {
+	for id := range n.memberAddrs() {
 		if id == me {
 			continue
 		}
@@ -105,7 +106,7 @@ func (n *Node) wake(g *group) {
 // this node leads it and it has been idle for quiesceAfter ticks. Driver
 // goroutine, at a tick, before g's Tick.
 func (n *Node) maybeQuiesce(g *group) bool {
-	if g.sh == nil || g.campaign || g.rebuilding.Load() || !n.quiescible(g) {
+	if g.sh == nil || g.campaign || g.moveTo != nil || g.rebuilding.Load() || !n.quiescible(g) {
 		g.idle = 0
 		return false
 	}
@@ -114,7 +115,7 @@ func (n *Node) maybeQuiesce(g *group) bool {
 	}
 	bs := g.rn.BasicStatus()
 	me := n.cfg.NodeID
-	for _, id := range g.replicas {
+	for _, id := range slices.Concat(g.replicas, g.learners) {
 		if id == me {
 			continue
 		}

@@ -17,6 +17,9 @@ type Status struct {
 	// Groups are the Raft groups this node holds a replica of: the meta
 	// group first, then the queues' by name.
 	Groups []GroupStatus
+	// Pending are the moves of the last rebalance not yet started, in
+	// the order they start (Rebalance).
+	Pending []PlannedMove
 }
 
 // NodeStatus is one member as this node sees it.
@@ -30,6 +33,8 @@ type NodeStatus struct {
 	// Connected is whether this node has a peer connection to it (true
 	// for the node itself).
 	Connected bool
+	// State is NodeActive, NodeDraining or NodeDrained (DrainNode).
+	State string
 }
 
 // GroupStatus is one Raft group as this node sees it.
@@ -55,6 +60,13 @@ type GroupStatus struct {
 	// index) are known only when this node leads the group; otherwise
 	// they are zero and Known is false.
 	Replicas []ReplicaStatus
+	// Target is the replica set a move is taking a queue's group to
+	// (MoveQueue), by node ID; nil while none is under way.
+	Target []uint64
+	// PreferredLeader is the node a rebalance prefers to lead a queue's
+	// group, which its leader hands the lead to once that node is
+	// caught up; 0 for none.
+	PreferredLeader uint64
 }
 
 // ReplicaStatus is one member of a group.
@@ -62,6 +74,9 @@ type ReplicaStatus struct {
 	NodeID     uint64
 	Known      bool
 	Match, Lag uint64
+	// Learner is whether the replica is a learner: it receives the log
+	// but does not vote, while a move catches it up.
+	Learner bool
 }
 
 // Status returns this node's view of the cluster. It runs on the driver
@@ -98,11 +113,13 @@ func (n *Node) stopped() error {
 func (n *Node) status() Status {
 	s := Status{NodeID: n.cfg.NodeID}
 	n.mu.RLock()
-	for _, id := range slices.Sorted(mapKeys(n.cfg.Peers)) {
-		ns := NodeStatus{ID: id, Addr: n.meta.nodes[id], PeerAddr: n.cfg.Peers[id]}
+	addrs := n.memberAddrs()
+	for _, id := range n.meta.memberIDs() {
+		ns := NodeStatus{ID: id, Addr: n.meta.nodes[id], PeerAddr: addrs[id], State: n.nodeState(id)}
 		ns.Connected = id == n.cfg.NodeID || n.tr.Connected(id)
 		s.Nodes = append(s.Nodes, ns)
 	}
+	s.Pending = slices.Clone(n.meta.pending)
 	gs := make([]*group, 0, len(n.groups))
 	for _, g := range n.groups {
 		gs = append(gs, g)
@@ -135,6 +152,11 @@ func (n *Node) status() Status {
 		for _, id := range g.replicas {
 			st.Replicas = append(st.Replicas, ReplicaStatus{NodeID: id})
 		}
+		for _, id := range g.learners {
+			st.Replicas = append(st.Replicas, ReplicaStatus{NodeID: id, Learner: true})
+		}
+		st.Target = slices.Clone(g.moveTo)
+		st.PreferredLeader = g.lead
 		if bs.RaftState == raft.StateLeader {
 			g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 				for i := range st.Replicas {

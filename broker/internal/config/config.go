@@ -205,8 +205,14 @@ type ClusterConfig struct {
 	// node included, to the host:port of its peer transport (peers, an
 	// array of "ID@host:port" strings; default empty). Required in cluster
 	// mode, and must hold NodeID; IDs from 1 to 9223372036854775807,
-	// addresses distinct. Joining a running cluster is not yet supported.
+	// addresses distinct. With Join, the members to reach, and this node.
 	Peers map[uint64]string
+	// Join starts this node as a new member of a running cluster (join,
+	// default false): it waits until a member adds it (fila cluster
+	// add-node) instead of starting a cluster of its own with Peers as
+	// its members. Peers then lists members it may reach, and this node.
+	// A node that has joined ignores it on later starts.
+	Join bool
 	// ReplicationFactor is the number of replicas of each queue, capped to
 	// the number of nodes when a queue is placed (replication_factor,
 	// default 3, from 1 to 7).

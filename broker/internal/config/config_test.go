@@ -106,6 +106,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"cluster.peer_listen_addr":           `"0.0.0.0:5556"`,
 		"cluster.advertise_addr":             `""`,
 		"cluster.peers":                      `[]`,
+		"cluster.join":                       `false`,
 		"cluster.replication_factor":         `3`,
 		"cluster.tick_interval":              `"100ms"`,
 		"cluster.election_ticks":             `10`,
@@ -191,6 +192,7 @@ cluster_id = "prod-eu"
 peer_listen_addr = "127.0.0.1:6001"
 advertise_addr = "broker-2.example.com:6000"
 peers = ["1@10.0.0.1:6001", "2@127.0.0.1:6001", "3@[fd00::3]:6001"]
+join = true
 replication_factor = 5
 tick_interval = "50ms"
 election_ticks = 20
@@ -251,6 +253,7 @@ func fullConfig() Config {
 		Cluster: ClusterConfig{
 			NodeID: 2, ClusterID: "prod-eu", PeerListenAddr: "127.0.0.1:6001", AdvertiseAddr: "broker-2.example.com:6000",
 			Peers:             map[uint64]string{1: "10.0.0.1:6001", 2: "127.0.0.1:6001", 3: "[fd00::3]:6001"},
+			Join:              true,
 			ReplicationFactor: 5, TickInterval: 50 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
 			SnapshotLogSize: 16 * Megabyte, MetaSnapshotEntries: 1000, SnapshotRate: 32 * Megabyte,
 		},

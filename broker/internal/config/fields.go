@@ -186,6 +186,8 @@ var fields = []field{
 		func(c *Config) any { return &c.Cluster.AdvertiseAddr }, checkAdvertise},
 	{"cluster", "peers", kindPeers,
 		func(c *Config) any { return &c.Cluster.Peers }, checkPeers},
+	{"cluster", "join", kindBool,
+		func(c *Config) any { return &c.Cluster.Join }, nil},
 	{"cluster", "replication_factor", kindInt,
 		func(c *Config) any { return &c.Cluster.ReplicationFactor },
 		intIn(1, maxReplicas, func(c *Config) int64 { return int64(c.Cluster.ReplicationFactor) })},

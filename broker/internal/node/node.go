@@ -632,6 +632,121 @@ func (n *Node) ClusterStatus(p Principal) (st ClusterStatus, ok bool, err error)
 	return st, true, nil
 }
 
+// MoveQueue moves queue's replicas (with its dead-letter queue's, which
+// share its Raft group) to the nodes replicas, by Raft node ID
+// (cluster.node_id), for p (admin on "*"). It returns once the plan is
+// recorded in the meta group and applied on this node; the move then
+// runs in the background (see cluster.Node.MoveQueue), and
+// ClusterStatus shows it as the group's Target. It blocks until then, so
+// a caller that must not block runs it on a goroutine of its own; ctx
+// bounds the wait. The error wraps fault.ErrForbidden without the
+// permission, fault.ErrNotSupported in single-node mode, or is the
+// cluster node's: wrapping fault.ErrQueueNotFound (no such queue),
+// fault.ErrInvalidArgument (an empty list, a duplicate, a node that is
+// not a member) or fault.ErrUnavailable (no meta leader took the plan in
+// time, or the node has stopped).
+func (n *Node) MoveQueue(ctx context.Context, p Principal, queue string, replicas []uint64) error {
+	if err := p.Authorize(auth.OpMoveQueue, auth.Everything); err != nil {
+		return err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return fmt.Errorf("move queue %s: a single node has no replicas to move: %w", queue, fault.ErrNotSupported)
+	}
+	return c.MoveQueue(ctx, queue, replicas)
+}
+
+// DrainNode drains the cluster member id, by Raft node ID
+// (cluster.node_id), for p (admin on "*"): it marks it draining in the
+// meta group and plans a move of every queue it holds a replica of off
+// it, and returns the number of queues whose move it planned; with undo,
+// id is no longer draining (the moves already planned go on) and the
+// number is 0. It returns once the drain is recorded in the meta group
+// and applied on this node; the moves then run in the background (see
+// cluster.Node.DrainNode), and ClusterStatus shows the node's State. It
+// blocks until then, so a caller that must not block runs it on a
+// goroutine of its own; ctx bounds the wait. The error wraps
+// fault.ErrForbidden without the permission, fault.ErrNotSupported in
+// single-node mode, or is the cluster node's: wrapping
+// fault.ErrInvalidArgument (a node that is not a member, or no other
+// member left that is not draining) or fault.ErrUnavailable (no meta
+// leader took the drain in time, or the node has stopped).
+func (n *Node) DrainNode(ctx context.Context, p Principal, id uint64, undo bool) (int, error) {
+	if err := p.Authorize(auth.OpDrainNode, auth.Everything); err != nil {
+		return 0, err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return 0, fmt.Errorf("drain node %d: a single node has no other node to move its queues to: %w", id, fault.ErrNotSupported)
+	}
+	return c.DrainNode(ctx, id, undo)
+}
+
+// RebalancePlan is a rebalance's plan (cluster.RebalancePlan), and
+// PlannedMove one replica move of it (cluster.PlannedMove).
+type (
+	RebalancePlan = cluster.RebalancePlan
+	PlannedMove   = cluster.PlannedMove
+)
+
+// Rebalance evens out the queues' replicas and leaders over the cluster's
+// members, for p (admin on "*"): with dryRun it returns the plan and
+// changes nothing; otherwise it records the plan in the meta group and
+// returns it once this node has applied it, the moves then starting in
+// the background, at most one per node at a time (see
+// cluster.Node.Rebalance). It blocks until then, so a caller that must
+// not block runs it on a goroutine of its own; ctx bounds the wait. The
+// error wraps fault.ErrForbidden without the permission,
+// fault.ErrNotSupported in single-node mode, or is the cluster node's
+// (wrapping fault.ErrUnavailable: no meta leader took the plan in time,
+// or the node has stopped).
+func (n *Node) Rebalance(ctx context.Context, p Principal, dryRun bool) (RebalancePlan, error) {
+	if err := p.Authorize(auth.OpRebalance, auth.Everything); err != nil {
+		return RebalancePlan{}, err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return RebalancePlan{}, fmt.Errorf("rebalance: a single node has nothing to even out: %w", fault.ErrNotSupported)
+	}
+	return c.Rebalance(ctx, dryRun)
+}
+
+// AddNode adds node id, whose peer transport listens at peerAddr, to the
+// cluster, for p (admin on "*"), and returns once this node has applied
+// the addition (see cluster.Node.AddNode); it blocks until then. The
+// error wraps fault.ErrForbidden without the permission,
+// fault.ErrNotSupported in single-node mode, or is the cluster node's:
+// wrapping fault.ErrInvalidArgument (ID 0, a member already, a removed
+// node, an address that is not host:port) or fault.ErrUnavailable.
+func (n *Node) AddNode(ctx context.Context, p Principal, id uint64, peerAddr string) error {
+	if err := p.Authorize(auth.OpAddNode, auth.Everything); err != nil {
+		return err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return fmt.Errorf("add node %d: a single node takes no members: %w", id, fault.ErrNotSupported)
+	}
+	return c.AddNode(ctx, id, peerAddr)
+}
+
+// RemoveNode removes node id from the cluster for good, for p (admin on
+// "*"), and returns once this node has applied the removal (see
+// cluster.Node.RemoveNode); it blocks until then. The error wraps
+// fault.ErrForbidden without the permission, fault.ErrNotSupported in
+// single-node mode, or is the cluster node's: wrapping
+// fault.ErrInvalidArgument (not a member, the last member, a node that
+// still holds replicas) or fault.ErrUnavailable.
+func (n *Node) RemoveNode(ctx context.Context, p Principal, id uint64) error {
+	if err := p.Authorize(auth.OpRemoveNode, auth.Everything); err != nil {
+		return err
+	}
+	c := n.cfg.Cluster
+	if c == nil {
+		return fmt.Errorf("remove node %d: a single node has no members to remove: %w", id, fault.ErrNotSupported)
+	}
+	return c.RemoveNode(ctx, id)
+}
+
 // HookStats returns the counters of queue's hooks, and false when it has
 // none.
 func (n *Node) HookStats(queue string) (HookStats, bool) {

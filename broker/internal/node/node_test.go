@@ -111,6 +111,32 @@ func TestNodeChecksPermissions(t *testing.T) {
 	if st, ok, err := n.ClusterStatus(admin); err != nil || ok || st.NodeID != 0 || len(st.Nodes) != 0 || len(st.Groups) != 0 {
 		t.Errorf("ClusterStatus on a single node = %+v, %v, %v; want nothing, false, nil", st, ok, err)
 	}
+	if err := n.MoveQueue(ctx, worker, "jobs", []uint64{1, 2, 3}); !errors.Is(err, fault.ErrForbidden) {
+		t.Errorf("MoveQueue by the worker = %v; want FORBIDDEN", err)
+	}
+	if err := n.MoveQueue(ctx, admin, "jobs", []uint64{1, 2, 3}); !errors.Is(err, fault.ErrNotSupported) {
+		t.Errorf("MoveQueue on a single node = %v; want NOT_SUPPORTED", err)
+	}
+	if _, err := n.DrainNode(ctx, worker, 1, false); !errors.Is(err, fault.ErrForbidden) {
+		t.Errorf("DrainNode by the worker = %v; want FORBIDDEN", err)
+	}
+	for _, undo := range []bool{false, true} {
+		if q, err := n.DrainNode(ctx, admin, 1, undo); q != 0 || !errors.Is(err, fault.ErrNotSupported) {
+			t.Errorf("DrainNode(undo %v) on a single node = %d, %v; want 0, NOT_SUPPORTED", undo, q, err)
+		}
+	}
+	for what, op := range map[string]func(Principal) error{
+		"Rebalance":  func(p Principal) error { _, err := n.Rebalance(ctx, p, true); return err },
+		"AddNode":    func(p Principal) error { return n.AddNode(ctx, p, 2, "h:1") },
+		"RemoveNode": func(p Principal) error { return n.RemoveNode(ctx, p, 1) },
+	} {
+		if err := op(worker); !errors.Is(err, fault.ErrForbidden) {
+			t.Errorf("%s by the worker = %v; want FORBIDDEN", what, err)
+		}
+		if err := op(admin); !errors.Is(err, fault.ErrNotSupported) {
+			t.Errorf("%s on a single node = %v; want NOT_SUPPORTED", what, err)
+		}
+	}
 	if _, _, err := n.GetConfig(admin, "k"); !errors.Is(err, fault.ErrNotSupported) {
 		t.Errorf("GetConfig without a runtime config = %v; want NOT_SUPPORTED", err)
 	}

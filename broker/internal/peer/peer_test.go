@@ -412,6 +412,12 @@ func TestMembership(t *testing.T) {
 		t.Errorf("node 1 still a peer of node 2 after RemovePeer")
 	}
 	waitFor(t, "node 1 to see the connection close", func() bool { return !n1.Connected(2) })
+	// Node 1 redials: node 2 refuses it as removed, for good.
+	waitFor(t, "node 2 to refuse a removed node", func() bool { return n2.log.has("node 1 was removed from the cluster") })
+	n2.SetPeer(1, n1.Addr().String())
+	if _, ok := n2.Stats()[1]; ok {
+		t.Errorf("SetPeer of a removed node made it a peer again")
+	}
 	n1.Send(2, []Message{{Group: 1, Msg: raftMsg(pb.MessageType_MsgApp, 1, 2, 0)}})
 	waitFor(t, "Unreachable(2)", func() bool { return n1.unreachableCount(2) == 1 })
 	n2.Send(1, []Message{{Group: 4, Msg: raftMsg(pb.MessageType_MsgSnap, 2, 1, 0)}})

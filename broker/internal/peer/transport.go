@@ -157,6 +157,7 @@ type Transport struct {
 
 	mu        sync.RWMutex
 	peers     map[uint64]*peer
+	removed   map[uint64]bool       // by RemovePeer: their connections are refused as such
 	accepting map[net.Conn]struct{} // accepted, in the handshake or carrying a stream
 	closed    bool
 
@@ -201,6 +202,7 @@ func New(cfg Config) (*Transport, error) {
 		ln:        ln,
 		stop:      make(chan struct{}),
 		peers:     map[uint64]*peer{},
+		removed:   map[uint64]bool{},
 		accepting: map[net.Conn]struct{}{},
 		events:    events{wake: make(chan struct{}, 1)},
 	}
@@ -251,14 +253,14 @@ func (t *Transport) dropUnknown(to uint64, msgs []Message) {
 
 // SetPeer adds the peer id at addr, or changes its address. A dialer
 // (this node's ID is the lower) dials the new peer at once, and redials a
-// known one whose address changed. SetPeer of this node's own ID, of ID 0
-// or after Close does nothing.
+// known one whose address changed. SetPeer of this node's own ID, of ID 0,
+// of a removed peer (RemovePeer) or after Close does nothing.
 func (t *Transport) SetPeer(id uint64, addr string) {
 	if id == t.cfg.NodeID || id == 0 {
 		return
 	}
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || t.removed[id] {
 		t.mu.Unlock()
 		return
 	}
@@ -273,13 +275,15 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	p.start()
 }
 
-// RemovePeer forgets the peer id: it closes its connection, drops what is
-// queued for it (reporting queued snapshots as failed), and refuses its
-// connections from then on. Removing an unknown peer does nothing.
+// RemovePeer forgets the peer id for good: it closes its connection,
+// drops what is queued for it (reporting queued snapshots as failed), and
+// refuses its connections from then on, logging that it was removed from
+// the cluster; SetPeer of it does nothing.
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	t.removed[id] = true
 	t.mu.Unlock()
 	if p != nil {
 		p.remove(true)
@@ -443,8 +447,12 @@ func (t *Transport) handshake(nc net.Conn) {
 		return
 	}
 	t.mu.RLock()
-	p := t.peers[id]
+	p, removed := t.peers[id], t.removed[id]
 	t.mu.RUnlock()
+	if removed {
+		refuse(fmt.Sprintf("node %d was removed from the cluster; node IDs are never reused (start it with an empty data directory under a new node ID)", id), "peer", id)
+		return
+	}
 	if p == nil {
 		refuse("unknown node", "peer", id)
 		return

@@ -260,3 +260,29 @@ func (b *authBroker) openSubs() []*subscription {
 	}
 	return out
 }
+
+// TestMoveQueueNeedsAdminOnEverything: a key that administers a queue
+// may not move it, drain, add or remove a node, rebalance, nor see the
+// cluster's status: each needs
+// admin on "*". The refusal comes before the single-node check.
+func TestMoveQueueNeedsAdminOnEverything(t *testing.T) {
+	b := startAuthBroker(t)
+	b.createQueue(t, node.QueueSpec{Name: "q"})
+	_, secret, err := b.keys.Create("queue-admin", []auth.Permission{{Kind: auth.Admin, Pattern: "q"}, {Kind: auth.Admin, Pattern: "q.*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := dialFrames(t, b.addr, secret)
+	for id, f := range map[uint32]wire.Frame{
+		2: &wire.MoveQueue{Queue: "q", Replicas: []uint64{1}}, 3: &wire.ClusterStatus{},
+		4: &wire.DrainNode{NodeID: 1}, 5: &wire.DrainNode{NodeID: 1, Undo: true},
+		6: &wire.Rebalance{}, 7: &wire.Rebalance{DryRun: true},
+		8: &wire.AddNode{NodeID: 4, PeerAddr: "h:1"}, 9: &wire.RemoveNode{NodeID: 1},
+	} {
+		fc.send(id, f)
+		h, got := fc.recv()
+		if ef, ok := got.(*wire.ErrorFrame); !ok || h.RequestID != id || ef.Code != wire.CodeForbidden {
+			t.Errorf("%v by a key with admin on q answered by %v on %d %+v; want Error FORBIDDEN on %d", f.Opcode(), h.Opcode, h.RequestID, got, id)
+		}
+	}
+}

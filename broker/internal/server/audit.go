@@ -18,6 +18,12 @@ import (
 //	acl.set            key_id, permissions
 //	queue.created      queue
 //	queue.deleted      queue
+//	queue.move_planned queue, replicas (the node IDs it moves to)
+//	node.drain_planned node_id, queues (the queues whose move it planned)
+//	node.drain_undone  node_id
+//	node.added         node_id, peer_addr
+//	node.removed       node_id
+//	cluster.rebalance_planned  moves, leads (how many of each it planned)
 //	config.set         config_key, value_bytes (never the value)
 //	config.deleted     config_key, existed
 //	auth.failed        client, reason (rate-limited)
@@ -31,16 +37,22 @@ import (
 // runtime-config values are not logged because Lua hooks read that store
 // and operators may keep sensitive values in it.
 const (
-	auditKeyCreated     = "api_key.created"
-	auditKeyRevoked     = "api_key.revoked"
-	auditACLSet         = "acl.set"
-	auditQueueCreated   = "queue.created"
-	auditQueueDeleted   = "queue.deleted"
-	auditConfigSet      = "config.set"
-	auditConfigDeleted  = "config.deleted"
-	auditAuthFailed     = "auth.failed"
-	auditTLSFailed      = "tls.handshake_failed"
-	auditSuppressedNote = "events since the previous line, the last one shown"
+	auditKeyCreated       = "api_key.created"
+	auditKeyRevoked       = "api_key.revoked"
+	auditACLSet           = "acl.set"
+	auditQueueCreated     = "queue.created"
+	auditQueueDeleted     = "queue.deleted"
+	auditQueueMovePlanned = "queue.move_planned"
+	auditNodeDrainPlanned = "node.drain_planned"
+	auditNodeDrainUndone  = "node.drain_undone"
+	auditNodeAdded        = "node.added"
+	auditNodeRemoved      = "node.removed"
+	auditRebalancePlanned = "cluster.rebalance_planned"
+	auditConfigSet        = "config.set"
+	auditConfigDeleted    = "config.deleted"
+	auditAuthFailed       = "auth.failed"
+	auditTLSFailed        = "tls.handshake_failed"
+	auditSuppressedNote   = "events since the previous line, the last one shown"
 )
 
 // auditInterval is the least time between two lines of a rate-limited

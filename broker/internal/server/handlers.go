@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -309,8 +310,120 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 		}
 		c.respond(id, clusterStatusFrame(st))
 		return nil
+	case *wire.MoveQueue:
+		return c.moveQueue(id, f)
+	case *wire.DrainNode:
+		return c.drainNode(id, f)
+	case *wire.Rebalance:
+		return c.rebalance(id, f)
+	case *wire.AddNode:
+		// The frame's fields, not the frame, go to the goroutine.
+		nodeID, addr := f.NodeID, strings.Clone(f.PeerAddr)
+		return c.membership(id, func(ctx context.Context) error {
+			if err := n.AddNode(ctx, p, nodeID, addr); err != nil {
+				return err
+			}
+			c.audit(auditNodeAdded, "node_id", nodeID, "peer_addr", addr)
+			c.respond(id, &wire.AddNodeResult{})
+			return nil
+		})
+	case *wire.RemoveNode:
+		nodeID := f.NodeID
+		return c.membership(id, func(ctx context.Context) error {
+			if err := n.RemoveNode(ctx, p, nodeID); err != nil {
+				return err
+			}
+			c.audit(auditNodeRemoved, "node_id", nodeID)
+			c.respond(id, &wire.RemoveNodeResult{})
+			return nil
+		})
 	}
 	return fmt.Errorf("%v: %w", f.Opcode(), fault.ErrNotSupported)
+}
+
+// moveQueue answers MoveQueue once the move's plan is recorded and
+// applied on this node. That waits on a meta-group proposal, so it runs
+// on a goroutine of its own, off the read loop; like CreateQueue's, the
+// wait outlives the connection (the plan may be recorded anyway), and
+// the cluster node bounds it.
+func (c *conn) moveQueue(id uint32, f *wire.MoveQueue) error {
+	ctx, n, p := context.WithoutCancel(c.ctx), c.s.n, c.principal
+	queue, replicas := f.Queue, f.Replicas
+	go func() {
+		if err := n.MoveQueue(ctx, p, queue, replicas); err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		c.audit(auditQueueMovePlanned, "queue", queue, "replicas", replicas)
+		c.respond(id, &wire.MoveQueueResult{})
+	}()
+	return nil
+}
+
+// drainNode answers DrainNode once the drain (or its undoing) is
+// recorded and applied on this node, off the read loop as moveQueue
+// does: it waits on a meta-group proposal too.
+func (c *conn) drainNode(id uint32, f *wire.DrainNode) error {
+	ctx, n, p := context.WithoutCancel(c.ctx), c.s.n, c.principal
+	nodeID, undo := f.NodeID, f.Undo
+	go func() {
+		queues, err := n.DrainNode(ctx, p, nodeID, undo)
+		if err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		if undo {
+			c.audit(auditNodeDrainUndone, "node_id", nodeID)
+		} else {
+			c.audit(auditNodeDrainPlanned, "node_id", nodeID, "queues", queues)
+		}
+		c.respond(id, &wire.DrainNodeResult{Queues: uint32(queues)})
+	}()
+	return nil
+}
+
+// rebalance answers Rebalance with its plan, off the read loop as
+// moveQueue does when the plan is recorded (a dry run only reads).
+func (c *conn) rebalance(id uint32, f *wire.Rebalance) error {
+	ctx, n, p := context.WithoutCancel(c.ctx), c.s.n, c.principal
+	dry := f.DryRun
+	go func() {
+		plan, err := n.Rebalance(ctx, p, dry)
+		if err != nil {
+			c.respondErr(id, err)
+			return
+		}
+		if !dry {
+			c.audit(auditRebalancePlanned, "moves", len(plan.Moves), "leads", len(plan.Leads))
+		}
+		r := &wire.RebalanceResult{Moves: rebalanceMoves(plan.Moves)}
+		for _, l := range plan.Leads {
+			r.Leads = append(r.Leads, wire.RebalanceLead{Queue: l.Queue, NodeID: l.Node})
+		}
+		c.respond(id, r)
+	}()
+	return nil
+}
+
+func rebalanceMoves(moves []node.PlannedMove) []wire.RebalanceMove {
+	var out []wire.RebalanceMove
+	for _, m := range moves {
+		out = append(out, wire.RebalanceMove{Queue: m.Queue, FromNodeID: m.From, ToNodeID: m.To})
+	}
+	return out
+}
+
+// membership runs an AddNode or RemoveNode, which waits on a meta-group
+// proposal, off the read loop as moveQueue does; do answers it, and its
+// error is answered.
+func (c *conn) membership(id uint32, do func(ctx context.Context) error) error {
+	ctx := context.WithoutCancel(c.ctx)
+	go func() {
+		if err := do(ctx); err != nil {
+			c.respondErr(id, err)
+		}
+	}()
+	return nil
 }
 
 // clusterStatusFrame is the answer to ClusterStatus for a cluster node's
@@ -318,7 +431,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 func clusterStatusFrame(st node.ClusterStatus) *wire.ClusterStatusResult {
 	r := &wire.ClusterStatusResult{NodeID: st.NodeID}
 	for _, ns := range st.Nodes {
-		r.Nodes = append(r.Nodes, wire.ClusterNode{NodeID: ns.ID, Addr: ns.Addr, PeerAddr: ns.PeerAddr, Connected: ns.Connected})
+		r.Nodes = append(r.Nodes, wire.ClusterNode{NodeID: ns.ID, Addr: ns.Addr, PeerAddr: ns.PeerAddr, Connected: ns.Connected, State: ns.State})
 	}
 	for _, g := range st.Groups {
 		wg := wire.ClusterGroup{
@@ -326,10 +439,13 @@ func clusterStatusFrame(st node.ClusterStatus) *wire.ClusterStatusResult {
 			Commit: g.Commit, Applied: g.Applied, LastIndex: g.LastIndex, Quiesced: g.Quiesced, FirstIndex: g.FirstIndex,
 		}
 		for _, rs := range g.Replicas {
-			wg.Replicas = append(wg.Replicas, wire.ClusterReplica{NodeID: rs.NodeID, Known: rs.Known, Match: rs.Match, Lag: rs.Lag})
+			wg.Replicas = append(wg.Replicas, wire.ClusterReplica{NodeID: rs.NodeID, Known: rs.Known, Match: rs.Match, Lag: rs.Lag, Learner: rs.Learner})
 		}
+		wg.Target = g.Target
+		wg.PreferredLeader = g.PreferredLeader
 		r.Groups = append(r.Groups, wg)
 	}
+	r.Pending = rebalanceMoves(st.Pending)
 	return r
 }
 

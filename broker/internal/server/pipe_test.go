@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fila-mq/fila/broker/filatest"
+	"github.com/fila-mq/fila/broker/internal/cluster"
 	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/shard"
 	"github.com/fila-mq/fila/broker/internal/store"
@@ -264,6 +266,112 @@ func TestClusterStatusSingleNode(t *testing.T) {
 	}
 	c.send(3, &wire.Ping{Nonce: 7})
 	expect[*wire.Pong](c, 3)
+}
+
+// TestMoveQueueSingleNode: a broker that runs alone has no replicas to
+// move: MoveQueue is answered NOT_SUPPORTED (a status code, which every
+// operation may return), a replica list over its maximum INVALID_ARGUMENT,
+// and the connection stays open.
+func TestMoveQueueSingleNode(t *testing.T) {
+	c := pipeServer(t, Config{})()
+	c.handshake()
+	c.send(2, &wire.CreateQueue{Name: "q"})
+	expect[*wire.CreateQueueOk](c, 2)
+	c.send(3, &wire.MoveQueue{Queue: "q", Replicas: []uint64{1, 2, 3}})
+	if ef := expect[*wire.ErrorFrame](c, 3); ef.Code != wire.CodeNotSupported || !strings.Contains(ef.Message, "move queue q") {
+		t.Errorf("MoveQueue answered %v %q; want NOT_SUPPORTED naming the queue", ef.Code, ef.Message)
+	}
+	c.send(4, &wire.MoveQueue{Queue: "q", Replicas: make([]uint64, wire.MaxMoveQueueReplicas+1)})
+	if ef := expect[*wire.ErrorFrame](c, 4); ef.Code != wire.CodeInvalidArgument {
+		t.Errorf("MoveQueue of %d replicas answered %v %q; want INVALID_ARGUMENT", wire.MaxMoveQueueReplicas+1, ef.Code, ef.Message)
+	}
+	c.send(5, &wire.Ping{Nonce: 7})
+	expect[*wire.Pong](c, 5)
+}
+
+// TestDrainNodeSingleNode: a broker that runs alone has no other node
+// to move its queues to: DrainNode, and its undo, are answered
+// NOT_SUPPORTED naming the node, and the connection stays open.
+func TestDrainNodeSingleNode(t *testing.T) {
+	c := pipeServer(t, Config{})()
+	c.handshake()
+	c.send(2, &wire.DrainNode{NodeID: 1})
+	if ef := expect[*wire.ErrorFrame](c, 2); ef.Code != wire.CodeNotSupported || !strings.Contains(ef.Message, "drain node 1") {
+		t.Errorf("DrainNode answered %v %q; want NOT_SUPPORTED naming the node", ef.Code, ef.Message)
+	}
+	c.send(3, &wire.DrainNode{NodeID: 7, Undo: true})
+	if ef := expect[*wire.ErrorFrame](c, 3); ef.Code != wire.CodeNotSupported || !strings.Contains(ef.Message, "drain node 7") {
+		t.Errorf("DrainNode undo answered %v %q; want NOT_SUPPORTED naming the node", ef.Code, ef.Message)
+	}
+	c.send(4, &wire.Ping{Nonce: 7})
+	expect[*wire.Pong](c, 4)
+}
+
+// TestMembershipSingleNode: a broker that runs alone answers Rebalance
+// (dry run or not), AddNode and RemoveNode NOT_SUPPORTED, and the
+// connection stays open.
+func TestMembershipSingleNode(t *testing.T) {
+	c := pipeServer(t, Config{})()
+	c.handshake()
+	for i, f := range []wire.Frame{
+		&wire.Rebalance{}, &wire.Rebalance{DryRun: true},
+		&wire.AddNode{NodeID: 2, PeerAddr: "h:1"}, &wire.RemoveNode{NodeID: 1},
+	} {
+		id := uint32(2 + i)
+		c.send(id, f)
+		if ef := expect[*wire.ErrorFrame](c, id); ef.Code != wire.CodeNotSupported {
+			t.Errorf("%v answered %v %q; want NOT_SUPPORTED", f.Opcode(), ef.Code, ef.Message)
+		}
+	}
+	c.send(9, &wire.Ping{Nonce: 7})
+	expect[*wire.Pong](c, 9)
+}
+
+// TestClusterStatusFrame: a cluster node's status becomes the protocol's
+// fields, a move's target and its learners among them, and each node's
+// state.
+func TestClusterStatusFrame(t *testing.T) {
+	st := node.ClusterStatus{
+		NodeID: 2,
+		Nodes: []cluster.NodeStatus{
+			{ID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true, State: cluster.NodeActive},
+			{ID: 2, Addr: "b:1", PeerAddr: "b:2", Connected: true, State: cluster.NodeDraining},
+			{ID: 3, Addr: "c:1", PeerAddr: "c:2", State: cluster.NodeDrained},
+		},
+		Groups: []cluster.GroupStatus{
+			{ID: 1, Leader: 1, Term: 3, Commit: 9, Applied: 9, LastIndex: 9, FirstIndex: 1,
+				Replicas: []cluster.ReplicaStatus{{NodeID: 1}, {NodeID: 2}}},
+			{ID: 5, Queue: "orders", Leader: 2, Term: 4, Commit: 20, Applied: 19, LastIndex: 21, FirstIndex: 7, Quiesced: true,
+				Replicas: []cluster.ReplicaStatus{{NodeID: 1, Known: true, Match: 21}, {NodeID: 2, Known: true, Match: 21}, {NodeID: 4, Known: true, Match: 15, Lag: 6, Learner: true}},
+				Target:   []uint64{2, 4}, PreferredLeader: 4},
+		},
+		Pending: []cluster.PlannedMove{{Queue: "billing", From: 1, To: 4}},
+	}
+	got := clusterStatusFrame(st)
+	want := &wire.ClusterStatusResult{
+		NodeID: 2,
+		Nodes: []wire.ClusterNode{
+			{NodeID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true, State: "active"},
+			{NodeID: 2, Addr: "b:1", PeerAddr: "b:2", Connected: true, State: "draining"},
+			{NodeID: 3, Addr: "c:1", PeerAddr: "c:2", State: "drained"},
+		},
+		Groups: []wire.ClusterGroup{
+			{GroupID: 1, LeaderNodeID: 1, Term: 3, Commit: 9, Applied: 9, LastIndex: 9, FirstIndex: 1,
+				Replicas: []wire.ClusterReplica{{NodeID: 1}, {NodeID: 2}}},
+			{GroupID: 5, Queue: "orders", LeaderNodeID: 2, Term: 4, Commit: 20, Applied: 19, LastIndex: 21, FirstIndex: 7, Quiesced: true,
+				Replicas: []wire.ClusterReplica{{NodeID: 1, Known: true, Match: 21}, {NodeID: 2, Known: true, Match: 21}, {NodeID: 4, Known: true, Match: 15, Lag: 6, Learner: true}},
+				Target:   []uint64{2, 4}, PreferredLeader: 4},
+		},
+		Pending: []wire.RebalanceMove{{Queue: "billing", FromNodeID: 1, ToNodeID: 4}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("clusterStatusFrame(%+v) =\n%+v\nwant\n%+v", st, got, want)
+	}
+	// And the frame survives the codec, target, learner and state included.
+	var back wire.ClusterStatusResult
+	if err := back.Decode(got.AppendTo(nil)); err != nil || !reflect.DeepEqual(&back, want) {
+		t.Errorf("decoded %+v, %v; want %+v", back, err, want)
+	}
 }
 
 // TestErrorReplies: domain and status failures answer their request with

@@ -660,6 +660,24 @@ func TestUsageErrors(t *testing.T) {
 	}
 	// A required flag.
 	c.fails(2, "--trace is required", "bench", "replay")
+	c.fails(2, `required flag(s) "to" not set`, "cluster", "move", "orders")
+
+	// Node IDs of cluster move, and its one queue.
+	c.fails(2, `--to "1,x": "x" is not a node ID`, "cluster", "move", "orders", "--to", "1,x")
+	c.fails(2, `--to "0": "0" is not a node ID`, "cluster", "move", "orders", "--to", "0")
+	c.fails(2, `--to "": "" is not a node ID`, "cluster", "move", "orders", "--to", "")
+	c.fails(2, `--to "2,3,2": node 2 is named twice`, "cluster", "move", "orders", "--to", "2,3,2")
+	c.fails(2, "accepts 1 arg(s), received 0", "cluster", "move", "--to", "1")
+	c.fails(2, "accepts 1 arg(s), received 2", "cluster", "move", "a", "b", "--to", "1")
+
+	// The node ID of cluster drain, and its flags.
+	c.fails(2, `"x" is not a node ID`, "cluster", "drain", "x")
+	c.fails(2, `"0" is not a node ID`, "cluster", "drain", "0")
+	c.fails(2, `"-1" is not a node ID`, "cluster", "drain", "--", "-1")
+	c.fails(2, "accepts 1 arg(s), received 0", "cluster", "drain")
+	c.fails(2, "accepts 1 arg(s), received 2", "cluster", "drain", "1", "2")
+	c.fails(2, "--undo and --wait: an undone drain has nothing to wait for", "cluster", "drain", "3", "--undo", "--wait")
+	c.fails(2, "unknown flag: --to", "cluster", "drain", "3", "--to", "1")
 
 	// Durations out of range.
 	c.fails(2, "--timeout 0s: want a positive duration", "--timeout", "0", "queue", "list")

@@ -19,9 +19,9 @@ func newAuthCmd(g *globals) *cobra.Command {
 --api-key, which other users can read in the process list). A key's ACL
 grants permissions of three kinds on queue patterns, written
 kind:pattern: produce:orders.*, consume:orders.eu, admin:* (admin on *
-also covers runtime config, API keys and cluster status). A pattern is
-an exact name, a prefix wildcard such as orders.* (matching orders.eu,
-not orders), or *.`,
+also covers runtime config, API keys, cluster status, cluster move and
+cluster drain). A pattern is an exact name, a prefix wildcard such as
+orders.* (matching orders.eu, not orders), or *.`,
 	}
 	var name string
 	var perms []string

@@ -362,6 +362,12 @@ func (g *globals) resolveAPIKey() (string, error) {
 // connect opens a client with the global flags. Commands that make one
 // request do not reconnect: a lost connection fails them.
 func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, error) {
+	return g.connectTo(ctx, g.addr, reconnect)
+}
+
+// connectTo opens a client of addr (host:port, or several, comma
+// separated) with the global flags other than --addr, as connect does.
+func (g *globals) connectTo(ctx context.Context, addr string, reconnect bool) (*fila.Client, error) {
 	opts := []fila.Option{fila.WithDialTimeout(g.timeout), fila.WithClientName("fila-cli/" + fila.Version)}
 	apiKey, err := g.resolveAPIKey()
 	if err != nil {
@@ -388,7 +394,7 @@ func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, er
 	if !reconnect {
 		opts = append(opts, fila.WithoutReconnect())
 	}
-	return fila.Connect(ctx, g.addr, opts...)
+	return fila.Connect(ctx, addr, opts...)
 }
 
 // admin runs fn with an admin handle, bounded by --timeout. op is the SDK

@@ -594,6 +594,10 @@ func (m *ClusterNode) appendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Addr)
 	dst = appendString(dst, m.PeerAddr)
 	dst = appendBool(dst, m.Connected)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.State != "" {
+		dst = appendString(dst, m.State)
+	}
 	return endStruct(dst, at)
 }
 
@@ -607,6 +611,9 @@ func (m *ClusterNode) decodeFields(r *reader, prev *ClusterNode) {
 	m.Addr = r.strLike("addr", prev.Addr)
 	m.PeerAddr = r.strLike("peer_addr", prev.PeerAddr)
 	m.Connected = r.bool("connected")
+	if r.more() {
+		m.State = r.strLike("state", prev.State)
+	}
 }
 
 func (m *ClusterReplica) appendTo(dst []byte) []byte {
@@ -615,6 +622,10 @@ func (m *ClusterReplica) appendTo(dst []byte) []byte {
 	dst = appendBool(dst, m.Known)
 	dst = appendU64(dst, m.Match)
 	dst = appendU64(dst, m.Lag)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Learner {
+		dst = appendBool(dst, m.Learner)
+	}
 	return endStruct(dst, at)
 }
 
@@ -626,6 +637,9 @@ func (m *ClusterReplica) decodeFields(r *reader, prev *ClusterReplica) {
 	m.Known = r.bool("known")
 	m.Match = r.u64("match")
 	m.Lag = r.u64("lag")
+	if r.more() {
+		m.Learner = r.bool("learner")
+	}
 }
 
 func (m *ClusterGroup) appendTo(dst []byte) []byte {
@@ -641,13 +655,13 @@ func (m *ClusterGroup) appendTo(dst []byte) []byte {
 	for i := range m.Replicas {
 		dst = m.Replicas[i].appendTo(dst)
 	}
-	// Optional fields: sent up to the last one that is not zero.
-	if m.Quiesced || m.FirstIndex != 0 {
-		dst = appendBool(dst, m.Quiesced)
-		if m.FirstIndex != 0 {
-			dst = appendU64(dst, m.FirstIndex)
-		}
+	dst = appendBool(dst, m.Quiesced)
+	dst = appendU64(dst, m.FirstIndex)
+	dst = appendU32(dst, uint32(len(m.Target)))
+	for i := range m.Target {
+		dst = appendU64(dst, m.Target[i])
 	}
+	dst = appendU64(dst, m.PreferredLeader)
 	return endStruct(dst, at)
 }
 
@@ -703,6 +717,55 @@ func (m *ClusterGroup) decodeFields(r *reader, prev *ClusterGroup) {
 	if r.more() {
 		m.FirstIndex = r.u64("first_index")
 	}
+	if r.more() {
+		if n := r.count("target", 8, MaxClusterGroupTarget); n > 0 {
+			m.Target = make([]uint64, n)
+			for i := range m.Target {
+				m.Target[i] = r.u64("target")
+			}
+		} else {
+			m.Target = nil
+		}
+	}
+	if r.more() {
+		m.PreferredLeader = r.u64("preferred_leader")
+	}
+}
+
+func (m *RebalanceMove) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendString(dst, m.Queue)
+	dst = appendU64(dst, m.FromNodeID)
+	dst = appendU64(dst, m.ToNodeID)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *RebalanceMove) decodeFields(r *reader, prev *RebalanceMove) {
+	if prev == nil {
+		prev = &RebalanceMove{}
+	}
+	m.Queue = r.strLike("queue", prev.Queue)
+	m.FromNodeID = r.u64("from_node_id")
+	m.ToNodeID = r.u64("to_node_id")
+}
+
+func (m *RebalanceLead) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendString(dst, m.Queue)
+	dst = appendU64(dst, m.NodeID)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *RebalanceLead) decodeFields(r *reader, prev *RebalanceLead) {
+	if prev == nil {
+		prev = &RebalanceLead{}
+	}
+	m.Queue = r.strLike("queue", prev.Queue)
+	m.NodeID = r.u64("node_id")
 }
 
 // AppendTo appends m's encoded body to dst.
@@ -3077,6 +3140,10 @@ func (m *ClusterStatusResult) AppendTo(dst []byte) []byte {
 	for i := range m.Groups {
 		dst = m.Groups[i].appendTo(dst)
 	}
+	dst = appendU32(dst, uint32(len(m.Pending)))
+	for i := range m.Pending {
+		dst = m.Pending[i].appendTo(dst)
+	}
 	return dst
 }
 
@@ -3137,12 +3204,365 @@ func (m *ClusterStatusResult) decodeFields(r *reader, prev *ClusterStatusResult)
 	} else {
 		m.Groups = nil
 	}
+	if r.more() {
+		if n := r.count("pending", 22, MaxClusterStatusResultPending); n > 0 {
+			var out []RebalanceMove
+			for i := 0; i < n; i++ {
+				s, base := r.sub("pending")
+				var x RebalanceMove
+				var p *RebalanceMove
+				if i < len(prev.Pending) {
+					p = &prev.Pending[i]
+				} else if i > 0 && out != nil {
+					p = &out[i-1]
+				}
+				x.decodeFields(&s, p)
+				if s.err != nil {
+					r.joinItem(&s, base, "pending", i)
+					break
+				}
+				if out == nil && len(prev.Pending) == n && x == prev.Pending[i] {
+					continue
+				}
+				if out == nil {
+					out = make([]RebalanceMove, n)
+					copy(out, prev.Pending[:i])
+				}
+				out[i] = x
+			}
+			if out == nil && r.err == nil {
+				m.Pending = prev.Pending
+			} else {
+				m.Pending = out
+			}
+		} else {
+			m.Pending = nil
+		}
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
 func (m *ClusterStatusResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "ClusterStatusResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *MoveQueue) AppendTo(dst []byte) []byte {
+	dst = appendString(dst, m.Queue)
+	dst = appendU32(dst, uint32(len(m.Replicas)))
+	for i := range m.Replicas {
+		dst = appendU64(dst, m.Replicas[i])
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *MoveQueue) decodeFields(r *reader, prev *MoveQueue) {
+	if prev == nil {
+		prev = &MoveQueue{}
+	}
+	m.Queue = r.strLike("queue", prev.Queue)
+	if n := r.count("replicas", 8, MaxMoveQueueReplicas); n > 0 {
+		m.Replicas = make([]uint64, n)
+		for i := range m.Replicas {
+			m.Replicas[i] = r.u64("replicas")
+		}
+	} else {
+		m.Replicas = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *MoveQueue) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "MoveQueue")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *MoveQueueResult) AppendTo(dst []byte) []byte {
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *MoveQueueResult) decodeFields(r *reader, prev *MoveQueueResult) {
+	_ = prev
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *MoveQueueResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "MoveQueueResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *DrainNode) AppendTo(dst []byte) []byte {
+	dst = appendU64(dst, m.NodeID)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Undo {
+		dst = appendBool(dst, m.Undo)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *DrainNode) decodeFields(r *reader, prev *DrainNode) {
+	_ = prev
+	m.NodeID = r.u64("node_id")
+	if r.more() {
+		m.Undo = r.bool("undo")
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *DrainNode) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "DrainNode")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *DrainNodeResult) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, m.Queues)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *DrainNodeResult) decodeFields(r *reader, prev *DrainNodeResult) {
+	_ = prev
+	m.Queues = r.u32("queues")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *DrainNodeResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "DrainNodeResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *Rebalance) AppendTo(dst []byte) []byte {
+	// Optional fields: sent up to the last one that is not zero.
+	if m.DryRun {
+		dst = appendBool(dst, m.DryRun)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *Rebalance) decodeFields(r *reader, prev *Rebalance) {
+	_ = prev
+	if r.more() {
+		m.DryRun = r.bool("dry_run")
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *Rebalance) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "Rebalance")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *RebalanceResult) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(m.Moves)))
+	for i := range m.Moves {
+		dst = m.Moves[i].appendTo(dst)
+	}
+	dst = appendU32(dst, uint32(len(m.Leads)))
+	for i := range m.Leads {
+		dst = m.Leads[i].appendTo(dst)
+	}
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *RebalanceResult) decodeFields(r *reader, prev *RebalanceResult) {
+	if prev == nil {
+		prev = &RebalanceResult{}
+	}
+	if n := r.count("moves", 22, MaxRebalanceResultMoves); n > 0 {
+		var out []RebalanceMove
+		for i := 0; i < n; i++ {
+			s, base := r.sub("moves")
+			var x RebalanceMove
+			var p *RebalanceMove
+			if i < len(prev.Moves) {
+				p = &prev.Moves[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "moves", i)
+				break
+			}
+			if out == nil && len(prev.Moves) == n && x == prev.Moves[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]RebalanceMove, n)
+				copy(out, prev.Moves[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Moves = prev.Moves
+		} else {
+			m.Moves = out
+		}
+	} else {
+		m.Moves = nil
+	}
+	if n := r.count("leads", 14, MaxRebalanceResultLeads); n > 0 {
+		var out []RebalanceLead
+		for i := 0; i < n; i++ {
+			s, base := r.sub("leads")
+			var x RebalanceLead
+			var p *RebalanceLead
+			if i < len(prev.Leads) {
+				p = &prev.Leads[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "leads", i)
+				break
+			}
+			if out == nil && len(prev.Leads) == n && x == prev.Leads[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]RebalanceLead, n)
+				copy(out, prev.Leads[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Leads = prev.Leads
+		} else {
+			m.Leads = out
+		}
+	} else {
+		m.Leads = nil
+	}
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *RebalanceResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "RebalanceResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *AddNode) AppendTo(dst []byte) []byte {
+	dst = appendU64(dst, m.NodeID)
+	dst = appendString(dst, m.PeerAddr)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *AddNode) decodeFields(r *reader, prev *AddNode) {
+	if prev == nil {
+		prev = &AddNode{}
+	}
+	m.NodeID = r.u64("node_id")
+	m.PeerAddr = r.strLike("peer_addr", prev.PeerAddr)
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *AddNode) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "AddNode")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *AddNodeResult) AppendTo(dst []byte) []byte {
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *AddNodeResult) decodeFields(r *reader, prev *AddNodeResult) {
+	_ = prev
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *AddNodeResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "AddNodeResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *RemoveNode) AppendTo(dst []byte) []byte {
+	dst = appendU64(dst, m.NodeID)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *RemoveNode) decodeFields(r *reader, prev *RemoveNode) {
+	_ = prev
+	m.NodeID = r.u64("node_id")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *RemoveNode) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "RemoveNode")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *RemoveNodeResult) AppendTo(dst []byte) []byte {
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *RemoveNodeResult) decodeFields(r *reader, prev *RemoveNodeResult) {
+	_ = prev
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *RemoveNodeResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "RemoveNodeResult")
 	r.strs = &strs
 	m.decodeFields(&r, nil)
 	return r.result()

@@ -214,32 +214,53 @@ func drawClusterNode(t *rapid.T) *ClusterNode {
 		Connected: rapid.Bool().Draw(t, "connected"),
 		NodeID:    rapid.Uint64().Draw(t, "node_id"),
 		PeerAddr:  rapid.StringN(0, 12, -1).Draw(t, "peer_addr"),
+		State:     rapid.StringN(0, 12, -1).Draw(t, "state"),
 	}
 }
 
 func drawClusterReplica(t *rapid.T) *ClusterReplica {
 	return &ClusterReplica{
-		Known:  rapid.Bool().Draw(t, "known"),
-		Lag:    rapid.Uint64().Draw(t, "lag"),
-		Match:  rapid.Uint64().Draw(t, "match"),
-		NodeID: rapid.Uint64().Draw(t, "node_id"),
+		Known:   rapid.Bool().Draw(t, "known"),
+		Lag:     rapid.Uint64().Draw(t, "lag"),
+		Learner: rapid.Bool().Draw(t, "learner"),
+		Match:   rapid.Uint64().Draw(t, "match"),
+		NodeID:  rapid.Uint64().Draw(t, "node_id"),
 	}
 }
 
 func drawClusterGroup(t *rapid.T) *ClusterGroup {
 	return &ClusterGroup{
-		Applied:      rapid.Uint64().Draw(t, "applied"),
-		Commit:       rapid.Uint64().Draw(t, "commit"),
-		FirstIndex:   rapid.Uint64().Draw(t, "first_index"),
-		GroupID:      rapid.Uint64().Draw(t, "group_id"),
-		LastIndex:    rapid.Uint64().Draw(t, "last_index"),
-		LeaderNodeID: rapid.Uint64().Draw(t, "leader_node_id"),
-		Queue:        rapid.StringN(0, 12, -1).Draw(t, "queue"),
-		Quiesced:     rapid.Bool().Draw(t, "quiesced"),
+		Applied:         rapid.Uint64().Draw(t, "applied"),
+		Commit:          rapid.Uint64().Draw(t, "commit"),
+		FirstIndex:      rapid.Uint64().Draw(t, "first_index"),
+		GroupID:         rapid.Uint64().Draw(t, "group_id"),
+		LastIndex:       rapid.Uint64().Draw(t, "last_index"),
+		LeaderNodeID:    rapid.Uint64().Draw(t, "leader_node_id"),
+		PreferredLeader: rapid.Uint64().Draw(t, "preferred_leader"),
+		Queue:           rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		Quiesced:        rapid.Bool().Draw(t, "quiesced"),
 		Replicas: drawList(t, "replicas", 3, func(t *rapid.T, label string) ClusterReplica {
 			return *drawClusterReplica(t)
 		}),
+		Target: drawList(t, "target", 3, func(t *rapid.T, label string) uint64 {
+			return rapid.Uint64().Draw(t, "target")
+		}),
 		Term: rapid.Uint64().Draw(t, "term"),
+	}
+}
+
+func drawRebalanceMove(t *rapid.T) *RebalanceMove {
+	return &RebalanceMove{
+		FromNodeID: rapid.Uint64().Draw(t, "from_node_id"),
+		Queue:      rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		ToNodeID:   rapid.Uint64().Draw(t, "to_node_id"),
+	}
+}
+
+func drawRebalanceLead(t *rapid.T) *RebalanceLead {
+	return &RebalanceLead{
+		NodeID: rapid.Uint64().Draw(t, "node_id"),
+		Queue:  rapid.StringN(0, 12, -1).Draw(t, "queue"),
 	}
 }
 
@@ -645,7 +666,68 @@ func drawClusterStatusResult(t *rapid.T) *ClusterStatusResult {
 		Nodes: drawList(t, "nodes", 3, func(t *rapid.T, label string) ClusterNode {
 			return *drawClusterNode(t)
 		}),
+		Pending: drawList(t, "pending", 3, func(t *rapid.T, label string) RebalanceMove {
+			return *drawRebalanceMove(t)
+		}),
 	}
+}
+
+func drawMoveQueue(t *rapid.T) *MoveQueue {
+	return &MoveQueue{
+		Queue: rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		Replicas: drawList(t, "replicas", 3, func(t *rapid.T, label string) uint64 {
+			return rapid.Uint64().Draw(t, "replicas")
+		}),
+	}
+}
+
+func drawMoveQueueResult(t *rapid.T) *MoveQueueResult {
+	return &MoveQueueResult{}
+}
+
+func drawDrainNode(t *rapid.T) *DrainNode {
+	return &DrainNode{
+		NodeID: rapid.Uint64().Draw(t, "node_id"),
+		Undo:   rapid.Bool().Draw(t, "undo"),
+	}
+}
+
+func drawDrainNodeResult(t *rapid.T) *DrainNodeResult {
+	return &DrainNodeResult{Queues: rapid.Uint32().Draw(t, "queues")}
+}
+
+func drawRebalance(t *rapid.T) *Rebalance {
+	return &Rebalance{DryRun: rapid.Bool().Draw(t, "dry_run")}
+}
+
+func drawRebalanceResult(t *rapid.T) *RebalanceResult {
+	return &RebalanceResult{
+		Leads: drawList(t, "leads", 3, func(t *rapid.T, label string) RebalanceLead {
+			return *drawRebalanceLead(t)
+		}),
+		Moves: drawList(t, "moves", 3, func(t *rapid.T, label string) RebalanceMove {
+			return *drawRebalanceMove(t)
+		}),
+	}
+}
+
+func drawAddNode(t *rapid.T) *AddNode {
+	return &AddNode{
+		NodeID:   rapid.Uint64().Draw(t, "node_id"),
+		PeerAddr: rapid.StringN(0, 12, -1).Draw(t, "peer_addr"),
+	}
+}
+
+func drawAddNodeResult(t *rapid.T) *AddNodeResult {
+	return &AddNodeResult{}
+}
+
+func drawRemoveNode(t *rapid.T) *RemoveNode {
+	return &RemoveNode{NodeID: rapid.Uint64().Draw(t, "node_id")}
+}
+
+func drawRemoveNodeResult(t *rapid.T) *RemoveNodeResult {
+	return &RemoveNodeResult{}
 }
 
 // roundTripCases lists every frame of the spec with a generator of random values.
@@ -947,4 +1029,54 @@ var roundTripCases = []struct {
 		return drawClusterStatusResult(t)
 	},
 	name: "ClusterStatusResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawMoveQueue(t)
+	},
+	name: "MoveQueue",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawMoveQueueResult(t)
+	},
+	name: "MoveQueueResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawDrainNode(t)
+	},
+	name: "DrainNode",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawDrainNodeResult(t)
+	},
+	name: "DrainNodeResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawRebalance(t)
+	},
+	name: "Rebalance",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawRebalanceResult(t)
+	},
+	name: "RebalanceResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawAddNode(t)
+	},
+	name: "AddNode",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawAddNodeResult(t)
+	},
+	name: "AddNodeResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawRemoveNode(t)
+	},
+	name: "RemoveNode",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawRemoveNodeResult(t)
+	},
+	name: "RemoveNodeResult",
 }}

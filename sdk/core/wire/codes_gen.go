@@ -296,6 +296,16 @@ var (
 	TopologyCodes = CodeSet{CodeQueueNotFound}
 	// ClusterStatusCodes are the domain codes ClusterStatus can return.
 	ClusterStatusCodes = CodeSet{}
+	// MoveQueueCodes are the domain codes MoveQueue can return.
+	MoveQueueCodes = CodeSet{CodeQueueNotFound}
+	// DrainNodeCodes are the domain codes DrainNode can return.
+	DrainNodeCodes = CodeSet{}
+	// RebalanceCodes are the domain codes Rebalance can return.
+	RebalanceCodes = CodeSet{}
+	// AddNodeCodes are the domain codes AddNode can return.
+	AddNodeCodes = CodeSet{}
+	// RemoveNodeCodes are the domain codes RemoveNode can return.
+	RemoveNodeCodes = CodeSet{}
 )
 
 // Codes returns the domain codes the operation of a request opcode can return.
@@ -357,6 +367,16 @@ func (o Opcode) Codes() CodeSet {
 		return TopologyCodes
 	case OpClusterStatus:
 		return ClusterStatusCodes
+	case OpMoveQueue:
+		return MoveQueueCodes
+	case OpDrainNode:
+		return DrainNodeCodes
+	case OpRebalance:
+		return RebalanceCodes
+	case OpAddNode:
+		return AddNodeCodes
+	case OpRemoveNode:
+		return RemoveNodeCodes
 	}
 	return nil
 }

@@ -39,6 +39,8 @@ const (
 	MaxApiKeyInfoPermissions = 1000
 	// MaxClusterGroupReplicas is the most items ClusterGroup.Replicas may hold; decoders refuse more.
 	MaxClusterGroupReplicas = 1000
+	// MaxClusterGroupTarget is the most items ClusterGroup.Target may hold; decoders refuse more.
+	MaxClusterGroupTarget = 64
 	// MaxHandshakeCapabilities is the most items Handshake.Capabilities may hold; decoders refuse more.
 	MaxHandshakeCapabilities = 64
 	// MaxHandshakeOkCapabilities is the most items HandshakeOk.Capabilities may hold; decoders refuse more.
@@ -79,19 +81,32 @@ const (
 	MaxExplainResultThrottleKeys = 64
 	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
 	MaxClusterStatusResultNodes = 1000
+	// MaxClusterStatusResultPending is the most items ClusterStatusResult.Pending may hold; decoders refuse more.
+	MaxClusterStatusResultPending = 100000
+	// MaxMoveQueueReplicas is the most items MoveQueue.Replicas may hold; decoders refuse more.
+	MaxMoveQueueReplicas = 64
+	// MaxRebalanceResultMoves is the most items RebalanceResult.Moves may hold; decoders refuse more.
+	MaxRebalanceResultMoves = 100000
+	// MaxRebalanceResultLeads is the most items RebalanceResult.Leads may hold; decoders refuse more.
+	MaxRebalanceResultLeads = 100000
 )
 
 // OptionalFrom maps each frame and struct type that has optional fields to the
 // index of its first one, in field order: an older peer's body may end before it.
 var OptionalFrom = map[string]int{
-	"ClusterGroup":     8,
-	"CreateQueue":      8,
-	"Enqueue":          1,
-	"ExplainResult":    7,
-	"FairnessKeyStats": 5,
-	"HandshakeOk":      5,
-	"QueueStats":       1,
-	"QueueStatsResult": 11,
+	"ClusterGroup":        8,
+	"ClusterNode":         4,
+	"ClusterReplica":      4,
+	"ClusterStatusResult": 3,
+	"CreateQueue":         8,
+	"DrainNode":           1,
+	"Enqueue":             1,
+	"ExplainResult":       7,
+	"FairnessKeyStats":    5,
+	"HandshakeOk":         5,
+	"QueueStats":          1,
+	"QueueStatsResult":    11,
+	"Rebalance":           0,
 }
 
 const (
@@ -224,6 +239,26 @@ const (
 	OpClusterStatus Opcode = 0x0303
 	// OpClusterStatusResult is the opcode of ClusterStatusResult (response).
 	OpClusterStatusResult Opcode = 0x0304
+	// OpMoveQueue is the opcode of MoveQueue (request).
+	OpMoveQueue Opcode = 0x0305
+	// OpMoveQueueResult is the opcode of MoveQueueResult (response).
+	OpMoveQueueResult Opcode = 0x0306
+	// OpDrainNode is the opcode of DrainNode (request).
+	OpDrainNode Opcode = 0x0307
+	// OpDrainNodeResult is the opcode of DrainNodeResult (response).
+	OpDrainNodeResult Opcode = 0x0308
+	// OpRebalance is the opcode of Rebalance (request).
+	OpRebalance Opcode = 0x0309
+	// OpRebalanceResult is the opcode of RebalanceResult (response).
+	OpRebalanceResult Opcode = 0x030A
+	// OpAddNode is the opcode of AddNode (request).
+	OpAddNode Opcode = 0x030B
+	// OpAddNodeResult is the opcode of AddNodeResult (response).
+	OpAddNodeResult Opcode = 0x030C
+	// OpRemoveNode is the opcode of RemoveNode (request).
+	OpRemoveNode Opcode = 0x030D
+	// OpRemoveNodeResult is the opcode of RemoveNodeResult (response).
+	OpRemoveNodeResult Opcode = 0x030E
 )
 
 // String returns the frame name, such as "Enqueue", or "Opcode(0x1234)".
@@ -347,6 +382,26 @@ func (o Opcode) String() string {
 		return "ClusterStatus"
 	case OpClusterStatusResult:
 		return "ClusterStatusResult"
+	case OpMoveQueue:
+		return "MoveQueue"
+	case OpMoveQueueResult:
+		return "MoveQueueResult"
+	case OpDrainNode:
+		return "DrainNode"
+	case OpDrainNodeResult:
+		return "DrainNodeResult"
+	case OpRebalance:
+		return "Rebalance"
+	case OpRebalanceResult:
+		return "RebalanceResult"
+	case OpAddNode:
+		return "AddNode"
+	case OpAddNodeResult:
+		return "AddNodeResult"
+	case OpRemoveNode:
+		return "RemoveNode"
+	case OpRemoveNodeResult:
+		return "RemoveNodeResult"
 	}
 	return fmt.Sprintf("Opcode(0x%04x)", uint16(o))
 }
@@ -488,6 +543,26 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpClusterStatusResult:
 		return KindResponse
+	case OpMoveQueue:
+		return KindRequest
+	case OpMoveQueueResult:
+		return KindResponse
+	case OpDrainNode:
+		return KindRequest
+	case OpDrainNodeResult:
+		return KindResponse
+	case OpRebalance:
+		return KindRequest
+	case OpRebalanceResult:
+		return KindResponse
+	case OpAddNode:
+		return KindRequest
+	case OpAddNodeResult:
+		return KindResponse
+	case OpRemoveNode:
+		return KindRequest
+	case OpRemoveNodeResult:
+		return KindResponse
 	}
 	return KindUnknown
 }
@@ -549,6 +624,16 @@ func (o Opcode) Response() Opcode {
 		return OpTopologyResult
 	case OpClusterStatus:
 		return OpClusterStatusResult
+	case OpMoveQueue:
+		return OpMoveQueueResult
+	case OpDrainNode:
+		return OpDrainNodeResult
+	case OpRebalance:
+		return OpRebalanceResult
+	case OpAddNode:
+		return OpAddNodeResult
+	case OpRemoveNode:
+		return OpRemoveNodeResult
 	}
 	return 0
 }
@@ -674,6 +759,26 @@ func New(op Opcode) Frame {
 		return new(ClusterStatus)
 	case OpClusterStatusResult:
 		return new(ClusterStatusResult)
+	case OpMoveQueue:
+		return new(MoveQueue)
+	case OpMoveQueueResult:
+		return new(MoveQueueResult)
+	case OpDrainNode:
+		return new(DrainNode)
+	case OpDrainNodeResult:
+		return new(DrainNodeResult)
+	case OpRebalance:
+		return new(Rebalance)
+	case OpRebalanceResult:
+		return new(RebalanceResult)
+	case OpAddNode:
+		return new(AddNode)
+	case OpAddNodeResult:
+		return new(AddNodeResult)
+	case OpRemoveNode:
+		return new(RemoveNode)
+	case OpRemoveNodeResult:
+		return new(RemoveNodeResult)
 	}
 	return nil
 }
@@ -689,7 +794,8 @@ const (
 	// nacking, retrying or extending their deliveries.
 	PermissionKindConsume PermissionKind = 2
 	// PermissionKindAdmin allows every admin operation on matching queues; on "*"
-	// also runtime config, API keys and the cluster's status.
+	// also runtime config, API keys, the cluster's status, moving queues between
+	// nodes and draining nodes.
 	PermissionKindAdmin PermissionKind = 3
 )
 
@@ -1025,6 +1131,12 @@ type ClusterNode struct {
 	// Connected (bool) True if the answering node has a peer connection to the
 	// member; always true for the answering node itself.
 	Connected bool
+	// State (string) The member's state, as the answering node has applied the
+	// meta group's log: "active" (it takes new replicas and leads), "draining" (a
+	// drain, DrainNode, is moving the replicas it still holds off it) or "drained"
+	// (drained, it holds no replica of any queue; it still votes in the meta group
+	// until RemoveNode removes it). Empty from a server that predates drains.
+	State string
 }
 
 // ClusterReplica is one member of a Raft group and how far its log has caught
@@ -1041,6 +1153,10 @@ type ClusterReplica struct {
 	// Lag (u64) Log entries the replica is behind: the leader's last_index minus
 	// match, or 0 when it holds them all.
 	Lag uint64
+	// Learner (bool) True if the replica is a learner: it receives the group's log
+	// but does not vote, while a move (MoveQueue) catches it up before it becomes
+	// a voter. False for a voter, and from a server that predates moves.
+	Learner bool
 }
 
 // ClusterGroup is one Raft group the answering node holds a replica of, as
@@ -1080,6 +1196,35 @@ type ClusterGroup struct {
 	// state (cluster.snapshot_log_size). 1 while none was; the meta group's log is
 	// never compacted.
 	FirstIndex uint64
+	// Target ([]u64) The node IDs of the replica set a move under way (MoveQueue)
+	// is taking the queue's group to, as the answering node knows the plan; empty
+	// when no move is under way (always for the meta group, and from a server that
+	// predates moves).
+	Target []uint64
+	// PreferredLeader (u64) The node a rebalance (Rebalance) prefers to lead the
+	// queue's group: its leader hands the lead to that node once it is a voter
+	// caught up with the log. 0 for none (always for the meta group, and from a
+	// server that predates rebalances).
+	PreferredLeader uint64
+}
+
+// RebalanceMove is one replica move of a rebalance: the queue's replica on one
+// node goes to another (as a MoveQueue of its replicas without from, with to).
+type RebalanceMove struct {
+	// Queue (string) The queue moved, with its dead-letter queue.
+	Queue string
+	// FromNodeID (u64) The node that gives up its replica.
+	FromNodeID uint64
+	// ToNodeID (u64) The node that takes it.
+	ToNodeID uint64
+}
+
+// RebalanceLead is a queue's preferred leader as a rebalance sets it.
+type RebalanceLead struct {
+	// Queue (string) The queue.
+	Queue string
+	// NodeID (u64) The node preferred to lead the queue's group.
+	NodeID uint64
 }
 
 // Handshake is the body of a Handshake frame (opcode 0x0001, request). The
@@ -2071,9 +2216,209 @@ type ClusterStatusResult struct {
 	// of: the meta group first, then the queues' groups by queue name; empty in
 	// single-node mode.
 	Groups []ClusterGroup
+	// Pending ([]RebalanceMove) The moves of the last rebalance (Rebalance) not
+	// yet started, in the order they start; empty when none is left, and from a
+	// server that predates rebalances.
+	Pending []RebalanceMove
 }
 
 // Opcode returns OpClusterStatusResult.
 func (*ClusterStatusResult) Opcode() Opcode {
 	return OpClusterStatusResult
+}
+
+// MoveQueue is the body of a MoveQueue frame (opcode 0x0305, request). Move a
+// queue's replicas, with its dead-letter queue's (they share one Raft group),
+// to the nodes listed. The plan is recorded in the meta group, and the answer
+// comes once the answering node has applied it. The move then runs in the
+// background, driven by the queue group's leader: each new node joins as a
+// learner and catches up, then one joint configuration change makes the listed
+// nodes the voters, the leader handing its leadership over first if it is left
+// out, and the nodes left out delete their copies. `ClusterStatus` shows a
+// move under way as its group's target, and its learners. Moving a queue to
+// the replicas it has clears a plan under way. Any node may take the request:
+// it hands the plan to the meta group's leader itself. Needs admin on `*`. A
+// broker in single-node mode (no [cluster] section) answers NOT_SUPPORTED. An
+// empty list, a duplicate or a node that is not a member fails with
+// INVALID_ARGUMENT; UNAVAILABLE means no meta leader took the plan in time,
+// and retrying may succeed.
+type MoveQueue struct {
+	// Queue (string) The queue to move; its dead-letter queue moves with it, and
+	// is not moved by its own name (QUEUE_NOT_FOUND).
+	Queue string
+	// Replicas ([]u64) The node IDs (cluster.node_id) the queue's replicas move
+	// to, in any order: 1 to 64 distinct members of the cluster.
+	Replicas []uint64
+}
+
+// Opcode returns OpMoveQueue.
+func (*MoveQueue) Opcode() Opcode {
+	return OpMoveQueue
+}
+
+// MoveQueueResult is the body of a MoveQueueResult frame (opcode 0x0306,
+// response). The move's plan is recorded and the answering node has applied
+// it; the move itself may still be under way (see ClusterGroup.target).
+type MoveQueueResult struct{}
+
+// Opcode returns OpMoveQueueResult.
+func (*MoveQueueResult) Opcode() Opcode {
+	return OpMoveQueueResult
+}
+
+// DrainNode is the body of a DrainNode frame (opcode 0x0307, request). Drain a
+// node, or undo a drain. A node being drained takes no new replica and leads
+// no group, and each queue it holds a replica of moves (as MoveQueue moves it)
+// to the same replicas without it, plus the member holding the fewest replicas
+// that is not draining, if there is one (otherwise the queue keeps one replica
+// fewer). The drain is recorded in the meta group, and the answer comes once
+// the answering node has applied it, with the number of queues whose move it
+// planned. The moves then run in the background; `ClusterStatus` shows the
+// node's state, draining until it holds no replica, then drained (it still
+// votes in the meta group), and each queue's move as its group's target.
+// Draining a node again plans the moves of whatever it still holds (a queue
+// moved back onto it since, say), and the drain survives any node's restart.
+// With undo the node is active again: it takes new replicas, and the moves
+// already planned go on (moving a queue back onto it is a MoveQueue). Any node
+// may take the request: it hands the drain to the meta group's leader itself.
+// Needs admin on `*`. A broker in single-node mode (no [cluster] section)
+// answers NOT_SUPPORTED. A node that is not a member, or draining the last
+// member that is not draining, fails with INVALID_ARGUMENT; UNAVAILABLE means
+// no meta leader took the drain in time, and retrying may succeed.
+type DrainNode struct {
+	// NodeID (u64) The node to drain, by its Raft node ID (cluster.node_id); the
+	// answering node itself may be drained.
+	NodeID uint64
+	// Undo (bool) True to undo a drain: the node is active again. False (the
+	// default) drains it.
+	Undo bool
+}
+
+// Opcode returns OpDrainNode.
+func (*DrainNode) Opcode() Opcode {
+	return OpDrainNode
+}
+
+// DrainNodeResult is the body of a DrainNodeResult frame (opcode 0x0308,
+// response). The drain (or its undoing) is recorded and the answering node has
+// applied it; the moves it planned may still be under way (see
+// ClusterNode.state and ClusterGroup.target).
+type DrainNodeResult struct {
+	// Queues (u32) The number of queues whose move the drain planned: those whose
+	// replicas (or, during a move, its target) still included the node; 0 for an
+	// undo.
+	Queues uint32
+}
+
+// Opcode returns OpDrainNodeResult.
+func (*DrainNodeResult) Opcode() Opcode {
+	return OpDrainNodeResult
+}
+
+// Rebalance is the body of a Rebalance frame (opcode 0x0309, request). Even
+// out the queues' replicas and leaders over the members that are not draining.
+// The plan moves replicas from the node holding the most to the one holding
+// the fewest until every such node is within one replica of every other, then
+// sets preferred leaders until each leads within one queue of every other
+// (over the replica sets the moves reach); both count queues, not bytes or
+// traffic, and a queue with a move under way keeps it. With dry_run the answer
+// is the plan, and nothing changes. Otherwise the plan is recorded in the meta
+// group, replacing the moves of an earlier rebalance not yet started, and the
+// answer comes once the answering node has applied it. The moves then start in
+// order, driven by the meta group's leader, each once neither of its two nodes
+// takes part in another move under way: at most one move per node at a time.
+// `ClusterStatus` lists the moves not yet started (pending), each move under
+// way as its group's target, and each group's preferred leader. Any node may
+// take the request. Needs admin on `*`. A broker in single-node mode answers
+// NOT_SUPPORTED; UNAVAILABLE means no meta leader took the plan in time, and
+// retrying may succeed.
+type Rebalance struct {
+	// DryRun (bool) True to compute the plan from the answering node's view of the
+	// cluster and change nothing.
+	DryRun bool
+}
+
+// Opcode returns OpRebalance.
+func (*Rebalance) Opcode() Opcode {
+	return OpRebalance
+}
+
+// RebalanceResult is the body of a RebalanceResult frame (opcode 0x030a,
+// response). The rebalance's plan; empty when the cluster is balanced.
+type RebalanceResult struct {
+	// Moves ([]RebalanceMove) The replica moves, in the order they start.
+	Moves []RebalanceMove
+	// Leads ([]RebalanceLead) The preferred leaders the plan changes.
+	Leads []RebalanceLead
+}
+
+// Opcode returns OpRebalanceResult.
+func (*RebalanceResult) Opcode() Opcode {
+	return OpRebalanceResult
+}
+
+// AddNode is the body of a AddNode frame (opcode 0x030b, request). Add a node
+// to the cluster. The new node is started first with cluster.join set, a
+// node_id never used before, and peers listing members it can reach and
+// itself: it waits to be added. Every node then records the new member and
+// connects to it at peer_addr, and the meta group's leader adds it to the meta
+// group, as a learner until it holds the meta log, then as a voter. It holds
+// no queue until a move or a rebalance places some on it. The answer comes
+// once the answering node has applied the addition; `ClusterStatus` shows the
+// new member, and its progress in the meta group. Needs admin on `*`. A broker
+// in single-node mode answers NOT_SUPPORTED. Node ID 0, a member already, a
+// node removed before (IDs are never reused) or an address that is not
+// host:port fails with INVALID_ARGUMENT; UNAVAILABLE means no meta leader took
+// it in time.
+type AddNode struct {
+	// NodeID (u64) The new node's Raft node ID (its cluster.node_id).
+	NodeID uint64
+	// PeerAddr (string) The host:port its peer transport listens on, as the other
+	// nodes dial it (its cluster.peer_listen_addr, reachable).
+	PeerAddr string
+}
+
+// Opcode returns OpAddNode.
+func (*AddNode) Opcode() Opcode {
+	return OpAddNode
+}
+
+// AddNodeResult is the body of a AddNodeResult frame (opcode 0x030c,
+// response). The node is a member; the meta group may still be catching it up.
+type AddNodeResult struct{}
+
+// Opcode returns OpAddNodeResult.
+func (*AddNodeResult) Opcode() Opcode {
+	return OpAddNodeResult
+}
+
+// RemoveNode is the body of a RemoveNode frame (opcode 0x030d, request).
+// Remove a node from the cluster for good. It must hold no replica of any
+// queue: drain it first (DrainNode). The meta group's leader takes it out of
+// the meta group (handing its own lead over first, if it is the node removed);
+// every node then forgets it and refuses its connections, and the removed node
+// stops taking part. Its ID is never accepted again: AddNode refuses it, and
+// the node, restarted on its data directory, refuses to start. The answer
+// comes once the answering node has applied the removal. Needs admin on `*`. A
+// broker in single-node mode answers NOT_SUPPORTED. A node that is not a
+// member, the last member, or one that still holds replicas fails with
+// INVALID_ARGUMENT; UNAVAILABLE means no meta leader took it in time.
+type RemoveNode struct {
+	// NodeID (u64) The node to remove, by its Raft node ID.
+	NodeID uint64
+}
+
+// Opcode returns OpRemoveNode.
+func (*RemoveNode) Opcode() Opcode {
+	return OpRemoveNode
+}
+
+// RemoveNodeResult is the body of a RemoveNodeResult frame (opcode 0x030e,
+// response). The node is removed from the members; the meta group's
+// configuration follows.
+type RemoveNodeResult struct{}
+
+// Opcode returns OpRemoveNodeResult.
+func (*RemoveNodeResult) Opcode() Opcode {
+	return OpRemoveNodeResult
 }

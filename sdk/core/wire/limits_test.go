@@ -45,6 +45,10 @@ func TestListMaximums(t *testing.T) {
 		{"Handshake.capabilities", MaxHandshakeCapabilities, func(n int) Frame { return &Handshake{Capabilities: strs(n)} }},
 		{"CreateApiKey.permissions", MaxCreateApiKeyPermissions, func(n int) Frame { return &CreateApiKey{Name: "k", Permissions: perms(n)} }},
 		{"SetAcl.permissions", MaxSetAclPermissions, func(n int) Frame { return &SetAcl{KeyID: "k", Permissions: perms(n)} }},
+		{"MoveQueue.replicas", MaxMoveQueueReplicas, func(n int) Frame { return &MoveQueue{Queue: "q", Replicas: make([]uint64, n)} }},
+		{"ClusterGroup.target", MaxClusterGroupTarget, func(n int) Frame {
+			return &ClusterStatusResult{NodeID: 1, Groups: []ClusterGroup{{GroupID: 2, Queue: "q", Target: make([]uint64, n)}}}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			at := tc.frame(tc.max)
@@ -137,6 +141,40 @@ func TestOptionalFieldFromOlderPeer(t *testing.T) {
 	}
 }
 
+// TestClusterMoveFieldsFromOlderPeer: a ClusterStatusResult from a
+// broker that predates moves, whose groups end after first_index and
+// whose replicas end after lag, decodes with no target and no learner.
+func TestClusterMoveFieldsFromOlderPeer(t *testing.T) {
+	replica := appendU64(appendU64(appendBool(appendU64(nil, 3), true), 9), 1) // node_id known match lag
+	group := appendU64(nil, 2)                                                 // group_id
+	group = appendString(group, "q")
+	for range 5 { // leader_node_id term commit applied last_index
+		group = appendU64(group, 7)
+	}
+	group = appendU32(group, 1)
+	group = appendU32(group, uint32(len(replica)))
+	group = append(group, replica...)
+	group = appendU64(appendBool(group, true), 1) // quiesced first_index
+	body := appendU32(appendU32(appendU64(nil, 1), 0), 1)
+	body = appendU32(body, uint32(len(group)))
+	body = append(body, group...)
+	var m ClusterStatusResult
+	if err := m.Decode(body); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Groups) != 1 {
+		t.Fatalf("Decode(older body) = %+v; want one group", m)
+	}
+	g := m.Groups[0]
+	if g.Target != nil || !g.Quiesced || g.FirstIndex != 1 || len(g.Replicas) != 1 || g.Replicas[0].Learner || g.Replicas[0].Lag != 1 {
+		t.Errorf("Decode(older body) group = %+v; want no target, no learner, the older fields", g)
+	}
+	// A replica that is no learner is still an older peer's bytes.
+	if got := (&ClusterReplica{NodeID: 3, Known: true, Match: 9, Lag: 1}).appendTo(nil); string(got[4:]) != string(replica) {
+		t.Errorf("a voter's replica encodes as %x; want %x", got[4:], replica)
+	}
+}
+
 // TestZeroOptionalFieldsOmitted: an Enqueue without a producer is, byte
 // for byte, the body of a peer that predates producer_id and sequence;
 // the optional fields are sent up to the last one that is not zero.
@@ -161,5 +199,38 @@ func TestZeroOptionalFieldsOmitted(t *testing.T) {
 		if err := out.Decode(body); err != nil || out.ProducerID != tc.in.ProducerID || out.Sequence != tc.in.Sequence {
 			t.Errorf("Decode(AppendTo(%+v)) = %+v, %v", tc.in, out, err)
 		}
+	}
+}
+
+// TestClusterNodeStateFromOlderPeer: a ClusterNode from a broker that
+// predates drains ends after connected and decodes with no state; a node
+// with no state encodes as those older bytes, and a DrainNode that does
+// not undo as its node ID alone.
+func TestClusterNodeStateFromOlderPeer(t *testing.T) {
+	node := appendBool(appendString(appendString(appendU64(nil, 2), "b:1"), "b:2"), true) // node_id addr peer_addr connected
+	body := appendU32(appendU64(nil, 2), 1)
+	body = appendU32(body, uint32(len(node)))
+	body = append(body, node...)
+	body = appendU32(body, 0) // no groups
+	var m ClusterStatusResult
+	if err := m.Decode(body); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Nodes) != 1 || m.Nodes[0] != (ClusterNode{NodeID: 2, Addr: "b:1", PeerAddr: "b:2", Connected: true}) {
+		t.Errorf("Decode(older body) = %+v; want node 2 with no state", m)
+	}
+	if got := (&ClusterNode{NodeID: 2, Addr: "b:1", PeerAddr: "b:2", Connected: true}).appendTo(nil); string(got[4:]) != string(node) {
+		t.Errorf("a node with no state encodes as %x; want %x", got[4:], node)
+	}
+	withState := (&ClusterNode{NodeID: 2, Addr: "b:1", PeerAddr: "b:2", Connected: true, State: "draining"}).appendTo(nil)
+	if want := appendString(node, "draining"); string(withState[4:]) != string(want) {
+		t.Errorf("a draining node encodes as %x; want %x", withState[4:], want)
+	}
+	if got := (&DrainNode{NodeID: 3}).AppendTo(nil); string(got) != string(appendU64(nil, 3)) {
+		t.Errorf("DrainNode{NodeID: 3} encodes as %x; want the node ID alone", got)
+	}
+	var d DrainNode
+	if err := d.Decode(appendU64(nil, 3)); err != nil || d != (DrainNode{NodeID: 3}) {
+		t.Errorf("Decode(node ID alone) = %+v, %v; want node 3, no undo", d, err)
 	}
 }
