@@ -642,23 +642,33 @@ type ClusterGroup struct {
 }
 
 // RebalanceMove is one replica move of a rebalance: Queue's replica on
-// node From goes to node To.
+// node From goes to node To, as Administrator.MoveQueue would move it to
+// its replicas without From, with To.
 type RebalanceMove struct {
-	Queue    string
+	// Queue is the queue moved, with its dead-letter queue (they share
+	// one Raft group).
+	Queue string
+	// From is the node ID of the node that gives up its replica, and To
+	// that of the node that takes it.
 	From, To uint64
 }
 
 // RebalanceLead is a queue's preferred leader as a rebalance sets it.
 type RebalanceLead struct {
+	// Queue is the queue.
 	Queue string
-	Node  uint64
+	// Node is the node ID of the node preferred to lead the queue's
+	// group: its leader hands the lead to it once it is a voter caught
+	// up with the log.
+	Node uint64
 }
 
-// RebalancePlan is what a rebalance does (Administrator.Rebalance): the
-// replica moves, in the order they start, and the preferred leaders it
-// changes. Both are empty when the cluster is balanced.
+// RebalancePlan is what a rebalance does (Administrator.Rebalance). Both
+// lists are empty when the cluster is balanced.
 type RebalancePlan struct {
+	// Moves are the replica moves, in the order they start.
 	Moves []RebalanceMove
+	// Leads are the preferred leaders the plan changes.
 	Leads []RebalanceLead
 }
 

@@ -719,13 +719,13 @@ func (n *Node) run() {
 				if g.rebuilding.Load() {
 					continue
 				}
+				if g.id == MetaGroup && n.meta.removed[n.cfg.NodeID] {
+					n.followMembers() // stops this node once it no longer leads
+				}
 				switch {
 				case g.moveTo != nil:
 					n.moveStep(g)
 				case g.id == MetaGroup:
-					if n.meta.removed[n.cfg.NodeID] {
-						n.followMembers()
-					}
 					n.shedLead(g)
 					n.rebalanceStep(g)
 				case g.lead != 0 && g.lead != n.cfg.NodeID && g.leader.Load() == n.cfg.NodeID:
@@ -778,7 +778,8 @@ func (n *Node) fail(err error) {
 	}
 }
 
-// Err returns the failure that stopped the driver, or nil.
+// Err returns the failure that stopped the driver (a storage failure, or
+// ErrRemoved), or nil.
 func (n *Node) Err() error {
 	if p := n.failed.Load(); p != nil {
 		return *p

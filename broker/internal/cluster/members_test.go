@@ -140,3 +140,51 @@ func (c *testCluster) metaAgrees() {
 		return nil
 	})
 }
+
+// TestRemoveMetaLeader: the node removed leads the meta group (it holds
+// no queue, and was never drained, so it kept the lead): it hands the
+// lead over, the others finish its removal, and it stops taking part.
+func TestRemoveMetaLeader(t *testing.T) {
+	c := newTestCluster(t, 4)
+	ctx := context.Background()
+	var lead uint64
+	eventually(t, "a meta leader", func() error {
+		st, err := c.nodes[0].Status()
+		if err != nil {
+			return err
+		}
+		if lead = st.Groups[0].Leader; lead == 0 {
+			return errors.New("none")
+		}
+		return nil
+	})
+	var others []uint64
+	for id := uint64(1); id <= 4; id++ {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	c.create("q")
+	eventually(t, "move q off the meta leader", func() error { return c.nodes[0].MoveQueue(ctx, "q", others) })
+	c.placed("q", others...)
+	i := int(others[0] - 1)
+	eventually(t, "remove the meta leader", func() error { return c.nodes[i].RemoveNode(ctx, lead) })
+	eventually(t, "the removed leader stopped", func() error {
+		if err := c.nodes[lead-1].Err(); !errors.Is(err, ErrRemoved) {
+			return fmt.Errorf("node %d: %v", lead, err)
+		}
+		return nil
+	})
+	c.stop(int(lead - 1))
+	eventually(t, "a new meta leader among the others", func() error {
+		st, err := c.nodes[i].Status()
+		if err != nil {
+			return err
+		}
+		if l := st.Groups[0].Leader; !slices.Contains(others, l) || len(st.Nodes) != 3 {
+			return fmt.Errorf("leader %d, %d members", l, len(st.Nodes))
+		}
+		return nil
+	})
+	c.metaAgrees()
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -103,7 +104,9 @@ func (n *Node) Status() (Status, error) {
 // stopped is the error of an operation that found the driver stopped:
 // ErrStopped, with the storage failure that stopped it if any.
 func (n *Node) stopped() error {
-	if err := n.Err(); err != nil {
+	if err := n.Err(); errors.Is(err, ErrRemoved) {
+		return fmt.Errorf("%w: %v", ErrStopped, err)
+	} else if err != nil {
 		return fmt.Errorf("%w after a storage failure: %v", ErrStopped, err)
 	}
 	return ErrStopped

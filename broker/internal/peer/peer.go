@@ -43,6 +43,10 @@ type peer struct {
 	reader  chan struct{}
 	removed bool
 
+	// streamsIn counts the peer's incoming streams being received
+	// (maxStreamsIn at most).
+	streamsIn atomic.Int32
+
 	n counters
 }
 

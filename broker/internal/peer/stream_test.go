@@ -766,3 +766,43 @@ func FuzzStreamFrames(f *testing.F) {
 		}
 	})
 }
+
+// TestStreamLimit: a peer may send maxStreamsIn streams at once; one
+// more is refused before its hello is answered, and goes through once a
+// stream ends.
+func TestStreamLimit(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Int32
+	n2 := startNode(t, 2, func(c *Config) {
+		c.Stream = func(_ uint64, _ Message, data io.Reader) error {
+			held.Add(1)
+			<-release
+			_, err := io.Copy(io.Discard, data)
+			return err
+		}
+	})
+	n1 := startNode(t, 1, nil)
+	connect(t, n1, n2)
+	send := func() error {
+		_, err := n1.SendStream(context.Background(), 2, snapMsg(1, 2), func(w io.Writer) error { return writeFrames(w, 1, nil) })
+		return err
+	}
+	sent := make(chan error, maxStreamsIn)
+	for range maxStreamsIn {
+		go func() { sent <- send() }()
+	}
+	waitFor(t, "the streams held", func() bool { return held.Load() == maxStreamsIn })
+	if err := send(); err == nil {
+		t.Fatalf("stream %d accepted; want it refused", maxStreamsIn+1)
+	}
+	waitFor(t, "the refusal logged", func() bool { return n2.log.has("streams open already") })
+	close(release)
+	for range maxStreamsIn {
+		if err := recv(t, sent, "a held stream"); err != nil {
+			t.Errorf("held stream: %v", err)
+		}
+	}
+	if err := send(); err != nil {
+		t.Errorf("a stream after the others ended: %v", err)
+	}
+}

@@ -406,6 +406,12 @@ func (t *Transport) accept() {
 	}
 }
 
+// maxStreamsIn bounds the streams one peer may send at once: each holds a
+// connection and a goroutine, and its handler's work (a snapshot's
+// install). A stream past it is refused before the hello is answered, so
+// its SendStream fails, and raft sends the snapshot again later.
+const maxStreamsIn = 16
+
 // handshake checks an accepted connection's hello, answers it, and hands
 // the connection to its peer, or receives the stream it carries; or closes
 // it, logging why.
@@ -460,6 +466,13 @@ func (t *Transport) handshake(nc net.Conn) {
 	if id > t.cfg.NodeID && !stream {
 		refuse(fmt.Sprintf("node %d dialed node %d; the lower ID dials", id, t.cfg.NodeID), "peer", id)
 		return
+	}
+	if stream {
+		defer p.streamsIn.Add(-1)
+		if p.streamsIn.Add(1) > maxStreamsIn {
+			refuse(fmt.Sprintf("node %d has %d streams open already", id, maxStreamsIn), "peer", id)
+			return
+		}
 	}
 	if _, err := nc.Write(appendHelloOf(nil, magic, t.cfg.NodeID, t.cfg.ClusterID)); err != nil {
 		nc.Close()

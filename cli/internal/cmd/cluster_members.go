@@ -3,7 +3,9 @@ package cmd
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -154,34 +156,49 @@ func (g *globals) waitRebalance(ctx context.Context, a *fila.Administrator) erro
 	w := newStatusWatch(g, a)
 	defer w.close()
 	return g.follow(ctx, &w, func(views map[uint64]*fila.ClusterStatus, unreachable []uint64) (string, any, bool, error) {
-		st := rebalanceJSON{Moving: []string{}, Unreachable: append([]uint64{}, unreachable...)}
-		seen := map[string]bool{}
-		for _, v := range views {
-			st.Pending = max(st.Pending, len(v.Pending))
-			for _, gr := range v.Groups {
-				if len(gr.Target) > 0 && !seen[gr.Queue] {
-					seen[gr.Queue] = true
-					st.Moving = append(st.Moving, gr.Queue)
-				}
-			}
-		}
-		st.Done = len(views) > 0 && st.Pending == 0 && len(st.Moving) == 0
-		var b strings.Builder
-		if st.Done {
-			b.WriteString("rebalance done: no move pending or under way")
-		} else {
-			fmt.Fprintf(&b, "%d moves pending, %d under way", st.Pending, len(st.Moving))
-			if len(st.Moving) > 0 {
-				fmt.Fprintf(&b, " (%s)", strings.Join(firstN(st.Moving, 5), ", "))
-			}
-		}
-		if len(unreachable) > 0 {
-			fmt.Fprintf(&b, "; not answering: nodes %s", nodeList(unreachable))
-		}
-		return b.String(), st, st.Done, nil
+		st := rebalanceProgress(views, unreachable)
+		return rebalanceLine(st), st, st.Done, nil
 	}, func(ctx context.Context) error {
 		return fmt.Errorf("fila: cluster rebalance: %s before the rebalance was done; it goes on in the background (fila cluster status shows it): %w", w.why(ctx), ctx.Err())
 	})
+}
+
+// rebalanceProgress sums up the views of the nodes that answered, by
+// node ID: the most moves not yet started any of them reports, and the
+// queues, by name, whose group any of them reports a target for. The
+// rebalance is done once some node answered and none reports either.
+func rebalanceProgress(views map[uint64]*fila.ClusterStatus, unreachable []uint64) rebalanceJSON {
+	st := rebalanceJSON{Moving: []string{}, Unreachable: append([]uint64{}, unreachable...)}
+	moving := map[string]bool{}
+	for _, v := range views {
+		st.Pending = max(st.Pending, len(v.Pending))
+		for _, gr := range v.Groups {
+			if len(gr.Target) > 0 {
+				moving[gr.Queue] = true
+			}
+		}
+	}
+	st.Moving = append(st.Moving, slices.Sorted(maps.Keys(moving))...)
+	st.Done = len(views) > 0 && st.Pending == 0 && len(st.Moving) == 0
+	return st
+}
+
+// rebalanceLine is the text form of a progress line of fila cluster
+// rebalance --wait.
+func rebalanceLine(st rebalanceJSON) string {
+	var b strings.Builder
+	if st.Done {
+		b.WriteString("rebalance done: no move pending or under way")
+	} else {
+		fmt.Fprintf(&b, "%s pending, %d under way", plural(st.Pending, "move", "moves"), len(st.Moving))
+		if len(st.Moving) > 0 {
+			fmt.Fprintf(&b, " (%s)", strings.Join(firstN(st.Moving, maxQueuesShown), ", "))
+		}
+	}
+	if len(st.Unreachable) > 0 {
+		fmt.Fprintf(&b, "; not answering: nodes %s", nodeList(st.Unreachable))
+	}
+	return b.String()
 }
 
 // firstN returns s, cut to n items and "…" when longer.

@@ -1,6 +1,8 @@
 package cmd
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -330,5 +332,193 @@ func TestDrainUndone(t *testing.T) {
 		if got := w.undone(views, w.progress(views, nil)); got != tc.want {
 			t.Errorf("%s: undone = %v; want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPrintPlan: a rebalance's plan as tables (the moves with their
+// step, then the preferred leaders), the balanced line when it is
+// empty, and the -o json object, with [] for empty lists.
+func TestPrintPlan(t *testing.T) {
+	plan := &fila.RebalancePlan{
+		Moves: []fila.RebalanceMove{{Queue: "orders", From: 1, To: 4}, {Queue: "billing", From: 2, To: 4}},
+		Leads: []fila.RebalanceLead{{Queue: "orders", Node: 4}},
+	}
+	for _, tc := range []struct {
+		name   string
+		plan   *fila.RebalancePlan
+		dry    bool
+		output string
+		want   string
+	}{
+		{
+			name: "planned",
+			plan: plan,
+			want: "2 replica moves and 1 preferred leaders planned\n\n" +
+				"STEP  QUEUE    FROM  TO\n" +
+				"1     orders   1     4\n" +
+				"2     billing  2     4\n\n" +
+				"QUEUE   PREFERRED LEADER\n" +
+				"orders  4\n",
+		},
+		{
+			name: "dry run, leaders only",
+			plan: &fila.RebalancePlan{Leads: plan.Leads},
+			dry:  true,
+			want: "0 replica moves and 1 preferred leaders would be planned (dry run: nothing changed)\n\n" +
+				"QUEUE   PREFERRED LEADER\n" +
+				"orders  4\n",
+		},
+		{name: "balanced", plan: &fila.RebalancePlan{}, want: "the cluster is balanced: nothing to do\n"},
+		{name: "balanced, dry run", plan: &fila.RebalancePlan{}, dry: true, want: "the cluster is balanced: nothing to do\n"},
+		{
+			name: "json", plan: plan, dry: true, output: "json",
+			want: `{"dry_run":true,"moves":[{"queue":"orders","from_node_id":1,"to_node_id":4},{"queue":"billing","from_node_id":2,"to_node_id":4}],"leads":[{"queue":"orders","node_id":4}]}`,
+		},
+		{name: "json, balanced", plan: &fila.RebalancePlan{}, output: "json", want: `{"dry_run":false,"moves":[],"leads":[]}`},
+	} {
+		var out strings.Builder
+		g := &globals{stdout: &out, output: tc.output}
+		if err := g.printPlan(tc.plan, tc.dry); err != nil {
+			t.Fatalf("%s: printPlan: %v", tc.name, err)
+		}
+		got := out.String()
+		if tc.output == "json" {
+			var b bytes.Buffer
+			if err := json.Compact(&b, []byte(got)); err != nil {
+				t.Fatalf("%s: printPlan wrote %q: %v", tc.name, got, err)
+			}
+			got = b.String()
+		}
+		if got != tc.want {
+			t.Errorf("%s: printPlan wrote\n%s\nwant\n%s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRebalanceProgress: a rebalance is done once some node answered and
+// none reports a move pending nor a group with a target; until then the
+// line gives the most pending moves any node reports and the queues
+// moving, by name, whatever order the views come in.
+func TestRebalanceProgress(t *testing.T) {
+	moving := func(queue string) fila.ClusterGroup {
+		return fila.ClusterGroup{ID: 5, Queue: queue, Target: []uint64{1, 4}}
+	}
+	settled := func(queue string) fila.ClusterGroup { return fila.ClusterGroup{ID: 6, Queue: queue} }
+	meta := fila.ClusterGroup{ID: 1}
+	pending := func(n int) []fila.RebalanceMove { return make([]fila.RebalanceMove, n) }
+	view := func(id uint64, p []fila.RebalanceMove, gs ...fila.ClusterGroup) *fila.ClusterStatus {
+		return &fila.ClusterStatus{NodeID: id, Pending: p, Groups: append([]fila.ClusterGroup{meta}, gs...)}
+	}
+	for _, tc := range []struct {
+		name        string
+		views       []*fila.ClusterStatus
+		unreachable []uint64
+		pending     int
+		moving      []string
+		done        bool
+		line        string
+	}{
+		{
+			name:    "moves pending and under way",
+			views:   []*fila.ClusterStatus{view(1, pending(3), moving("orders"), settled("a")), view(2, pending(2), moving("billing"), moving("orders")), view(3, nil, moving("zeta"))},
+			pending: 3,
+			moving:  []string{"billing", "orders", "zeta"},
+			line:    "3 moves pending, 3 under way (billing, orders, zeta)",
+		},
+		{
+			name:        "one move pending",
+			views:       []*fila.ClusterStatus{view(2, pending(1), settled("orders"))},
+			unreachable: []uint64{1, 3},
+			pending:     1,
+			moving:      []string{},
+			line:        "1 move pending, 0 under way; not answering: nodes 1,3",
+		},
+		{
+			name:    "many moving",
+			views:   []*fila.ClusterStatus{view(1, nil, moving("f"), moving("e"), moving("d"), moving("c"), moving("b"), moving("a"))},
+			moving:  []string{"a", "b", "c", "d", "e", "f"},
+			line:    "0 moves pending, 6 under way (a, b, c, d, e, …)",
+			pending: 0,
+		},
+		{
+			name:        "done",
+			views:       []*fila.ClusterStatus{view(1, nil, settled("orders")), view(3, nil)},
+			unreachable: []uint64{2},
+			moving:      []string{},
+			done:        true,
+			line:        "rebalance done: no move pending or under way; not answering: nodes 2",
+		},
+		{
+			name:        "no node answered",
+			unreachable: []uint64{1, 2, 3},
+			moving:      []string{},
+			line:        "0 moves pending, 0 under way; not answering: nodes 1,2,3",
+		},
+	} {
+		views := map[uint64]*fila.ClusterStatus{}
+		for _, v := range tc.views {
+			views[v.NodeID] = v
+		}
+		for range 5 { // map order must not show
+			st := rebalanceProgress(views, tc.unreachable)
+			if st.Done != tc.done || st.Pending != tc.pending || !reflect.DeepEqual(st.Moving, tc.moving) || len(st.Unreachable) != len(tc.unreachable) || st.Unreachable == nil {
+				t.Fatalf("%s: progress = %+v; want done %v, %d pending, moving %v", tc.name, st, tc.done, tc.pending, tc.moving)
+			}
+			if got := rebalanceLine(st); got != tc.line {
+				t.Fatalf("%s: line\n %q\nwant\n %q", tc.name, got, tc.line)
+			}
+		}
+	}
+}
+
+// TestPrintClusterRebalance: cluster status shows each group's preferred
+// leader (- for none) and, when a rebalance has moves not yet started,
+// lists them after the groups; -o json carries both.
+func TestPrintClusterRebalance(t *testing.T) {
+	st := &fila.ClusterStatus{
+		NodeID: 1,
+		Nodes:  []fila.ClusterNode{{ID: 1, Addr: "a:1", PeerAddr: "a:2", Connected: true, State: fila.NodeActive}},
+		Groups: []fila.ClusterGroup{
+			{ID: 1, Leader: 1, Term: 2, Commit: 5, Applied: 5, LastIndex: 5, FirstIndex: 1, Replicas: []fila.ClusterReplica{{NodeID: 1, Known: true}}},
+			{ID: 2, Queue: "orders", Leader: 1, Term: 2, Commit: 3, Applied: 3, LastIndex: 3, FirstIndex: 1, Replicas: []fila.ClusterReplica{{NodeID: 1, Known: true}}, PreferredLeader: 4},
+		},
+		Pending: []fila.RebalanceMove{{Queue: "billing", From: 1, To: 4}, {Queue: "orders", From: 2, To: 3}},
+	}
+	var out strings.Builder
+	g := &globals{stdout: &out}
+	if err := g.printCluster(st); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"QUIESCED  TARGET  PREFERRED\n",
+		"  no        -       -\n", // the meta group: none
+		"  no        -       4\n", // orders
+		"\nrebalance: 2 moves not yet started\n\nSTEP  QUEUE    FROM  TO\n1     billing  1     4\n2     orders   2     3\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("printCluster wrote\n%s\nwant it to contain %q", text, want)
+		}
+	}
+	out.Reset()
+	st.Pending = nil
+	if err := g.printCluster(st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "rebalance") {
+		t.Errorf("printCluster without pending moves wrote\n%s\nwant no rebalance lines", out.String())
+	}
+	js, err := json.Marshal(clusterJSON(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"pending":[]`, `"preferred_leader":0`, `"preferred_leader":4`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("cluster status JSON %s; want %s", js, want)
+		}
+	}
+	st.Pending = []fila.RebalanceMove{{Queue: "billing", From: 1, To: 4}}
+	if js, _ := json.Marshal(clusterJSON(st)); !strings.Contains(string(js), `"pending":[{"queue":"billing","from_node_id":1,"to_node_id":4}]`) {
+		t.Errorf("cluster status JSON %s; want the pending move", js)
 	}
 }
