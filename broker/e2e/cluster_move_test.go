@@ -273,8 +273,8 @@ func awaitDrained(t *testing.T, ctx context.Context, c *filatest.Cluster, node u
 
 // TestClusterReplaceNode: under load, node 4 (started with cluster.join)
 // is added, "jobs" moves onto it, and node 1 is drained and removed. The
-// history checks; node 1, restarted on its data directory, refuses to
-// start, saying it was removed; its ID is refused back.
+// history checks; node 1 shuts down, and restarted on its data directory
+// refuses to start, saying it was removed; its ID is refused back.
 func TestClusterReplaceNode(t *testing.T) {
 	runClusterJoining(t, 4, 1, nil, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
 		if err := admin.AddNode(ctx, 4, c.PeerAddrs[3]); err != nil {
@@ -306,16 +306,14 @@ func TestClusterReplaceNode(t *testing.T) {
 			t.Errorf("add node 1 back: %v; want INVALID_ARGUMENT", err)
 		}
 		w.waitSent(ctx, w.sent.Load()+100)
-		// Restarted on its data, node 1 refuses to start.
+		// Node 1 shuts down once it has applied its removal; restarted on
+		// its data, it refuses to start.
 		old := c.Nodes[0]
-		for {
-			// It stops taking part once it has applied its removal.
-			if strings.Contains(old.Log(), "this node was removed from the cluster") || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		code, err := old.Wait(time.Minute)
+		if err != nil || code == 0 || !strings.Contains(old.Log(), "this node was removed from the cluster") {
+			t.Errorf("node 1 after its removal: exit %d, %v; want it to exit non-zero, saying why:\n%s", code, err, old.Log())
+			old.Kill()
 		}
-		old.Kill()
 		log := filatest.NewLog(1000)
 		p, err := filatest.StartProc(filatest.ProcConfig{Bin: filatest.Binary(t), DataDir: old.DataDir, Listen: old.Addr, Env: old.Env, Log: log, Wait: time.Minute})
 		if err != nil {

@@ -230,6 +230,15 @@ func (s *Server) Resume(t testing.TB) {
 	}
 }
 
+// Wait waits up to d for the server's process to exit on its own, and
+// returns its exit code; the error says it did not exit in time.
+func (s *Server) Wait(d time.Duration) (int, error) {
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	return p.Wait(d)
+}
+
 // Restart starts the server again on the same data directory and address
 // (after Kill or Stop).
 func (s *Server) Restart(t testing.TB) {

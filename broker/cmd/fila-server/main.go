@@ -214,10 +214,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	var removed <-chan struct{} // nil in single-node mode: never ready
+	if cn != nil {
+		removed = cn.Removed()
+	}
 
+	var exitErr error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout)
+	case <-removed:
+		exitErr = cluster.ErrRemoved
+		log.Error("shutting down: this node was removed from the cluster", "timeout", cfg.Server.ShutdownTimeout)
 	case err := <-serveErr:
 		return err
 	case <-st.Failed():
@@ -229,6 +237,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if exitErr != nil {
+		return exitErr
 	}
 	if sh != nil {
 		return sh.Err()

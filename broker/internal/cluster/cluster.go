@@ -197,6 +197,8 @@ type Node struct {
 	// dropping holds, for each group whose replica is being deleted
 	// (dropReplica), a channel closed once it is (driver goroutine).
 	dropping map[uint64]chan struct{}
+	// removedc is closed once this node stops for its removal (Removed).
+	removedc chan struct{}
 }
 
 // group is one Raft group on this node.
@@ -321,6 +323,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		waiters:  map[uint64]chan metaResult{},
 		heard:    map[uint64]uint64{},
 		dropping: map[uint64]chan struct{}{},
+		removedc: make(chan struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	moved, err := checkIdentity(st, cfg.ClusterID, cfg.NodeID)

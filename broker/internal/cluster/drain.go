@@ -27,7 +27,8 @@ const (
 )
 
 // DrainNode drains node id: it marks it draining in the meta group, so
-// that no queue is placed on it and it leads no group, and plans a move
+// that no queue is placed on it and it leads no group (no queue prefers
+// it as leader any more: see Rebalance), and plans a move
 // (MoveQueue) of each queue it holds a replica of to the same replicas
 // without it, plus the member holding the fewest replicas that is not
 // draining, if there is one (otherwise the queue keeps one replica
@@ -99,9 +100,13 @@ func (n *Node) applyDrain(b *store.Batch, body []byte) (metaResult, error) {
 	}
 	n.mu.Lock()
 	n.meta.draining[id] = true
-	var moved []*queueInfo
+	var moved, unpreferred []*queueInfo
 	for _, name := range slices.Sorted(mapKeys(n.meta.queues)) {
 		q := n.meta.queues[name]
+		if q.lead == id {
+			q.lead = 0 // a rebalance preferred it
+			unpreferred = append(unpreferred, q)
+		}
 		cur := q.target
 		if cur == nil {
 			cur = q.replicas
@@ -123,7 +128,7 @@ func (n *Node) applyDrain(b *store.Batch, body []byte) (metaResult, error) {
 	n.mu.Unlock()
 	b.Put(drainKey(id), nil)
 	n.log.Info("draining a node", "node", id, "queues", len(moved))
-	for _, q := range moved {
+	for _, q := range slices.Concat(unpreferred, moved) {
 		putPlacement(b, q)
 		if err := n.place(q); err != nil {
 			return metaResult{}, err

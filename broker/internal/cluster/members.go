@@ -31,6 +31,11 @@ var ErrRemoved = errors.New("cluster: this node was removed from the cluster; no
 func memberKey(id uint64) []byte  { return binary.BigEndian.AppendUint64([]byte("m/m/"), id) }
 func removedKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte("m/x/"), id) }
 
+// Removed returns a channel closed once this node has stopped taking
+// part because it was removed from the cluster (RemoveNode): a server
+// then shuts down, as nothing it could serve would be current.
+func (n *Node) Removed() <-chan struct{} { return n.removedc }
+
 // memberIDs returns the members' IDs, sorted: the recorded members, or
 // until the first change the meta group's voters, which every node
 // applying the same entries sees alike (a node's Config.Peers need not be
@@ -293,6 +298,7 @@ func (n *Node) followMembers() {
 	if n.meta.removed[n.cfg.NodeID] && g.rn.BasicStatus().RaftState != raft.StateLeader {
 		if n.failed.CompareAndSwap(nil, &ErrRemoved) {
 			n.log.Error("this node was removed from the cluster; it stops taking part", "node", n.cfg.NodeID)
+			close(n.removedc)
 		}
 	}
 }

@@ -172,6 +172,27 @@ func TestRebalance(t *testing.T) {
 			t.Fatalf("queue %s after the rebalance: %+v; want its 6 messages", name, st)
 		}
 	}
+	// A drain takes back the preferences it finds on the node drained.
+	eventually(t, "drain node 4", func() error { _, err := c.nodes[0].DrainNode(ctx, 4, false); return err })
+	eventually(t, "no queue prefers node 4", func() error {
+		for i := range c.nodes {
+			c.nodes[i].mu.RLock()
+			for _, q := range c.nodes[i].meta.queues {
+				if q.lead == 4 {
+					c.nodes[i].mu.RUnlock()
+					return fmt.Errorf("node %d: %s prefers node 4", i+1, q.spec.Name)
+				}
+			}
+			c.nodes[i].mu.RUnlock()
+		}
+		return nil
+	})
+	if _, err := c.nodes[0].DrainNode(ctx, 4, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nodes[0].Rebalance(ctx, false); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, "leaders follow the preferences", func() error {
 		leads := map[int]int{}
 		for _, name := range names {
