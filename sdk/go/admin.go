@@ -884,9 +884,9 @@ func (a *Administrator) AddNode(ctx context.Context, nodeID uint64, peerAddr str
 // hold no replica of any queue: drain it first (DrainNode) and wait
 // until ClusterStatus shows it NodeDrained. The meta group's leader takes
 // it out of the meta group; every node then forgets it and refuses its
-// connections, and the removed node stops taking part. Its ID is never
-// accepted again: AddNode refuses it, and the node, restarted on its
-// data directory, refuses to start. RemoveNode returns once the node
+// connections, and the removed node stops taking part, its server
+// shutting down. Its ID is never accepted again: AddNode refuses it, and
+// the node, restarted on its data directory, refuses to start. RemoveNode returns once the node
 // that took the request has applied the removal.
 //
 // Like ClusterStatus, the request goes to the node the client asks first

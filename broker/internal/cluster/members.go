@@ -155,9 +155,9 @@ func (n *Node) checkAdd(id uint64, addr string) error {
 // replica of any queue (drain it first, DrainNode). The meta group's
 // leader takes it out of the meta group (handing its own lead over first
 // if it is the node removed); every node then forgets it and refuses its
-// connections, and the removed node stops taking part. Its ID is never
-// accepted again: restarted with its data directory, it refuses to start
-// (ErrRemoved). It returns once this node has applied the removal.
+// connections, and the removed node stops taking part (its server shuts
+// down: Removed). Its ID is never accepted again: restarted with its
+// data directory, it refuses to start (ErrRemoved). It returns once this node has applied the removal.
 //
 // The error wraps fault.ErrInvalidArgument (not a member, the last
 // member, or a node that still holds replicas) or fault.ErrUnavailable

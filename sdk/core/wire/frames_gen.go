@@ -2397,12 +2397,13 @@ func (*AddNodeResult) Opcode() Opcode {
 // queue: drain it first (DrainNode). The meta group's leader takes it out of
 // the meta group (handing its own lead over first, if it is the node removed);
 // every node then forgets it and refuses its connections, and the removed node
-// stops taking part. Its ID is never accepted again: AddNode refuses it, and
-// the node, restarted on its data directory, refuses to start. The answer
-// comes once the answering node has applied the removal. Needs admin on `*`. A
-// broker in single-node mode answers NOT_SUPPORTED. A node that is not a
-// member, the last member, or one that still holds replicas fails with
-// INVALID_ARGUMENT; UNAVAILABLE means no meta leader took it in time.
+// stops taking part, its server shutting down. Its ID is never accepted again:
+// AddNode refuses it, and the node, restarted on its data directory, refuses
+// to start. The answer comes once the answering node has applied the removal.
+// Needs admin on `*`. A broker in single-node mode answers NOT_SUPPORTED. A
+// node that is not a member, the last member, or one that still holds replicas
+// fails with INVALID_ARGUMENT; UNAVAILABLE means no meta leader took it in
+// time.
 type RemoveNode struct {
 	// NodeID (u64) The node to remove, by its Raft node ID.
 	NodeID uint64
