@@ -56,15 +56,7 @@ func TestClusterStatus(t *testing.T) {
 	cl := filatest.StartCluster(t, 3, filatest.WithEnv("FILA_CLUSTER_TICK_INTERVAL=100ms", "FILA_CLUSTER_ELECTION_TICKS=10"))
 	all := &cli{t: t, addr: cl.Addrs()}
 	// The meta group elects its leader first.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		r := all.run("queue", "create", "orders")
-		if r.code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue create orders: exit %d: %s", r.code, r.stderr)
-		}
-	}
+	all.retry("queue", "create", "orders")
 
 	for i, node := range cl.Nodes {
 		c := &cli{t: t, addr: node.Addr}
@@ -212,15 +204,7 @@ func TestClusterDrain(t *testing.T) {
 	}
 	cl := filatest.StartCluster(t, 3, filatest.WithEnv("FILA_CLUSTER_TICK_INTERVAL=100ms", "FILA_CLUSTER_ELECTION_TICKS=10", "FILA_CLUSTER_REPLICATION_FACTOR=2"))
 	all := &cli{t: t, addr: cl.Addrs()}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		r := all.run("queue", "create", "orders")
-		if r.code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue create orders: exit %d: %s", r.code, r.stderr)
-		}
-	}
+	all.retry("queue", "create", "orders")
 	// The queue's replicas, once its group has a leader and every node
 	// has registered its client address (the wait asks each node there).
 	var st clusterStatus
@@ -331,13 +315,7 @@ func TestClusterMembership(t *testing.T) {
 	seeds := strings.Join(strings.Split(cl.Addrs(), ",")[1:], ",") // nodes 2-4: node 1 goes
 	all := &cli{t: t, addr: seeds}
 	for _, q := range []string{"a", "b", "c", "d"} {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			if r := all.run("queue", "create", q); r.code == 0 {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("queue create %s: exit %d: %s", q, r.code, r.stderr)
-			}
-		}
+		all.retry("queue", "create", q)
 	}
 	all.fails(2, "--peer-addr", "cluster", "add-node", "4", "--peer-addr", "no-port")
 	all.fails(2, "node ID", "cluster", "remove-node", "zero")

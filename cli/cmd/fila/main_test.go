@@ -115,6 +115,22 @@ func (c *cli) json(v any, args ...string) {
 
 // fails runs a command that must exit with code and an error on stderr
 // containing want.
+// retry runs fila with args until it exits 0, for up to a minute (a
+// cluster electing its leaders answers with errors meanwhile), and
+// returns its stdout; it fails the test when the minute runs out.
+func (c *cli) retry(args ...string) string {
+	c.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		r := c.run(args...)
+		if r.code == 0 {
+			return r.stdout
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("fila %s: exit %d: %s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
 func (c *cli) fails(code int, want string, args ...string) result {
 	c.t.Helper()
 	r := c.run(args...)

@@ -64,24 +64,10 @@ func TestClusterRebalance(t *testing.T) {
 	}
 	cl := filatest.StartCluster(t, 4, filatest.WithEnv("FILA_CLUSTER_TICK_INTERVAL=100ms", "FILA_CLUSTER_ELECTION_TICKS=10"))
 	all := &cli{t: t, addr: cl.Addrs()}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		r := all.run("cluster", "drain", "4")
-		if r.code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster drain 4: exit %d: %s", r.code, r.stderr)
-		}
-	}
+	all.retry("cluster", "drain", "4")
 	queues := []string{"a", "b", "c", "d"}
 	for _, q := range queues {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			if r := all.run("queue", "create", q); r.code == 0 {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("queue create %s: exit %d: %s", q, r.code, r.stderr)
-			}
-		}
+		all.retry("queue", "create", q)
 	}
 	all.ok("cluster", "drain", "4", "--undo")
 
