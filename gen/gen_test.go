@@ -65,14 +65,14 @@ func TestSpecChecks(t *testing.T) {
 		{
 			"operation lists an undeclared code",
 			func(s string) string {
-				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "NO_SUCH_CODE"]`, 1)
+				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "QUEUE_SHARDED"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "QUEUE_SHARDED", "NO_SUCH_CODE"]`, 1)
 			},
 			`operation "Redrive": lists undeclared code "NO_SUCH_CODE"`,
 		},
 		{
 			"operation lists a status code",
 			func(s string) string {
-				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "FORBIDDEN"]`, 1)
+				return strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "QUEUE_SHARDED"]`, `codes = ["QUEUE_NOT_FOUND", "NOT_A_DLQ", "QUEUE_SHARDED", "FORBIDDEN"]`, 1)
 			},
 			`lists status code "FORBIDDEN"`,
 		},
@@ -163,7 +163,7 @@ func TestNewCodeGetsErrorValuesOnBothSides(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b) + "\n[[codes]]\nname = \"QUEUE_PAUSED\"\nvalue = 90\nscope = \"domain\"\ntext = \"queue paused\"\ndoc = \"The queue is paused.\"\n"
-	s = strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE"]`, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_PAUSED"]`, 1)
+	s = strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_SHARDED"]`, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_SHARDED", "QUEUE_PAUSED"]`, 1)
 	if err := os.WriteFile(specPath, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}

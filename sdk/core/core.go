@@ -101,6 +101,12 @@ func (e *RequestError) Error() string {
 type DeliveryBatch struct {
 	Subscription uint32
 	Messages     []wire.DeliveredMessage
+	// Backlog is the Delivery's backlog: how many messages of the queue
+	// (of the shard, for a sharded queue) were ready for delivery once
+	// these were delivered, including those waiting for throttle tokens.
+	// 0 also from a broker that predates it. A Router shares a sharded
+	// subscription's credit among its shards by it.
+	Backlog uint64
 }
 
 // An Expiry reports deliveries of a subscription whose leases ended
@@ -591,6 +597,16 @@ func (c *Conn) Credit(sub uint32) (outstanding, held uint32, ok bool) {
 	return s.outstanding, uint32(len(s.held)), true
 }
 
+// holds reports whether sub holds the delivery of lease unsettled.
+func (c *Conn) holds(sub uint32, lease uint64) bool {
+	s, ok := c.subs[sub]
+	if !ok {
+		return false
+	}
+	_, held := s.held[lease]
+	return held
+}
+
 // Close queues a GoAway: no new requests are accepted; the shell closes the
 // connection once requests in flight are complete (InFlight() == 0).
 func (c *Conn) Close() {
@@ -900,7 +916,7 @@ func (c *Conn) deliver(sub uint32, d *wire.Delivery) error {
 	if s.prefetch > 0 {
 		s.outstanding -= n
 	}
-	c.deliveries = append(c.deliveries, DeliveryBatch{Subscription: sub, Messages: d.Messages})
+	c.deliveries = append(c.deliveries, DeliveryBatch{Subscription: sub, Messages: d.Messages, Backlog: d.Backlog})
 	return nil
 }
 

@@ -42,7 +42,8 @@
 //     connection-scoped: close the connection. Every request still in flight
 //     is completed with ErrConnectionLost in that Ready.
 //  5. Report each delivery the application has finished with (acked,
-//     nacked, retried, released) with Settle(sub, lease), before sending
+//     nacked, retried, released) with Settle(sub, lease) (a Router's
+//     SettleIn(sub, queue, lease), for sharded queues), before sending
 //     the request that settles it, so its subscription's credit is
 //     replenished. Settling a delivery whose lease expired (Ready.Expired)
 //     is harmless: the broker already gave its credit back, and the core
@@ -84,6 +85,34 @@
 //	}
 //	r.Receive(addr, buf[:n])               // bytes read from addr's connection
 //	r.ConnLost(addr, err)                  // addr's connection failed
+//
+// # Sharded queues
+//
+// A queue created with several shards is one queue per shard,
+// "<queue>~<i>", each its own Raft group with its own leader; the broker
+// does not route between them, and answers an Enqueue or Subscribe naming
+// the queue itself QUEUE_SHARDED, having done nothing. The Router then
+// asks Topology for the queue's shards (their names and leaders, and the
+// queue's tenant separator) and keeps that map for its life:
+//
+//   - Enqueue: each message goes to the shard its fairness key hashes to
+//     (ShardOf: FNV-1a 32 of the key, or of its tenant part, mod the
+//     shards), the request split per shard leader and its results joined
+//     in the caller's order. Once the map is known, later Enqueues go to
+//     the shards at once. The caller's frame is not changed.
+//   - Subscribe: the subscription becomes one subscription per shard,
+//     each opened, moved and reopened on its shard's leader on its own,
+//     merged under the caller's ID. Its prefetch is shared: each shard
+//     keeps at least 1 credit, the rest goes to the shards in proportion
+//     to the backlog their Deliveries report (DeliveryBatch.Backlog), a
+//     share changing only when it moves by a quarter or more.
+//   - Settle: lease numbers are per shard, so settle a sharded
+//     subscription's deliveries with SettleIn, naming the queue each
+//     delivery came from; Ack and the other settling requests name it
+//     already, and go to its shard's leader by themselves.
+//
+// If Topology fails, the request or subscription fails with the
+// QUEUE_SHARDED error.
 //
 // The Router is in this package, beside Conn, rather than in one of its
 // own: it drives Conns through unexported hooks (their events are taken

@@ -77,6 +77,15 @@ type RouterConfig struct {
 //     and dialled again after a failure with backoff; a node that sends
 //     GoAway takes no new requests and is closed once its requests are
 //     answered (Ready.Close), its leader hint taking its place.
+//   - sharded queues: an Enqueue or Subscribe answered QUEUE_SHARDED
+//     learns the queue's shards from Topology, once per queue for the
+//     Router's life. Each message then goes to the shard its fairness key
+//     hashes to (ShardOf), split per shard leader and joined in order as
+//     above; a subscription becomes one child subscription per shard,
+//     merged under the caller's ID, its prefetch shared among the shards
+//     by their backlog (see Subscribe). Settle a sharded subscription's
+//     deliveries with SettleIn, naming the delivery's queue: lease numbers
+//     are per shard.
 //
 // Request and subscription IDs are the Router's, stable across the
 // connections a request or subscription crosses. Like Conn, it is
@@ -102,9 +111,11 @@ type Router struct {
 
 	nextID  uint32
 	reqs    map[uint32]*request
-	subs    map[uint32]*rsub
-	waiting []*part // parts to send when they may, in the order they began waiting
-	seq     uint64  // the next Enqueue sequence
+	subs    map[uint32]*rsub     // the caller's, and the children of sharded ones
+	shards  map[string]*shardMap // by queue name as the caller named it, once Topology told
+	lookups map[string]*lookup   // Topology requests in flight for shard maps, by queue name
+	waiting []*part              // parts to send when they may, in the order they began waiting
+	seq     uint64               // the next Enqueue sequence
 	closing bool
 
 	dials       []string
@@ -188,6 +199,10 @@ type request struct {
 	parts    []*part
 	left     int
 	done     bool
+	// onDone, for a request the Router makes itself (a Topology asked
+	// for a shard map, the Unsubscribe of a shard's subscription), takes
+	// its outcome instead of a Completion.
+	onDone func(wire.Frame, error)
 }
 
 // A part is what travels to one node: a whole request, the items of a
@@ -216,6 +231,13 @@ type part struct {
 	done   bool
 	resp   wire.Frame
 	err    error
+
+	// An Enqueue part answered QUEUE_SHARDED waits (parked, in no
+	// queue) for the shard maps of its queues, then is sent again split
+	// by shard.
+	sharded      *RequestError // the QUEUE_SHARDED answer
+	parked       int           // shard-map lookups it waits for
+	lookupFailed bool          // one of them failed
 }
 
 // deadline is when p stops waiting; 0 for none. An open subscription
@@ -246,6 +268,19 @@ type rsub struct {
 	adopt   map[uint64]struct{} // leases of an ended opening, for the next
 	closing bool                // Unsubscribe was called
 	unsub   *request
+
+	// A subscription of a sharded queue is a parent with one child per
+	// shard, each an rsub of its own (with its own ID, never shown to the
+	// caller) whose deliveries are reported under the parent's ID.
+	parent   *rsub
+	children []*rsub         // in shard order
+	sharded  *RequestError   // the QUEUE_SHARDED answer, while the shard map is looked up
+	ending   bool            // a child ended for good: the others are being closed
+	endErr   error           // why
+	early    []DeliveryBatch // children's deliveries before the parent opened
+	earlyExp []Expiry
+	granted  uint32 // a child's SubscribeOk prefetch, at its first opening
+	backlog  uint64 // a child's backlog, from its last Delivery
 }
 
 // NewRouter returns a Router with no connections: the first request asks
@@ -272,14 +307,16 @@ func NewRouter(cfg RouterConfig) *Router {
 	}
 	cfg.DialMax = max(cfg.DialMax, cfg.DialMin)
 	r := &Router{
-		cfg:    cfg,
-		rng:    cfg.JitterSeed,
-		nodes:  map[string]*node{},
-		routes: map[routeKey]string{},
-		reqs:   map[uint32]*request{},
-		subs:   map[uint32]*rsub{},
-		nextID: 1,
-		seq:    1,
+		cfg:     cfg,
+		rng:     cfg.JitterSeed,
+		nodes:   map[string]*node{},
+		routes:  map[routeKey]string{},
+		reqs:    map[uint32]*request{},
+		subs:    map[uint32]*rsub{},
+		shards:  map[string]*shardMap{},
+		lookups: map[string]*lookup{},
+		nextID:  1,
+		seq:     1,
 	}
 	for _, a := range cfg.Seeds {
 		r.node(a)
@@ -414,8 +451,12 @@ func (r *Router) Enqueue(msgs []wire.EnqueueMessage, deadline Time) (uint32, err
 
 // split cuts a batch request whose items the Router would send to several
 // nodes into one part per node, and makes one part of anything else.
+//
+// The messages of an Enqueue naming a sharded queue whose shards the
+// Router knows are sent to their shards (shardFrame); the caller's frame
+// is left as it is.
 func (r *Router) split(req *request) {
-	f := req.frame
+	f := r.shardFrame(req.frame)
 	n := batchItems(f)
 	if n <= 0 {
 		req.parts = []*part{{req: req, frame: own(f), key: frameKey(f)}}
@@ -432,30 +473,7 @@ func (r *Router) split(req *request) {
 		req.left = 1
 		return
 	}
-	type group struct {
-		addr  string
-		key   routeKey
-		multi bool
-		idx   []int
-	}
-	var groups []*group
-	for i := range n {
-		k := queueKey(itemQueue(f, i))
-		a := r.addrFor(k)
-		var g *group
-		for _, h := range groups {
-			if h.addr == a {
-				g = h
-				break
-			}
-		}
-		if g == nil {
-			g = &group{addr: a, key: k}
-			groups = append(groups, g)
-		}
-		g.multi = g.multi || k != g.key
-		g.idx = append(g.idx, i)
-	}
+	groups := r.groupItems(f)
 	if len(groups) == 1 {
 		req.parts = []*part{{req: req, frame: own(f), key: k0, multi: true}}
 		req.left = 1
@@ -467,11 +485,60 @@ func (r *Router) split(req *request) {
 	req.left = len(req.parts)
 }
 
+// An itemGroup is the items of a batch request that go to one node.
+type itemGroup struct {
+	addr  string
+	key   routeKey // its first item's
+	multi bool     // items of several groups
+	idx   []int
+}
+
+// groupItems groups the items of batch request f by the node each would
+// go to now, in order of first appearance.
+func (r *Router) groupItems(f wire.Frame) []*itemGroup {
+	var groups []*itemGroup
+	for i := range batchLen(f) {
+		k := queueKey(itemQueue(f, i))
+		a := r.addrFor(k)
+		var g *itemGroup
+		for _, h := range groups {
+			if h.addr == a {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &itemGroup{addr: a, key: k}
+			groups = append(groups, g)
+		}
+		g.multi = g.multi || k != g.key
+		g.idx = append(g.idx, i)
+	}
+	return groups
+}
+
 // Subscribe queues a Subscribe of queue and returns the subscription's ID
 // (see Conn.Subscribe). Its Completion comes once, when the first node
 // accepts it; after that it is opened again wherever its queue's
 // leadership moves, and ends (Ready.Ended) only after Unsubscribe, or
 // when a broker refuses it for good. deadline bounds the first opening.
+//
+// A sharded queue (one a broker answers QUEUE_SHARDED) is consumed
+// through one subscription per shard, opened on each shard's leader once
+// Topology has listed them, and followed as leadership moves each on its
+// own; they are one subscription to the caller: the Completion comes once
+// every shard's is open, with a SubscribeOk whose Prefetch is the sum of
+// the shards' grants, their deliveries and expiries come under the ID
+// Subscribe returned, and the first to end for good ends them all. The
+// prefetch (P, or the sum of the grants when 0 was asked) is shared: each
+// shard keeps at least 1 credit, so it delivers what it gets and reports
+// its backlog, and the rest, max(P, shards) - shards, is split in
+// proportion to each shard's backlog as its last Delivery reported it
+// (evenly while none is known, or all are 0). A shard's share is changed
+// (Conn.SetPrefetch) only when it moves by at least a quarter of its
+// current prefetch (at least 1), or to or from 1. If the Topology fails,
+// the Subscribe fails with the QUEUE_SHARDED error. Rate limits apply to
+// each shard's subscription.
 func (r *Router) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit, deadline Time) (uint32, error) {
 	if r.closing {
 		return 0, ErrGoingAway
@@ -484,6 +551,12 @@ func (r *Router) Subscribe(queue string, prefetch uint32, limits []wire.RateLimi
 		deadline: deadline,
 	}
 	r.subs[s.id] = s
+	if m := r.shards[queue]; m != nil && !m.trivial(queue) {
+		// Its shards are known: subscribe to them at once.
+		r.splitSub(s, m)
+		r.step()
+		return s.id, nil
+	}
 	p := r.attempt(s)
 	if !r.trySend(p) {
 		r.wait(p)
@@ -503,18 +576,31 @@ func (r *Router) attempt(s *rsub) *part {
 // (like Conn, it refuses one still opening). Its Completion carries
 // UnsubscribeOk, and the subscription's SubscriptionEnd, with nil Err,
 // comes in the same Ready; a subscription not open anywhere at the time
-// (being opened again) ends at once.
+// (being opened again) ends at once. A sharded subscription's shards are
+// each closed, and it completes, and ends, once every one is.
 func (r *Router) Unsubscribe(sub uint32) (uint32, error) {
 	if r.closing {
 		return 0, ErrGoingAway
 	}
-	s, ok := r.subs[sub]
+	s, ok := r.sub(sub)
 	if !ok || !s.opened || s.closing {
 		return 0, fmt.Errorf("%w: %d", ErrUnknownSubscription, sub)
 	}
 	req := &request{id: r.allocID(), op: wire.OpUnsubscribe, frame: &wire.Unsubscribe{Subscription: sub}, left: 1}
 	r.reqs[req.id] = req
 	s.closing, s.unsub = true, req
+	if s.children != nil {
+		r.closeChildren(s)
+	} else {
+		r.stopSub(s)
+	}
+	r.step()
+	return req.id, nil
+}
+
+// stopSub closes s, whose closing and unsub are set: where it is open,
+// once its Subscribe in flight is answered, or now.
+func (r *Router) stopSub(s *rsub) {
 	switch {
 	case s.live:
 		r.sendUnsub(s)
@@ -527,8 +613,15 @@ func (r *Router) Unsubscribe(sub uint32) (uint32, error) {
 		}
 		r.subGone(s, nil)
 	}
-	r.step()
-	return req.id, nil
+}
+
+// sub returns the caller's subscription id: not a shard's child.
+func (r *Router) sub(id uint32) (*rsub, bool) {
+	s, ok := r.subs[id]
+	if !ok || s.parent != nil {
+		return nil, false
+	}
+	return s, true
 }
 
 func (r *Router) sendUnsub(s *rsub) {
@@ -544,12 +637,51 @@ func (r *Router) sendUnsub(s *rsub) {
 }
 
 // Settle reports deliveries of sub the application has finished with (see
-// Conn.Settle), whichever connection delivered them.
+// Conn.Settle), whichever connection delivered them. For a subscription of
+// a sharded queue, whose shards number their leases each on their own,
+// each lease is settled on the first shard that holds it: use SettleIn,
+// which names the shard.
 func (r *Router) Settle(sub uint32, leases ...uint64) {
-	s, ok := r.subs[sub]
+	s, ok := r.sub(sub)
 	if !ok {
 		return
 	}
+	if s.children != nil {
+		r.settleAny(s, leases)
+		return
+	}
+	r.settle(s, leases)
+}
+
+// SettleIn is Settle for deliveries from queue, the queue each delivery
+// names (wire.DeliveredMessage.Queue): for a subscription of a sharded
+// queue, it settles them on the shard whose queue (or dead-letter queue)
+// that is, since lease numbers are only unique within a shard; a queue
+// that names none of its shards settles as Settle does. For any other
+// subscription it is Settle. Unknown subscriptions and leases not held
+// are ignored.
+func (r *Router) SettleIn(sub uint32, queue string, leases ...uint64) {
+	s, ok := r.sub(sub)
+	if !ok {
+		return
+	}
+	if s.children == nil {
+		r.settle(s, leases)
+		return
+	}
+	k := queueKey(queue)
+	for _, c := range s.children {
+		if c.key == k && r.alive(c) {
+			r.settle(c, leases)
+			return
+		}
+	}
+	r.settleAny(s, leases)
+}
+
+// settle returns the credit of leases on s where it is open, or keeps it
+// from being counted where it opens next.
+func (r *Router) settle(s *rsub, leases []uint64) {
 	for _, l := range leases {
 		delete(s.adopt, l)
 	}
@@ -559,14 +691,22 @@ func (r *Router) Settle(sub uint32, leases ...uint64) {
 }
 
 // SetPrefetch changes sub's prefetch (see Conn.SetPrefetch), now where it
-// is open and for every later opening. n must not be 0.
+// is open and for every later opening. n must not be 0. A sharded
+// subscription's n is split again among its shards (see Subscribe), each
+// share applied whatever its change.
 func (r *Router) SetPrefetch(sub uint32, n uint32) error {
-	s, ok := r.subs[sub]
+	s, ok := r.sub(sub)
 	if !ok {
 		return fmt.Errorf("%w: %d", ErrUnknownSubscription, sub)
 	}
 	if n == 0 {
 		return fmt.Errorf("fila: set prefetch of subscription %d to 0: only between nonzero values", sub)
+	}
+	if s.children != nil {
+		s.prefetch = n
+		r.rebalance(s, true)
+		r.step()
+		return nil
 	}
 	if s.live {
 		if err := s.node.conn.SetPrefetch(s.connSub, n); err != nil {
@@ -579,10 +719,26 @@ func (r *Router) SetPrefetch(sub uint32, n uint32) error {
 }
 
 // Credit returns sub's credit state where it is open (see Conn.Credit);
-// ok is false while it is not open anywhere.
+// ok is false while it is not open anywhere. For a sharded subscription
+// it is the sum over the shards where it is open.
 func (r *Router) Credit(sub uint32) (outstanding, held uint32, ok bool) {
-	s, found := r.subs[sub]
-	if !found || !s.live {
+	s, found := r.sub(sub)
+	if !found {
+		return 0, 0, false
+	}
+	if s.children != nil {
+		for _, c := range s.children {
+			if o, h, live := r.credit(c); live {
+				outstanding, held, ok = outstanding+o, held+h, true
+			}
+		}
+		return outstanding, held, ok
+	}
+	return r.credit(s)
+}
+
+func (r *Router) credit(s *rsub) (outstanding, held uint32, ok bool) {
+	if !s.live {
 		return 0, 0, false
 	}
 	return s.node.conn.Credit(s.connSub)
@@ -615,6 +771,17 @@ func (r *Router) InFlight() int { return len(r.reqs) }
 // no node is reachable.
 func (r *Router) Leader(queue string) string { return r.addrFor(queueKey(queue)) }
 
+// LeaderOf returns the address an Enqueue of a message of queue with
+// fairness key fairnessKey would go to now: Leader of the message's
+// shard (see ShardOf) when queue is sharded and the Router knows its
+// shards, else Leader(queue).
+func (r *Router) LeaderOf(queue, fairnessKey string) string {
+	if name, ok := r.shardName(queue, fairnessKey); ok {
+		queue = name
+	}
+	return r.Leader(queue)
+}
+
 // Home returns the node requests with no known leader go to now; "" when
 // no node is reachable.
 func (r *Router) Home() string {
@@ -636,7 +803,8 @@ func (r *Router) NodeState(addr string) (st State, ok bool) {
 
 // Subscription returns the ID of the subscription that addr's
 // connection knows as connSub (its Subscribe's request ID there), for
-// tools that show the wire.
+// tools that show the wire: for one shard's subscription, the ID of the
+// sharded subscription it is part of.
 func (r *Router) Subscription(addr string, connSub uint32) (uint32, bool) {
 	n, ok := r.nodes[addr]
 	if !ok {
@@ -646,7 +814,7 @@ func (r *Router) Subscription(addr string, connSub uint32) (uint32, bool) {
 	if !ok {
 		return 0, false
 	}
-	return s.id, true
+	return s.root().id, true
 }
 
 // --- Ready ---
@@ -762,12 +930,12 @@ func (r *Router) pump(n *node, c *Conn) {
 		rd := c.Ready()
 		for _, d := range rd.Deliveries {
 			if s, ok := n.subs[d.Subscription]; ok {
-				r.deliveries = append(r.deliveries, DeliveryBatch{Subscription: s.id, Messages: d.Messages})
+				r.delivered(s, d)
 			}
 		}
 		for _, e := range rd.Expired {
 			if s, ok := n.subs[e.Subscription]; ok {
-				r.expired = append(r.expired, Expiry{Subscription: s.id, Leases: e.Leases})
+				r.expiredIn(s, e)
 			}
 		}
 		for _, cp := range rd.Completions {
@@ -1062,21 +1230,33 @@ func (r *Router) answered(n *node, p *part, cp Completion) {
 	var re *RequestError
 	switch {
 	case cp.Err == nil:
+		if p.req.op == wire.OpEnqueue && r.shardedItems(n, p, cp.Response) {
+			return
+		}
 		r.learn(n, p, cp.Response)
 		r.finish(p, cp.Response, nil)
 	case errors.Is(cp.Err, ErrConnectionLost):
 		r.lost(p, cp.Err, cp.unsent)
 	case errors.As(cp.Err, &re) && re.Code == wire.CodeNotLeader:
 		r.redirect(n, p, re)
+	case errors.As(cp.Err, &re) && re.Code == wire.CodeQueueSharded && p.req.op == wire.OpEnqueue:
+		r.reshard(p, re)
 	default:
 		r.finish(p, nil, cp.Err)
 	}
 }
 
-// learn records where p's groups are led: n, which served it.
+// learn records where p's groups are led: n, which served it; and, from
+// a Topology result, where each shard of its queue is.
 func (r *Router) learn(n *node, p *part, resp wire.Frame) {
-	if t, ok := resp.(*wire.TopologyResult); ok && len(t.Shards) > 0 && t.Shards[0].LeaderAddr != "" {
-		r.routes[queueKey(t.Queue)] = t.Shards[0].LeaderAddr
+	if t, ok := resp.(*wire.TopologyResult); ok {
+		for _, sh := range t.Shards {
+			if sh.LeaderAddr == "" {
+				continue
+			}
+			r.node(sh.LeaderAddr)
+			r.routes[queueKey(shardQueue(t, sh))] = sh.LeaderAddr
+		}
 	}
 	switch {
 	case p.multi:
@@ -1230,6 +1410,10 @@ func (r *Router) finish(p *part, resp wire.Frame, err error) {
 	} else {
 		cp.Response, cp.Err = joinParts(req)
 	}
+	if req.onDone != nil {
+		req.onDone(cp.Response, cp.Err)
+		return
+	}
 	r.completions = append(r.completions, cp)
 }
 
@@ -1245,7 +1429,11 @@ func (r *Router) subscribeAnswered(n *node, p *part, cp Completion) {
 		}
 		if !s.opened {
 			s.opened = true
-			r.completions = append(r.completions, Completion{RequestID: s.id, Op: wire.OpSubscribe, Request: s.frame, Response: cp.Response})
+			if s.parent != nil {
+				r.childOpened(s, cp.Response)
+			} else {
+				r.completions = append(r.completions, Completion{RequestID: s.id, Op: wire.OpSubscribe, Request: s.frame, Response: cp.Response})
+			}
 		}
 		if s.closing {
 			r.sendUnsub(s)
@@ -1265,6 +1453,9 @@ func (r *Router) subscribeAnswered(n *node, p *part, cp Completion) {
 		r.lost(p, cp.Err, true) // a Subscribe is always safe to send again
 	case errors.As(cp.Err, &re) && re.Code == wire.CodeNotLeader:
 		r.redirect(n, p, re)
+	case errors.As(cp.Err, &re) && re.Code == wire.CodeQueueSharded && s.parent == nil && !s.opened:
+		p.done, s.attempt = true, nil
+		r.shardSub(s, re)
 	default:
 		r.subFailed(p, cp.Err)
 	}
@@ -1302,8 +1493,19 @@ func (r *Router) subFailed(p *part, err error) {
 	if s.attempt == p {
 		s.attempt = nil
 	}
+	r.subEnd(s, err)
+}
+
+// subEnd ends s, which has no opening in flight, with err: the caller's
+// Subscribe fails, or the open subscription ends. A shard's subscription
+// ends its sharded one (childGone).
+func (r *Router) subEnd(s *rsub, err error) {
 	if s.closing {
 		r.subGone(s, nil)
+		return
+	}
+	if s.parent != nil {
+		r.subGone(s, err)
 		return
 	}
 	if !s.opened {
@@ -1322,6 +1524,16 @@ func (r *Router) subGone(s *rsub, err error) {
 	delete(r.subs, s.id)
 	if s.node != nil && s.node.subs[s.connSub] == s {
 		delete(s.node.subs, s.connSub)
+	}
+	if s.parent != nil {
+		if req := s.unsub; req != nil && !req.done {
+			if len(req.parts) == 0 {
+				req.parts = []*part{{req: req, frame: req.frame}}
+			}
+			r.finish(req.parts[0], &wire.UnsubscribeOk{}, nil)
+		}
+		r.childGone(s, err)
+		return
 	}
 	r.ended = append(r.ended, SubscriptionEnd{Subscription: s.id, Err: err})
 	if req := s.unsub; req != nil && !req.done {
@@ -1343,6 +1555,11 @@ func (r *Router) unsubscribeAnswered(p *part, cp Completion) {
 		r.finish(p, cp.Response, nil)
 	case !open || errors.Is(cp.Err, ErrConnectionLost) || isNotLeader(cp.Err):
 		r.finish(p, &wire.UnsubscribeOk{}, nil)
+	case s.parent != nil:
+		// A shard's subscription the broker would not close: count it
+		// gone, so that its sharded subscription can end.
+		r.finish(p, nil, cp.Err)
+		r.subGone(s, nil)
 	default:
 		s.closing, s.unsub = false, nil
 		r.finish(p, nil, cp.Err)

@@ -3,6 +3,7 @@ package fila
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -115,6 +116,18 @@ func (q *QueueSpec) TenantSeparator(sep string) *QueueSpec { q.f.TenantSeparator
 // (INVALID_ARGUMENT).
 func (q *QueueSpec) CostByTime() *QueueSpec { q.f.CostByTime = true; return q }
 
+// Shards splits the queue, in a cluster, into n shards (2 to 256), each
+// its own Raft group with its own leader, for throughput beyond one
+// group's. Shard i is the queue "<name>~<i>". The client spreads messages
+// over the shards by the hash of their fairness key (of their tenant,
+// with TenantSeparator), so each key's messages stay in one shard and in
+// order; a Subscription of the queue consumes every shard, sharing its
+// prefetch among them by backlog. Fairness holds within each shard, and
+// across shards only approximately (see docs/cluster-scaling.md). 0 or
+// 1: not sharded. A broker in single-node mode refuses more than 1 with
+// *StatusError (NOT_SUPPORTED); more than 256 is INVALID_ARGUMENT.
+func (q *QueueSpec) Shards(n uint32) *QueueSpec { q.f.Shards = n; return q }
+
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
 
@@ -161,6 +174,10 @@ type QueueInfo struct {
 	DeadLetterQueue string
 	// Parent is, for a DLQ, the queue it belongs to.
 	Parent string
+	// Shards is a sharded queue's number of shards (its DLQ's too), the
+	// counts then summing the shards' as far as the answering node holds
+	// replicas of them; 0 for a queue that is not sharded.
+	Shards uint32
 }
 
 // ListQueues returns every queue, sorted by name.
@@ -172,7 +189,7 @@ func (a *Administrator) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 	qs := resp.(*wire.ListQueuesResult).Queues
 	out := make([]QueueInfo, len(qs))
 	for i, q := range qs {
-		out[i] = QueueInfo{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent}
+		out[i] = QueueInfo{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent, Shards: q.Shards}
 	}
 	return out, nil
 }
@@ -212,8 +229,15 @@ type QueueStats struct {
 	// delivered to in the window, of each key's window share over its
 	// entitled share: 1 when every key got its entitled share, 1/n when
 	// one got everything; 0 when none was delivered to.
-	JainIndex                    float64
-	ThrottleKeys                 []ThrottleKeyStats
+	JainIndex    float64
+	ThrottleKeys []ThrottleKeyStats
+	// Shards is a sharded queue's number of shards, 0 for a queue that
+	// is not sharded. The stats of a sharded queue (or of its DLQ) join
+	// its shards': counts and hook counters summed, settings from shard
+	// 0, fairness keys and throttle keys merged (a key lives in one
+	// shard; a throttle key's buckets, one per shard, are listed once
+	// each), and JainIndex computed over the fairness keys listed.
+	Shards                       int
 	OnEnqueueCalls, OnEnqueueErr uint64
 	OnFailureCalls, OnFailureErr uint64
 	CircuitOpen                  bool
@@ -284,18 +308,25 @@ type ThrottleKeyStats struct {
 	Waiting             uint64
 }
 
-// QueueStats inspects a queue. It returns *QueueStatsError
-// (QUEUE_NOT_FOUND) or *StatusError.
+// QueueStats inspects a queue; of a sharded queue, every shard (see
+// QueueStats.Shards). It returns *QueueStatsError (QUEUE_NOT_FOUND) or
+// *StatusError.
 func (a *Administrator) QueueStats(ctx context.Context, name string, opts ...StatsOption) (*QueueStats, error) {
 	req := &wire.QueueStats{Name: name}
 	for _, o := range opts {
 		o(req)
 	}
 	resp, err := a.c.request(ctx, req, name)
+	if errors.Is(err, ErrQueueSharded) {
+		return a.shardedStats(ctx, name, req.TopKeys)
+	}
 	if err != nil {
 		return nil, err
 	}
-	r := resp.(*wire.QueueStatsResult)
+	return statsOf(resp.(*wire.QueueStatsResult)), nil
+}
+
+func statsOf(r *wire.QueueStatsResult) *QueueStats {
 	st := &QueueStats{
 		Name: r.Name, Ready: r.Ready, Delayed: r.Delayed, Leased: r.Leased, DeadLettered: r.DeadLettered,
 		Subscriptions: r.Subscriptions, VisibilityTimeout: time.Duration(r.VisibilityTimeoutMS) * time.Millisecond,
@@ -320,7 +351,7 @@ func (a *Administrator) QueueStats(ctx context.Context, name string, opts ...Sta
 	for _, k := range r.ThrottleKeys {
 		st.ThrottleKeys = append(st.ThrottleKeys, ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
 	}
-	return st, nil
+	return st
 }
 
 // SetConfig sets a runtime-config key. Keys under "throttle." take
@@ -374,8 +405,33 @@ func (a *Administrator) DeleteConfig(ctx context.Context, key string) (existed b
 // its parent, oldest first, with attempts reset, and returns how many
 // moved. It returns *RedriveError (QUEUE_NOT_FOUND, NOT_A_DLQ) or
 // *StatusError.
+//
+// The DLQ of a sharded queue is redriven shard by shard, each shard's
+// dead letters back to that shard, until n have moved.
 func (a *Administrator) Redrive(ctx context.Context, dlq string, n uint64) (uint64, error) {
 	resp, err := a.c.request(ctx, &wire.Redrive{DeadLetterQueue: dlq, Count: n}, dlq)
+	if errors.Is(err, ErrQueueSharded) {
+		shards, terr := a.Topology(ctx, dlq)
+		if terr != nil {
+			return 0, terr
+		}
+		var moved uint64
+		for _, s := range shards {
+			left := uint64(0)
+			if n > 0 {
+				if moved >= n {
+					break
+				}
+				left = n - moved
+			}
+			m, err := a.Redrive(ctx, s.Queue, left)
+			moved += m
+			if err != nil {
+				return moved, err
+			}
+		}
+		return moved, nil
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -537,10 +593,15 @@ type Shard struct {
 	LeaderNodeID, LeaderAddr string
 	// Term is the Raft term of the leader's election (0 on a single node).
 	Term uint64
+	// Queue is the name to address the shard by: "<queue>~<number>" for
+	// a sharded queue (its DLQ's shards: "<queue>~<number>.dlq"), the
+	// queue's own name otherwise.
+	Queue string
 }
 
 // Topology returns the shards of queue and where each is led, by shard
-// number. It returns *TopologyError (QUEUE_NOT_FOUND) or *StatusError.
+// number: one for a queue that is not sharded. It returns
+// *TopologyError (QUEUE_NOT_FOUND) or *StatusError.
 func (a *Administrator) Topology(ctx context.Context, queue string) ([]Shard, error) {
 	resp, err := a.c.request(ctx, &wire.Topology{Queue: queue}, queue)
 	if err != nil {
@@ -549,7 +610,7 @@ func (a *Administrator) Topology(ctx context.Context, queue string) ([]Shard, er
 	ss := resp.(*wire.TopologyResult).Shards
 	out := make([]Shard, len(ss))
 	for i, s := range ss {
-		out[i] = Shard{Number: s.Shard, LeaderNodeID: s.LeaderNodeID, LeaderAddr: s.LeaderAddr, Term: s.Term}
+		out[i] = Shard{Number: s.Shard, LeaderNodeID: s.LeaderNodeID, LeaderAddr: s.LeaderAddr, Term: s.Term, Queue: cmp.Or(s.Queue, queue)}
 	}
 	return out, nil
 }

@@ -57,9 +57,18 @@ func RateLimit(name string, limit uint32, period time.Duration, burst uint32) Su
 // when its queue's leadership moves to another node (the subscription
 // ends there with NOT_LEADER), the subscription is opened again on the
 // new connection, or on the new leader, and keeps delivering on the same
-// channel. Subscribe returns *SubscribeError
-// (QUEUE_NOT_FOUND), *StatusError (FORBIDDEN without consume permission),
-// or an error wrapping ErrConnectionLost, ErrClosed or ctx's error.
+// channel.
+//
+// A sharded queue is consumed from every shard at once: the subscription
+// opens one per shard, on each shard's leader, and merges their
+// deliveries (Delivery.Queue names the shard, "<queue>~<i>"). Its prefetch
+// is shared among the shards, each keeping at least 1, the rest going to
+// the shards with the most messages ready; rate limits apply per shard.
+//
+// Subscribe returns *SubscribeError (QUEUE_NOT_FOUND; QUEUE_SHARDED when
+// the shards of a sharded queue could not be listed), *StatusError
+// (FORBIDDEN without consume permission), or an error wrapping
+// ErrConnectionLost, ErrClosed or ctx's error.
 func (c *Consumer) Subscribe(ctx context.Context, queue string, opts ...SubscribeOption) (*Subscription, error) {
 	s := &Subscription{
 		c:      c.c,
@@ -235,15 +244,17 @@ func (s *Subscription) Queue() string { return s.queue }
 
 // Prefetch returns the delivery credit the broker granted: the prefetch
 // asked for or less (fila-server grants at most its max_unsettled, and
-// that much for a prefetch of 0). 0 means no limit, which only an older
-// broker grants.
+// that much for a prefetch of 0), summed over the shards of a sharded
+// queue, or as SetPrefetch last set it. 0 means no limit, which only an
+// older broker grants.
 func (s *Subscription) Prefetch() uint32 { return s.granted.Load() }
 
 // SetPrefetch changes the subscription's credit limit to n: an increase is
 // granted at once; a decrease is taken back as deliveries are settled.
 // Switching between limited (n > 0) and unlimited (0) credit is not
-// possible on an open subscription: subscribe again. It fails with
-// ErrSubscriptionNotFound after the subscription ended.
+// possible on an open subscription: subscribe again. A sharded queue's n
+// is shared among its shards again, each keeping at least 1. It fails
+// with ErrSubscriptionNotFound after the subscription ended.
 func (s *Subscription) SetPrefetch(ctx context.Context, n uint32) error {
 	if s.Prefetch() == 0 || n == 0 {
 		return &StatusError{Code: wire.CodeInvalidArgument, Op: "set prefetch", Target: s.queue,
@@ -380,7 +391,8 @@ type Delivery struct {
 // ID returns the message ID.
 func (d *Delivery) ID() ID { return ID(d.m.ID) }
 
-// Queue returns the queue it was delivered from.
+// Queue returns the queue it was delivered from: for a sharded queue, the
+// shard ("<queue>~<i>", or "<queue>~<i>.dlq" from its dead-letter queue).
 func (d *Delivery) Queue() string { return d.m.Queue }
 
 // Payload returns the message body. It stays valid after the delivery is

@@ -100,6 +100,13 @@ var (
 	ErrScriptError = errors.New("fila: script error")
 	// ErrAPIKeyNotFound is API_KEY_NOT_FOUND: no API key has this ID.
 	ErrAPIKeyNotFound = errors.New("fila: api key not found")
+	// ErrQueueSharded is QUEUE_SHARDED: the queue named is sharded (CreateQueue's
+	// shards), and this operation must name one of its shards instead: the queue
+	// names that Topology lists, one per shard. A client sends each message to the
+	// shard its fairness key hashes to (see Topology), and subscribes to every
+	// shard. Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	ErrQueueSharded = errors.New("fila: queue is sharded")
 )
 
 // sentinel returns the sentinel error of a wire code; nil for OK or an unknown code.
@@ -151,6 +158,8 @@ func sentinel(c wire.Code) error {
 		return ErrScriptError
 	case wire.CodeAPIKeyNotFound:
 		return ErrAPIKeyNotFound
+	case wire.CodeQueueSharded:
+		return ErrQueueSharded
 	}
 	return nil
 }
@@ -164,6 +173,13 @@ const (
 	// EnqueueMessageTooLarge the message's payload and headers exceed the broker's
 	// max message size.
 	EnqueueMessageTooLarge EnqueueCode = 22
+	// EnqueueQueueSharded the queue named is sharded (CreateQueue's shards), and
+	// this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	EnqueueQueueSharded EnqueueCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -172,9 +188,9 @@ func (c EnqueueCode) String() string {
 }
 
 // EnqueueError is a domain failure of Enqueue; Code is one of
-// EnqueueQueueNotFound, EnqueueMessageTooLarge. Other failures of Enqueue are
-// *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// EnqueueQueueNotFound, EnqueueMessageTooLarge, EnqueueQueueSharded. Other
+// failures of Enqueue are *StatusError. errors.Is matches the code's sentinel,
+// such as ErrQueueNotFound.
 type EnqueueError struct {
 	Code EnqueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -198,6 +214,13 @@ type SubscribeCode uint16
 const (
 	// SubscribeQueueNotFound no queue has this name.
 	SubscribeQueueNotFound SubscribeCode = 20
+	// SubscribeQueueSharded the queue named is sharded (CreateQueue's shards), and
+	// this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	SubscribeQueueSharded SubscribeCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -206,8 +229,9 @@ func (c SubscribeCode) String() string {
 }
 
 // SubscribeError is a domain failure of Subscribe; Code is one of
-// SubscribeQueueNotFound. Other failures of Subscribe are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// SubscribeQueueNotFound, SubscribeQueueSharded. Other failures of Subscribe
+// are *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type SubscribeError struct {
 	Code SubscribeCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -574,6 +598,13 @@ type QueueStatsCode uint16
 const (
 	// QueueStatsQueueNotFound no queue has this name.
 	QueueStatsQueueNotFound QueueStatsCode = 20
+	// QueueStatsQueueSharded the queue named is sharded (CreateQueue's shards),
+	// and this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	QueueStatsQueueSharded QueueStatsCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -582,8 +613,9 @@ func (c QueueStatsCode) String() string {
 }
 
 // QueueStatsError is a domain failure of QueueStats; Code is one of
-// QueueStatsQueueNotFound. Other failures of QueueStats are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// QueueStatsQueueNotFound, QueueStatsQueueSharded. Other failures of
+// QueueStats are *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type QueueStatsError struct {
 	Code QueueStatsCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -610,6 +642,13 @@ const (
 	// ExplainMessageNotFound no message with this ID is in the queue (already
 	// acked, dead-lettered, or never there).
 	ExplainMessageNotFound ExplainCode = 23
+	// ExplainQueueSharded the queue named is sharded (CreateQueue's shards), and
+	// this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	ExplainQueueSharded ExplainCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -618,9 +657,9 @@ func (c ExplainCode) String() string {
 }
 
 // ExplainError is a domain failure of Explain; Code is one of
-// ExplainQueueNotFound, ExplainMessageNotFound. Other failures of Explain are
-// *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ExplainQueueNotFound, ExplainMessageNotFound, ExplainQueueSharded. Other
+// failures of Explain are *StatusError. errors.Is matches the code's sentinel,
+// such as ErrQueueNotFound.
 type ExplainError struct {
 	Code ExplainCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -681,6 +720,13 @@ const (
 	RedriveQueueNotFound RedriveCode = 20
 	// RedriveNotADLQ redrive was asked of a queue that is not a dead-letter queue.
 	RedriveNotADLQ RedriveCode = 25
+	// RedriveQueueSharded the queue named is sharded (CreateQueue's shards), and
+	// this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	RedriveQueueSharded RedriveCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -689,8 +735,8 @@ func (c RedriveCode) String() string {
 }
 
 // RedriveError is a domain failure of Redrive; Code is one of
-// RedriveQueueNotFound, RedriveNotADLQ. Other failures of Redrive are
-// *StatusError. errors.Is matches the code's sentinel, such as
+// RedriveQueueNotFound, RedriveNotADLQ, RedriveQueueSharded. Other failures of
+// Redrive are *StatusError. errors.Is matches the code's sentinel, such as
 // ErrQueueNotFound.
 type RedriveError struct {
 	Code RedriveCode
@@ -847,6 +893,13 @@ type MoveQueueCode uint16
 const (
 	// MoveQueueQueueNotFound no queue has this name.
 	MoveQueueQueueNotFound MoveQueueCode = 20
+	// MoveQueueQueueSharded the queue named is sharded (CreateQueue's shards), and
+	// this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	MoveQueueQueueSharded MoveQueueCode = 30
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
@@ -855,8 +908,9 @@ func (c MoveQueueCode) String() string {
 }
 
 // MoveQueueError is a domain failure of MoveQueue; Code is one of
-// MoveQueueQueueNotFound. Other failures of MoveQueue are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// MoveQueueQueueNotFound, MoveQueueQueueSharded. Other failures of MoveQueue
+// are *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound.
 type MoveQueueError struct {
 	Code MoveQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -880,7 +934,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 	switch op {
 	case wire.OpEnqueue:
 		switch c {
-		case wire.CodeQueueNotFound, wire.CodeMessageTooLarge:
+		case wire.CodeQueueNotFound, wire.CodeMessageTooLarge, wire.CodeQueueSharded:
 			return &EnqueueError{
 				Code:    EnqueueCode(c),
 				Message: msg,
@@ -889,7 +943,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 		}
 	case wire.OpSubscribe:
 		switch c {
-		case wire.CodeQueueNotFound:
+		case wire.CodeQueueNotFound, wire.CodeQueueSharded:
 			return &SubscribeError{
 				Code:    SubscribeCode(c),
 				Message: msg,
@@ -979,7 +1033,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 		}
 	case wire.OpQueueStats:
 		switch c {
-		case wire.CodeQueueNotFound:
+		case wire.CodeQueueNotFound, wire.CodeQueueSharded:
 			return &QueueStatsError{
 				Code:    QueueStatsCode(c),
 				Message: msg,
@@ -988,7 +1042,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 		}
 	case wire.OpExplain:
 		switch c {
-		case wire.CodeQueueNotFound, wire.CodeMessageNotFound:
+		case wire.CodeQueueNotFound, wire.CodeMessageNotFound, wire.CodeQueueSharded:
 			return &ExplainError{
 				Code:    ExplainCode(c),
 				Message: msg,
@@ -1006,7 +1060,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 		}
 	case wire.OpRedrive:
 		switch c {
-		case wire.CodeQueueNotFound, wire.CodeNotADLQ:
+		case wire.CodeQueueNotFound, wire.CodeNotADLQ, wire.CodeQueueSharded:
 			return &RedriveError{
 				Code:    RedriveCode(c),
 				Message: msg,
@@ -1051,7 +1105,7 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 		}
 	case wire.OpMoveQueue:
 		switch c {
-		case wire.CodeQueueNotFound:
+		case wire.CodeQueueNotFound, wire.CodeQueueSharded:
 			return &MoveQueueError{
 				Code:    MoveQueueCode(c),
 				Message: msg,

@@ -179,6 +179,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		sent: ErrMessageTooLarge,
 	}, {
 		check: func(err error) bool {
+			var e *EnqueueError
+			return errors.As(err, &e) && e.Code == EnqueueQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpEnqueue,
+		sent: ErrQueueSharded,
+	}, {
+		check: func(err error) bool {
 			var e *StatusError
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
@@ -257,6 +265,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeQueueNotFound,
 		op:   wire.OpSubscribe,
 		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *SubscribeError
+			return errors.As(err, &e) && e.Code == SubscribeQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpSubscribe,
+		sent: ErrQueueSharded,
 	}, {
 		check: func(err error) bool {
 			var e *StatusError
@@ -1219,6 +1235,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		sent: ErrQueueNotFound,
 	}, {
 		check: func(err error) bool {
+			var e *QueueStatsError
+			return errors.As(err, &e) && e.Code == QueueStatsQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpQueueStats,
+		sent: ErrQueueSharded,
+	}, {
+		check: func(err error) bool {
 			var e *StatusError
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
@@ -1305,6 +1329,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeMessageNotFound,
 		op:   wire.OpExplain,
 		sent: ErrMessageNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *ExplainError
+			return errors.As(err, &e) && e.Code == ExplainQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpExplain,
+		sent: ErrQueueSharded,
 	}, {
 		check: func(err error) bool {
 			var e *StatusError
@@ -1689,6 +1721,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeNotADLQ,
 		op:   wire.OpRedrive,
 		sent: ErrNotADLQ,
+	}, {
+		check: func(err error) bool {
+			var e *RedriveError
+			return errors.As(err, &e) && e.Code == RedriveQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpRedrive,
+		sent: ErrQueueSharded,
 	}, {
 		check: func(err error) bool {
 			var e *StatusError
@@ -2305,6 +2345,14 @@ func TestOpErrorEveryPair(t *testing.T) {
 		code: wire.CodeQueueNotFound,
 		op:   wire.OpMoveQueue,
 		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *MoveQueueError
+			return errors.As(err, &e) && e.Code == MoveQueueQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpMoveQueue,
+		sent: ErrQueueSharded,
 	}, {
 		check: func(err error) bool {
 			var e *StatusError

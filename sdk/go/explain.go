@@ -2,6 +2,7 @@ package fila
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,9 +115,25 @@ func count(n uint64, noun string) string {
 // for a dead-lettered message) is not delivered yet. It needs the admin
 // permission on the queue, as QueueStats does. It returns *ExplainError (QUEUE_NOT_FOUND;
 // MESSAGE_NOT_FOUND for a message that is not in the queue: never
-// enqueued, acked, or dead-lettered) or *StatusError.
+// enqueued, acked, or dead-lettered) or *StatusError. Of a sharded
+// queue it asks each shard in turn, and Explanation.Queue names the
+// shard that holds the message.
 func (a *Administrator) Explain(ctx context.Context, queue string, id ID) (*Explanation, error) {
 	resp, err := a.c.request(ctx, &wire.Explain{Queue: queue, ID: id}, queue)
+	if errors.Is(err, ErrQueueSharded) {
+		shards, terr := a.Topology(ctx, queue)
+		if terr != nil {
+			return nil, terr
+		}
+		for _, s := range shards {
+			e, serr := a.Explain(ctx, s.Queue, id)
+			if !errors.Is(serr, ErrMessageNotFound) {
+				return e, serr
+			}
+			err = serr
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}

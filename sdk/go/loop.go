@@ -117,30 +117,33 @@ func (l *loop) deadline(ctx context.Context) core.Time {
 
 // settle returns the credit of deliveries of this client's
 // subscriptions; deliveries of another client are skipped: their credit
-// is not this client's.
+// is not this client's. Each is settled in the queue that delivered it:
+// a subscription of a sharded queue is one per shard, and lease numbers
+// are only unique within a shard.
 func (l *loop) settle(ds []*Delivery) {
 	mine := func(d *Delivery) bool { return d.s.c == l.c && !d.s.gone }
 	if len(ds) == 1 {
 		// The common case: one delivery, nothing to group.
-		if mine(ds[0]) {
-			l.r.Settle(ds[0].s.id, ds[0].m.Lease)
+		if d := ds[0]; mine(d) {
+			l.r.SettleIn(d.s.id, d.m.Queue, d.m.Lease)
 		}
 		return
 	}
-	// Settle each subscription's deliveries together, so their credit
-	// goes back in one Credit frame.
+	// Settle each subscription's deliveries of one queue together, so
+	// their credit goes back in one Credit frame.
+	same := func(a, b *Delivery) bool { return a.s == b.s && a.m.Queue == b.m.Queue }
 	var leases []uint64
 	for i, d := range ds {
-		if !mine(d) || slices.ContainsFunc(ds[:i], func(p *Delivery) bool { return p.s == d.s }) {
-			continue // not ours, or settled with the first of its subscription
+		if !mine(d) || slices.ContainsFunc(ds[:i], func(p *Delivery) bool { return same(p, d) }) {
+			continue // not ours, or settled with the first of its subscription and queue
 		}
 		leases = leases[:0]
 		for _, o := range ds[i:] {
-			if o.s == d.s {
+			if same(o, d) {
 				leases = append(leases, o.m.Lease)
 			}
 		}
-		l.r.Settle(d.s.id, leases...)
+		l.r.SettleIn(d.s.id, d.m.Queue, leases...)
 	}
 }
 
@@ -234,8 +237,10 @@ func (l *loop) takeSends() {
 }
 
 // addSend adds the messages of one Send or SendBatch to the batch of the
-// node that leads its first message's queue. (A SendBatch to queues on
-// several leaders stays whole; the Router splits its frame per leader.)
+// node that leads its first message's queue (its shard, for a sharded
+// queue whose shards the Router knows). (A SendBatch to queues or shards
+// on several leaders stays whole; the Router splits its frame per
+// leader.)
 func (l *loop) addSend(o *op, msgs []wire.EnqueueMessage) {
 	if err := o.ctx.Err(); err != nil {
 		o.answer(result{err: err})
@@ -245,7 +250,7 @@ func (l *loop) addSend(o *op, msgs []wire.EnqueueMessage) {
 		o.answer(result{err: l.c.closedErr()})
 		return
 	}
-	key := l.r.Leader(msgs[0].Queue)
+	key := l.r.LeaderOf(msgs[0].Queue, msgs[0].FairnessKey)
 	b := l.batches[key]
 	if b == nil {
 		b = &sendBatch{}

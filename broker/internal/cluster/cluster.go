@@ -1100,7 +1100,7 @@ func (n *Node) Route(queue string) (*shard.Shard, error) {
 	n.mu.RUnlock()
 	if g == nil {
 		if q == nil {
-			return nil, fmt.Errorf("queue %s: %w", queue, fault.ErrQueueNotFound)
+			return nil, n.missing(queue)
 		}
 		// Held by other nodes: send the client to one of them, which
 		// redirects it to the leader if it does not lead.
@@ -1113,6 +1113,19 @@ func (n *Node) Route(queue string) (*shard.Shard, error) {
 		return nil, n.notLeader(g, "queue "+queue)
 	}
 	return g.sh, nil
+}
+
+// missing returns the error of an operation naming queue, which no group
+// serves: one wrapping fault.ErrQueueSharded for a sharded queue (or its
+// DLQ), else fault.ErrQueueNotFound.
+func (n *Node) missing(queue string) error {
+	n.mu.RLock()
+	base, cnt, ok := n.meta.shardedOf(queue)
+	n.mu.RUnlock()
+	if ok {
+		return errSharded(base, cnt)
+	}
+	return fmt.Errorf("queue %s: %w", queue, fault.ErrQueueNotFound)
 }
 
 // Shards returns the shards of the queue replicas on this node, sorted
@@ -1142,6 +1155,9 @@ func (n *Node) Leader(queue string) (nodeID uint64, addr string, term uint64, er
 	defer n.mu.RUnlock()
 	q := n.meta.queueOf(queue)
 	if q == nil {
+		if base, cnt, ok := n.meta.shardedOf(queue); ok {
+			return 0, "", 0, errSharded(base, cnt)
+		}
 		return 0, "", 0, fmt.Errorf("queue %s: %w", queue, fault.ErrQueueNotFound)
 	}
 	g := n.byQueue[q.spec.Name]

@@ -27,6 +27,7 @@ import (
 //	m/d/<id:8>    a node being drained, empty (drain.go)
 //	m/b           the moves of the last rebalance not yet started (rebalance.go)
 //	m/m/, m/x/    the members and the removed nodes, once they changed (members.go)
+//	m/s/<name>    a sharded queue: its shard count, uvarint (sharded.go)
 //	m/next        the next queue group's ID, 8 bytes
 //
 // and the meta group's applied index under r/<1>/applied, written in the
@@ -47,6 +48,9 @@ type metaState struct {
 	members map[uint64]string
 	voters  []uint64
 	removed map[uint64]bool
+	// sharded holds the sharded queues and their shard counts; each
+	// shard is a queue of its own in queues (sharded.go).
+	sharded map[string]int
 }
 
 // queueInfo is one queue's placement.
@@ -86,6 +90,7 @@ func (m *metaState) load(st Storage) error {
 	m.draining = map[uint64]bool{}
 	m.members = map[uint64]string{}
 	m.removed = map[uint64]bool{}
+	m.sharded = map[string]int{}
 	for _, s := range []struct {
 		prefix string
 		fn     func(id uint64, v []byte)
@@ -147,6 +152,9 @@ func (m *metaState) load(st Storage) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := m.loadSharded(st); err != nil {
 		return err
 	}
 	m.pending = nil
@@ -230,6 +238,7 @@ const (
 	metaRebalanceStep = 11
 	metaAddNode       = 12 // body: node ID uvarint, peer address
 	metaRemoveNode    = 13 // body: node ID uvarint
+	metaCreateSharded = 14 // body: shard count uvarint, then a shard CreateQueue command (sharded.go)
 )
 
 // metaResult is a meta entry's outcome on the node that proposed it.
@@ -399,6 +408,8 @@ func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaRes
 		return n.applyAddNode(b, body)
 	case metaRemoveNode:
 		return n.applyRemoveNode(b, body)
+	case metaCreateSharded:
+		return n.applyCreateSharded(b, body)
 	}
 	return metaResult{}, fmt.Errorf("unknown meta command %d", kind)
 }
@@ -407,16 +418,34 @@ func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaRes
 // nodes (those holding the fewest queues first, then by ID), and opens
 // its group here if this node is one of them.
 func (n *Node) applyCreateQueue(b *store.Batch, spec sched.QueueSpec) (metaResult, error) {
+	if err := n.checkNewName(spec.Name); err != nil {
+		return metaResult{err: err}, nil
+	}
+	return n.placeQueue(b, spec)
+}
+
+// checkNewName returns the error of creating a queue named name: one
+// wrapping fault.ErrQueueExists when a queue, a sharded queue or a shard
+// has it, or fault.ErrInvalidArgument for a DLQ's name.
+func (n *Node) checkNewName(name string) error {
 	n.mu.RLock()
-	exists := n.meta.queueOf(spec.Name) != nil
+	_, sharded := n.meta.sharded[name]
+	exists := sharded || n.meta.queueOf(name) != nil
 	n.mu.RUnlock()
 	if exists {
-		return metaResult{err: fmt.Errorf("create queue %s: %w", spec.Name, fault.ErrQueueExists)}, nil
+		return fmt.Errorf("create queue %s: %w", name, fault.ErrQueueExists)
 	}
-	if _, isDLQ := cutSuffix(spec.Name, sched.DLQSuffix); isDLQ {
-		return metaResult{err: fmt.Errorf("create queue %s: the %s suffix is reserved for dead-letter queues: %w",
-			spec.Name, sched.DLQSuffix, fault.ErrInvalidArgument)}, nil
+	if _, isDLQ := cutSuffix(name, sched.DLQSuffix); isDLQ {
+		return fmt.Errorf("create queue %s: the %s suffix is reserved for dead-letter queues: %w",
+			name, sched.DLQSuffix, fault.ErrInvalidArgument)
 	}
+	return nil
+}
+
+// placeQueue places a queue whose name is free on replicas chosen from
+// the known nodes, opens its group here if this node is one of them, and
+// puts its records into b.
+func (n *Node) placeQueue(b *store.Batch, spec sched.QueueSpec) (metaResult, error) {
 	n.mu.Lock()
 	// No new replica goes to a node being drained, while another can
 	// take it.
@@ -453,6 +482,9 @@ func (n *Node) applyCreateQueue(b *store.Batch, spec sched.QueueSpec) (metaResul
 // applyDeleteQueue removes a queue: its shard deletes its messages here,
 // and its group's log goes.
 func (n *Node) applyDeleteQueue(b *store.Batch, name string) (metaResult, error) {
+	if r, ok, err := n.deleteSharded(b, name); ok {
+		return r, err
+	}
 	n.mu.RLock()
 	q := n.meta.queues[name]
 	dlq := q == nil && n.meta.queueOf(name) != nil
@@ -521,6 +553,24 @@ func (n *Node) register() {
 // no hint until then). The error wraps fault.ErrQueueExists,
 // fault.ErrInvalidArgument or fault.ErrUnavailable.
 func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.QueueCreated, error) {
+	spec, err := n.fixSpec(spec)
+	if err != nil {
+		return sched.QueueCreated{}, err
+	}
+	r, err := n.proposeMeta(ctx, metaCreateQueue, shard.AppendCommand(nil, &shard.CreateQueue{Spec: spec}))
+	if err != nil {
+		return sched.QueueCreated{}, err
+	}
+	if r.err == nil {
+		n.awaitLeader(ctx, spec.Name)
+	}
+	return r.created, r.err
+}
+
+// fixSpec fills in spec what this node's defaults decide, so that every
+// replica schedules the queue alike, and checks it (an error wrapping
+// fault.ErrInvalidArgument).
+func (n *Node) fixSpec(spec sched.QueueSpec) (sched.QueueSpec, error) {
 	// Every replica must schedule alike, whatever its own default: the
 	// queue takes this node's default policy now, if it names none.
 	if spec.Policy == "" && (spec.TenantSeparator != "" || spec.CostByTime) {
@@ -538,16 +588,9 @@ func (n *Node) CreateQueue(ctx context.Context, spec sched.QueueSpec) (sched.Que
 		}
 	}
 	if err := sched.New(n.cfg.Shard.Sched).CheckSpec(spec); err != nil {
-		return sched.QueueCreated{}, err
+		return sched.QueueSpec{}, err
 	}
-	r, err := n.proposeMeta(ctx, metaCreateQueue, shard.AppendCommand(nil, &shard.CreateQueue{Spec: spec}))
-	if err != nil {
-		return sched.QueueCreated{}, err
-	}
-	if r.err == nil {
-		n.awaitLeader(ctx, spec.Name)
-	}
-	return r.created, r.err
+	return spec, nil
 }
 
 // awaitLeader waits, for a few seconds at most, until this node knows the

@@ -94,4 +94,11 @@ var (
 	ErrScriptError = &Error{"script error"}
 	// ErrAPIKeyNotFound is API_KEY_NOT_FOUND: no API key has this ID.
 	ErrAPIKeyNotFound = &Error{"api key not found"}
+	// ErrQueueSharded is QUEUE_SHARDED: the queue named is sharded (CreateQueue's
+	// shards), and this operation must name one of its shards instead: the queue
+	// names that Topology lists, one per shard. A client sends each message to the
+	// shard its fairness key hashes to (see Topology), and subscribes to every
+	// shard. Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	ErrQueueSharded = &Error{"queue is sharded"}
 )

@@ -213,6 +213,49 @@ func listAll(ctx context.Context, shards []*shard.Shard, done func(Result)) erro
 	return nil
 }
 
+// mergeShards replaces the summaries of a sharded queue's shards, and of
+// their DLQs, by one of the queue and one of its DLQ, summing their
+// counts; shards(base) is the queue's number of shards (0 when base is
+// not a sharded queue: a stale shard). qs is sorted by name, and so is
+// the result.
+func mergeShards(qs []QueueSummary, shards func(base string) int) []QueueSummary {
+	out := qs[:0:0]
+	at := map[string]int{}
+	for _, q := range qs {
+		name, dlq := strings.CutSuffix(q.Name, sched.DLQSuffix)
+		base, _, ok := sched.CutShard(name)
+		cnt := 0
+		if ok {
+			cnt = shards(base)
+		}
+		if cnt == 0 {
+			out = append(out, q)
+			continue
+		}
+		merged := base
+		if dlq {
+			merged += sched.DLQSuffix
+		}
+		i, seen := at[merged]
+		if !seen {
+			i = len(out)
+			at[merged] = i
+			s := QueueSummary{Name: merged, Shards: uint32(cnt)}
+			if dlq {
+				s.Parent = base
+			} else {
+				s.DeadLetterQueue = base + sched.DLQSuffix
+			}
+			out = append(out, s)
+		}
+		out[i].Ready += q.Ready
+		out[i].Delayed += q.Delayed
+		out[i].Leased += q.Leased
+	}
+	sortSummaries(out)
+	return out
+}
+
 func sortSummaries(qs []QueueSummary) {
 	slices.SortFunc(qs, func(a, b QueueSummary) int { return strings.Compare(a.Name, b.Name) })
 }

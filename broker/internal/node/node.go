@@ -204,7 +204,9 @@ func (n *Node) submit(ctx context.Context, queue string, cmd shard.Command, done
 // leaves the producer's values). It returns the message to enqueue,
 // without ID or body, or an error wrapping fault.ErrForbidden,
 // fault.ErrUnauthorized, fault.ErrInvalidArgument,
-// fault.ErrMessageTooLarge or fault.ErrQueueNotFound.
+// fault.ErrMessageTooLarge, fault.ErrQueueNotFound or, for a sharded
+// queue named by its own name, fault.ErrQueueSharded (the server then
+// fails the whole Enqueue).
 func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (Message, error) {
 	if err := p.Authorize(auth.OpEnqueue, m.Queue); err != nil {
 		return Message{}, err
@@ -227,6 +229,11 @@ func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (
 	// reach it without them.
 	r, known := n.cfg.Hooks.Lookup(m.Queue)
 	if !known {
+		if c := n.cfg.Cluster; c != nil {
+			if _, err := c.Route(m.Queue); errors.Is(err, fault.ErrQueueSharded) {
+				return Message{}, fmt.Errorf("enqueue: %w", err)
+			}
+		}
 		return Message{}, fmt.Errorf("enqueue %s: %w", m.Queue, fault.ErrQueueNotFound)
 	}
 	fk, weight, tks := m.FairnessKey, m.Weight, m.ThrottleKeys
@@ -457,12 +464,25 @@ func (n *Node) ExtendLease(ctx context.Context, p Principal, items []ExtendItem,
 
 // CreateQueue creates a queue and its DLQ for p (create-queue
 // permission), after checking that its hooks compile (an error wrapping
-// fault.ErrScriptError). The node admits messages to the queue once it is
-// created, durably, and with its hooks registered. done receives
-// Result.Created or Result.Err.
-func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, done func(Result)) error {
+// fault.ErrScriptError). With shards above 1 (at most sched.MaxShards),
+// in a cluster, it creates a sharded queue: one queue per shard
+// (cluster.Node.CreateShardedQueue). The node admits messages to the
+// queue once it is created, durably, and with its hooks registered. done
+// receives Result.Created or Result.Err. The error wraps
+// fault.ErrInvalidArgument for a name holding sched.ShardSep or too many
+// shards, or fault.ErrNotSupported for shards on a single node.
+func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, shards int, done func(Result)) error {
 	if err := p.Authorize(auth.OpCreateQueue, spec.Name); err != nil {
 		return err
+	}
+	if strings.Contains(spec.Name, sched.ShardSep) {
+		return fmt.Errorf("create queue %q: %q is reserved for the names of shards: %w", spec.Name, sched.ShardSep, fault.ErrInvalidArgument)
+	}
+	if shards > sched.MaxShards {
+		return fmt.Errorf("create queue %s: %d shards: at most %d: %w", spec.Name, shards, sched.MaxShards, fault.ErrInvalidArgument)
+	}
+	if shards > 1 && n.cfg.Cluster == nil {
+		return fmt.Errorf("create queue %s: %d shards: a sharded queue needs cluster mode (each shard is a Raft group): %w", spec.Name, shards, fault.ErrNotSupported)
 	}
 	var prog *hook.Program
 	if spec.OnEnqueue != "" || spec.OnFailure != "" {
@@ -476,7 +496,13 @@ func (n *Node) CreateQueue(ctx context.Context, p Principal, spec QueueSpec, don
 		// Every node registers the queue's hooks as it applies the
 		// creation (QueueCreated).
 		go func() {
-			created, err := c.CreateQueue(context.WithoutCancel(ctx), spec)
+			var created sched.QueueCreated
+			var err error
+			if shards > 1 {
+				created, err = c.CreateShardedQueue(context.WithoutCancel(ctx), spec, shards)
+			} else {
+				created, err = c.CreateQueue(context.WithoutCancel(ctx), spec)
+			}
 			done(Result{Created: created, Err: err})
 		}()
 		return nil
@@ -514,7 +540,12 @@ func (n *Node) DeleteQueue(ctx context.Context, p Principal, name string, done f
 func (n *Node) ListQueues(ctx context.Context, p Principal, done func(Result)) error {
 	list := n.sh.ListQueues
 	if c := n.cfg.Cluster; c != nil {
-		list = func(ctx context.Context, done func(Result)) error { return listAll(ctx, c.Shards(), done) }
+		list = func(ctx context.Context, done func(Result)) error {
+			return listAll(ctx, c.Shards(), func(r Result) {
+				r.Queues = mergeShards(r.Queues, c.ShardCount)
+				done(r)
+			})
+		}
 	}
 	return list(ctx, func(r Result) {
 		if r.Err == nil {
@@ -609,6 +640,44 @@ func (n *Node) Leader(ctx context.Context, p Principal, queue string, done func(
 		return nil
 	}
 	return n.sh.QueueStats(ctx, queue, 1, func(r Result) { done(LeaderInfo{NodeID: n.cfg.NodeID}, r.Err) })
+}
+
+// ShardLeader is one shard of a queue and the node that leads it.
+type ShardLeader struct {
+	// Queue is the name to address the shard by: base~i for a sharded
+	// queue's shard i, the queue's own name otherwise.
+	Queue string
+	LeaderInfo
+}
+
+// Topology reports, for p (topology permission), the shards of queue
+// and the node leading each: for a sharded queue (or its DLQ) one per
+// shard in shard order, with the queue's tenant separator (the shard
+// hash uses it); otherwise the queue itself, as Leader reports it. done
+// receives them, or an error wrapping fault.ErrQueueNotFound.
+func (n *Node) Topology(ctx context.Context, p Principal, queue string, done func(shards []ShardLeader, tenantSep string, err error)) error {
+	c := n.cfg.Cluster
+	if c == nil {
+		return n.Leader(ctx, p, queue, func(l LeaderInfo, err error) {
+			done([]ShardLeader{{Queue: queue, LeaderInfo: l}}, "", err)
+		})
+	}
+	if err := p.Authorize(auth.OpTopology, queue); err != nil {
+		return err
+	}
+	shards, sep, err := c.Topology(queue)
+	if err != nil {
+		return err
+	}
+	out := make([]ShardLeader, len(shards))
+	for i, sh := range shards {
+		out[i] = ShardLeader{Queue: sh.Queue, LeaderInfo: LeaderInfo{Addr: sh.Addr, Term: sh.Term}}
+		if sh.Leader != 0 {
+			out[i].NodeID = strconv.FormatUint(sh.Leader, 10)
+		}
+	}
+	done(out, sep, nil)
+	return nil
 }
 
 // ClusterStatus returns, for p (admin on "*"), this node's view of the

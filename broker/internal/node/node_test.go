@@ -69,11 +69,11 @@ func TestNodeChecksPermissions(t *testing.T) {
 	n, worker := newNode(t)
 	admin := auth.Unrestricted()
 	for _, q := range []string{"jobs", "billing"} {
-		if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, QueueSpec{Name: q}, done) }); r.Err != nil {
+		if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, QueueSpec{Name: q}, 0, done) }); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 	}
-	if err := n.CreateQueue(ctx, worker, QueueSpec{Name: "mine"}, nil); !errors.Is(err, fault.ErrForbidden) {
+	if err := n.CreateQueue(ctx, worker, QueueSpec{Name: "mine"}, 0, nil); !errors.Is(err, fault.ErrForbidden) {
 		t.Errorf("CreateQueue by the worker = %v; want FORBIDDEN", err)
 	}
 	if _, err := n.Admit(ctx, worker, &wire.EnqueueMessage{Queue: "billing", Payload: []byte("x")}); !errors.Is(err, fault.ErrForbidden) {
@@ -175,14 +175,14 @@ func TestOnEnqueueHook(t *testing.T) {
 	n, _ := newNode(t)
 	admin := auth.Unrestricted()
 	spec := QueueSpec{Name: "jobs", OnEnqueue: `function on_enqueue(msg) return { fairness_key = msg.headers["tenant"] } end`}
-	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, spec, done) }); r.Err != nil {
+	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, spec, 0, done) }); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	m, err := n.Admit(ctx, admin, &wire.EnqueueMessage{Queue: "jobs", Headers: []wire.MessageHeader{{Key: "tenant", Value: "acme"}}, Payload: []byte("x")})
 	if err != nil || m.FairnessKey != "acme" {
 		t.Fatalf("Admit = %+v, %v; want the hook's fairness key acme", m, err)
 	}
-	if err := n.CreateQueue(ctx, admin, QueueSpec{Name: "bad", OnEnqueue: "function ("}, nil); !errors.Is(err, fault.ErrScriptError) {
+	if err := n.CreateQueue(ctx, admin, QueueSpec{Name: "bad", OnEnqueue: "function ("}, 0, nil); !errors.Is(err, fault.ErrScriptError) {
 		t.Errorf("CreateQueue with a broken hook = %v; want SCRIPT_ERROR", err)
 	}
 }
@@ -199,7 +199,7 @@ func TestReadMessageOneStep(t *testing.T) {
 	ctx := context.Background()
 	n, _ := newNode(t)
 	admin := auth.Unrestricted()
-	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, QueueSpec{Name: "jobs"}, done) }); r.Err != nil {
+	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, QueueSpec{Name: "jobs"}, 0, done) }); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	headers := []wire.MessageHeader{{Key: "a", Value: "1"}, {Key: "b", Value: ""}}
@@ -255,7 +255,7 @@ func TestNoMessageSkipsANewQueuesHook(t *testing.T) {
 	}
 	spec := QueueSpec{Name: "jobs", OnEnqueue: `function on_enqueue(msg) return { fairness_key = "hooked" } end`}
 	created := make(chan Result, 1)
-	if err := n.CreateQueue(ctx, admin, spec, func(r Result) { created <- r }); err != nil {
+	if err := n.CreateQueue(ctx, admin, spec, 0, func(r Result) { created <- r }); err != nil {
 		t.Fatal(err)
 	}
 	msg := &wire.EnqueueMessage{Queue: "jobs", FairnessKey: "producer", Payload: []byte("x")}
@@ -302,7 +302,7 @@ func TestOpenBreakerDoesNotFloodTheLog(t *testing.T) {
 	n := New(Config{Hooks: hooks, Logger: log}, sh)
 	admin := auth.Unrestricted()
 	spec := QueueSpec{Name: "jobs", OnEnqueue: `function on_enqueue(msg) error("boom") end`}
-	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, spec, done) }); r.Err != nil {
+	if r := wait(t, func(done func(Result)) error { return n.CreateQueue(ctx, admin, spec, 0, done) }); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	for range 5 {

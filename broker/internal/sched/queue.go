@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,11 +17,52 @@ import (
 // is "orders.dlq".
 const DLQSuffix = ".dlq"
 
-// MaxQueueName is the longest queue name, in bytes, a DLQ's included.
-const MaxQueueName = 200 + len(DLQSuffix)
+// MaxQueueName is the longest queue name, in bytes, a shard's DLQ's
+// included (base~255.dlq).
+const MaxQueueName = 200 + len(ShardSep) + 3 + len(DLQSuffix)
 
 // validateName checks a queue name given to CreateQueue.
+// ShardSep separates a sharded queue's name from a shard's number: shard
+// i of queue q is the queue q~i. Queue names given by clients may not
+// hold it.
+const ShardSep = "~"
+
+// MaxShards is the most shards a queue may be split into.
+const MaxShards = 256
+
+// ShardName returns the name of shard i of queue base: base~i.
+func ShardName(base string, i int) string { return base + ShardSep + strconv.Itoa(i) }
+
+// CutShard splits name, the name of a sharded queue's shard (base~i, i
+// from 0 to MaxShards-1 in decimal without leading zeros), into base and
+// i; ok is false for any other name.
+func CutShard(name string) (base string, i int, ok bool) {
+	j := strings.LastIndex(name, ShardSep)
+	if j <= 0 {
+		return "", 0, false
+	}
+	digits := name[j+1:]
+	if digits == "" || len(digits) > 3 || (len(digits) > 1 && digits[0] == '0') {
+		return "", 0, false
+	}
+	n := 0
+	for k := 0; k < len(digits); k++ {
+		c := digits[k]
+		if c < '0' || c > '9' {
+			return "", 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n >= MaxShards {
+		return "", 0, false
+	}
+	return name[:j], n, true
+}
+
 func validateName(name string) error {
+	if base, _, ok := CutShard(name); ok {
+		name = base // a sharded queue's shard: its queue's name, then ~<shard>
+	}
 	if len(name) == 0 || len(name) > 200 {
 		return fmt.Errorf("queue name %q: length %d, want 1 to 200 bytes: %w", name, len(name), fault.ErrInvalidArgument)
 	}

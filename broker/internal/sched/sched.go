@@ -479,6 +479,7 @@ func (s *Sched) group(b *readyBuf) {
 		i := b.counts[p.s.group]
 		b.counts[p.s.group]++
 		b.out[i] = s.delivered(b, p.m)
+		b.out[i].Backlog = p.s.q.ready
 	}
 	start := 0
 	for i := range b.dels {

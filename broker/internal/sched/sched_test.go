@@ -137,6 +137,14 @@ func TestValidateName(t *testing.T) {
 		{"naïve", false},
 		{"orders.dlq", false},
 		{"orders\x00", false},
+		{"orders~0", true},
+		{"orders~255", true},
+		{"orders~256", false},
+		{"orders~01", false},
+		{"orders~", false},
+		{"~1", false},
+		{"orders~1~2", false},
+		{"orders~x", false},
 	}
 	for _, tt := range tests {
 		err := validateName(tt.name)
@@ -250,6 +258,30 @@ func TestReadyValidUntilNextReady(t *testing.T) {
 	}
 	if r := rd.Replies[len(rd.Replies)-1].Value.([]EnqueueResult); r[0].ID != testID(1) {
 		t.Fatalf("enqueue result changed before the next Ready")
+	}
+}
+
+// TestDeliveriesCarryBacklog: each delivery carries the messages of its
+// queue left ready once its Ready's deliveries were made, which a client
+// consuming several shards shares its credit by.
+func TestDeliveriesCarryBacklog(t *testing.T) {
+	s := New(Config{})
+	s.Tick(t0)
+	s.CreateQueue(1, QueueSpec{Name: "q"})
+	var items []EnqueueItem
+	for i := range 10 {
+		items = append(items, EnqueueItem{Queue: "q", Msg: Message{ID: testID(uint64(i + 1))}})
+	}
+	s.Enqueue(2, items)
+	s.Subscribe(3, 1, "q", 3, nil)
+	rd := takeReady(t, s)
+	if len(rd.Deliveries) != 1 || len(rd.Deliveries[0].Msgs) != 3 {
+		t.Fatalf("Deliveries = %+v; want 3", rd.Deliveries)
+	}
+	for _, m := range rd.Deliveries[0].Msgs {
+		if m.Backlog != 7 {
+			t.Fatalf("Backlog = %d; want 7", m.Backlog)
+		}
 	}
 }
 

@@ -332,6 +332,11 @@ type Delivered struct {
 	LeaseDeadline Time
 	// Lease is the token Ack, Nack, RetryAfter and ExtendLease name.
 	Lease uint64
+	// Backlog is the number of messages of the queue ready (including
+	// those waiting for tokens) once the deliveries of the Ready that
+	// holds this one were made: a client consuming several shards shares
+	// its credit by it.
+	Backlog uint64
 }
 
 // A Failure is a failed message of a queue with an on_failure hook. The
@@ -379,6 +384,9 @@ type QueueSummary struct {
 	// DeadLetterQueue names the queue's DLQ, empty for a DLQ; Parent
 	// names a DLQ's queue, empty otherwise.
 	DeadLetterQueue, Parent string
+	// Shards is a sharded queue's (or its DLQ's) number of shards, the
+	// counts then summing its shards'; 0 for any other queue.
+	Shards uint32
 }
 
 // QueueStats is QueueStats' result; the fields mirror QueueStatsResult in

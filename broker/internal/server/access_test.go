@@ -79,7 +79,7 @@ func startAuthBroker(t *testing.T) *authBroker {
 func (b *authBroker) createQueue(t *testing.T, spec node.QueueSpec) {
 	t.Helper()
 	done := make(chan node.Result, 1)
-	if err := b.n.CreateQueue(context.Background(), auth.Unrestricted(), spec, func(r node.Result) { done <- r }); err != nil {
+	if err := b.n.CreateQueue(context.Background(), auth.Unrestricted(), spec, 0, func(r node.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.Err != nil {

@@ -26,6 +26,7 @@ var faultCodes = map[*fault.Error]wire.Code{
 	fault.ErrProtocolViolation:    wire.CodeProtocolViolation,
 	fault.ErrQueueExists:          wire.CodeQueueExists,
 	fault.ErrQueueNotFound:        wire.CodeQueueNotFound,
+	fault.ErrQueueSharded:         wire.CodeQueueSharded,
 	fault.ErrResourceExhausted:    wire.CodeResourceExhausted,
 	fault.ErrScriptError:          wire.CodeScriptError,
 	fault.ErrSubscriptionNotFound: wire.CodeSubscriptionNotFound,

@@ -816,6 +816,7 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []node.Del
 			}
 		}
 		d.Messages = append(d.Messages, dm)
+		d.Backlog = m.Backlog
 		size += est
 	}
 	return n, flush()

@@ -242,7 +242,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			}
 			var out []wire.QueueSummary
 			for _, q := range r.Queues {
-				out = append(out, wire.QueueSummary{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent})
+				out = append(out, wire.QueueSummary{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Leased: q.Leased, DeadLetterQueue: q.DeadLetterQueue, Parent: q.Parent, Shards: q.Shards})
 			}
 			c.respond(id, &wire.ListQueuesResult{Queues: out})
 		})
@@ -289,15 +289,19 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			addr = c.nc.LocalAddr().String()
 		}
 		q := f.Queue
-		return n.Leader(ctx, p, q, func(l node.LeaderInfo, err error) {
+		return n.Topology(ctx, p, q, func(shards []node.ShardLeader, sep string, err error) {
 			if err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			if l.Addr == "" && l.NodeID != "" {
-				l.Addr = addr // a single node: this one
+			r := &wire.TopologyResult{Queue: q, Shards: make([]wire.ShardInfo, len(shards)), TenantSeparator: sep}
+			for i, l := range shards {
+				if l.Addr == "" && l.NodeID != "" {
+					l.Addr = addr // a single node: this one
+				}
+				r.Shards[i] = wire.ShardInfo{Shard: uint32(i), LeaderNodeID: l.NodeID, LeaderAddr: l.Addr, Term: l.Term, Queue: l.Queue}
 			}
-			c.respond(id, &wire.TopologyResult{Queue: q, Shards: []wire.ShardInfo{{Shard: 0, LeaderNodeID: l.NodeID, LeaderAddr: l.Addr, Term: l.Term}}})
+			c.respond(id, r)
 		})
 	case *wire.ClusterStatus:
 		st, ok, err := n.ClusterStatus(p)
@@ -524,6 +528,12 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		msg, err := c.s.n.Admit(c.ctx, c.principal, m)
+		if errors.Is(err, fault.ErrQueueSharded) {
+			// The client must send to the shards: it fails as a whole,
+			// nothing enqueued, so that the client can send it again
+			// split by shard.
+			return err
+		}
 		if err != nil {
 			results[i] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
 			continue
@@ -925,7 +935,7 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		TenantSeparator:   f.TenantSeparator,
 		CostByTime:        f.CostByTime,
 	}
-	return c.s.n.CreateQueue(c.ctx, c.principal, spec, func(r node.Result) {
+	return c.s.n.CreateQueue(c.ctx, c.principal, spec, int(min(f.Shards, 1<<16)), func(r node.Result) {
 		if err := r.Err; err != nil {
 			c.respondErr(id, err)
 			return

@@ -375,3 +375,67 @@ func TestClusterMembership(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterShardedQueue: fila queue create --shards makes a queue of
+// shards; enqueue and consume use its name, and each key's messages come
+// out of one shard, in order; queue list shows it once, with its shards,
+// inspect joins them, and delete takes them all. A single node refuses
+// shards.
+func TestClusterShardedQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three fila-server processes")
+	}
+	one := newCLI(t, filatest.Start(t))
+	one.fails(1, "needs cluster mode", "queue", "create", "events", "--shards", "2")
+
+	cl := filatest.StartCluster(t, 3, filatest.WithEnv("FILA_CLUSTER_TICK_INTERVAL=100ms", "FILA_CLUSTER_ELECTION_TICKS=10"))
+	all := &cli{t: t, addr: cl.Addrs()}
+	if out := all.retry("queue", "create", "events", "--shards", "3"); !strings.Contains(out, "created queue events of 3 shards, events~0 to events~2") {
+		t.Fatalf("create: %q", out)
+	}
+	for i := range 4 {
+		for _, k := range []string{"acme", "globex", "initech"} {
+			all.retry("enqueue", "events", fmt.Sprint(k, "-", i), "--fairness-key", k)
+		}
+	}
+	var list []struct {
+		Name   string `json:"name"`
+		Ready  uint64 `json:"ready"`
+		Shards uint32 `json:"shards"`
+	}
+	all.json(&list, "queue", "list")
+	if len(list) != 2 || list[0].Name != "events" || list[0].Shards != 3 || list[0].Ready != 12 || list[1].Name != "events.dlq" {
+		t.Fatalf("queue list: %+v", list)
+	}
+	if out := all.ok("queue", "list"); !strings.Contains(out, "SHARDS") {
+		t.Fatalf("queue list: no SHARDS column:\n%s", out)
+	}
+	if out := all.ok("queue", "inspect", "events"); !strings.Contains(out, "3 shards") || !strings.Contains(out, "ready 12,") {
+		t.Fatalf("queue inspect:\n%s", out)
+	}
+	out := all.ok("consume", "events", "--count", "12", "-o", "json")
+	next := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var d struct {
+			Queue       string `json:"queue"`
+			FairnessKey string `json:"fairness_key"`
+			Payload     string `json:"payload"`
+		}
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatalf("consume line %q: %v", line, err)
+		}
+		if want := fmt.Sprint(d.FairnessKey, "-", next[d.FairnessKey]); d.Payload != want || !strings.HasPrefix(d.Queue, "events~") {
+			t.Fatalf("delivery %+v; want payload %s from a shard", d, want)
+		}
+		next[d.FairnessKey]++
+	}
+	all.json(&list, "queue", "list")
+	if list[0].Ready != 0 {
+		t.Fatalf("after consuming everything: %+v", list)
+	}
+	all.ok("queue", "delete", "events")
+	all.json(&list, "queue", "list")
+	if len(list) != 0 {
+		t.Fatalf("after delete: %+v", list)
+	}
+}

@@ -100,6 +100,8 @@ its result so far, marked partial, before the error (exit 1).`,
 	pf.StringVar(&e.queue, "queue", "", "queue to use, created if missing (default: a new bench-<workload>-<random>); keys and replay use it as a prefix")
 	pf.BoolVar(&e.keep, "keep", false, "keep the queue and its messages afterwards")
 	pf.BoolVar(&e.noProgress, "no-progress", false, "never draw a progress bar")
+	pf.Uint32Var(&e.shards, "shards", 0, "cluster: create the queue with this many shards (2 to 256), each its own Raft group (0 or 1: not sharded)")
+	pf.IntVar(&e.fairnessKeys, "fairness-keys", 0, "produce, consume, lifecycle and latency: spread messages round robin over this many fairness keys (0: none, or 64 with --shards, so that messages spread over the shards)")
 	cmd.AddCommand(newProduceCmd(e), newConsumeCmd(e), newLifecycleCmd(e), newLatencyCmd(e),
 		newFairnessCmd(e), newThrottleCmd(e), newKeysCmd(e), newReplayCmd(e))
 	return cmd
@@ -111,9 +113,11 @@ type env struct {
 	connect ConnectFunc
 	output  *string
 
-	queue      string
-	keep       bool
-	noProgress bool
+	queue        string
+	keep         bool
+	noProgress   bool
+	shards       uint32
+	fairnessKeys int
 
 	stdout, stderr io.Writer
 }
@@ -167,7 +171,28 @@ func (e *env) openQueue(ctx context.Context, c *fila.Client, workload string, sp
 	if name == "" {
 		name = "bench-" + workload + "-" + randomSuffix()
 	}
-	return createQueue(ctx, c, name, e.keep, spec)
+	return createQueue(ctx, c, name, e.keep, func(qs *fila.QueueSpec) {
+		if e.shards > 1 {
+			qs.Shards(e.shards)
+		}
+		if spec != nil {
+			spec(qs)
+		}
+	})
+}
+
+// defaultKeys returns the fairness keys of workloads that set none:
+// --fairness-keys of them, key-0 to key-<n-1>, or 64 with --shards.
+func (e *env) defaultKeys() []string {
+	n := e.fairnessKeys
+	if n == 0 && e.shards > 1 {
+		n = 64
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	return keys
 }
 
 // randomSuffix returns 8 random hex digits, to name queues and keys of

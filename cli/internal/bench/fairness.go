@@ -35,8 +35,13 @@ type FairnessResult struct {
 	// percentage point).
 	MaxDeviation float64 `json:"max_deviation"`
 	// MaxRelativeDeviation is the largest |share / entitled − 1|.
-	MaxRelativeDeviation float64    `json:"max_relative_deviation"`
-	Consume              Throughput `json:"consume"`
+	MaxRelativeDeviation float64 `json:"max_relative_deviation"`
+	// JainIndex is Jain's fairness index (Jain, Chiu & Hawe, DEC-TR-301,
+	// 1984) of the keys' share / entitled over the window: (Σx)²/(n·Σx²),
+	// 1 when every key got exactly its entitlement, 1/n when one key got
+	// everything.
+	JainIndex float64    `json:"jain_index"`
+	Consume   Throughput `json:"consume"`
 }
 
 // FairnessKeyShare is one key's part of a FairnessResult.
@@ -58,8 +63,8 @@ func (r *FairnessResult) writeTable(w io.Writer) error {
 	if err := table(w, []string{"KEY", "WEIGHT", "ENQUEUED", "DELIVERED", "SHARE", "ENTITLED", "DEVIATION"}, rows); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nwindow %s of %s deliveries; max deviation %.3f pp (%.2f%% relative); consume+ack %s msgs/s\n",
-		group(r.Window), group(r.Messages), r.MaxDeviation*100, r.MaxRelativeDeviation*100, rate(r.Consume.PerSecond()))
+	_, err := fmt.Fprintf(w, "\nwindow %s of %s deliveries; max deviation %.3f pp (%.2f%% relative); Jain's index %.4f; consume+ack %s msgs/s\n",
+		group(r.Window), group(r.Messages), r.MaxDeviation*100, r.MaxRelativeDeviation*100, r.JainIndex, rate(r.Consume.PerSecond()))
 	return err
 }
 
@@ -93,6 +98,24 @@ func shares(order []int, enqueued []int64, weights []uint32) (window int64, keys
 		keys[i] = k
 	}
 	return window, keys, maxDev, maxRel
+}
+
+// jainIndex is Jain's index of keys' Share / Entitled (see
+// FairnessResult.JainIndex); 0 for no keys or no deliveries.
+func jainIndex(keys []FairnessKeyShare) float64 {
+	var sum, sq float64
+	for _, k := range keys {
+		if k.Entitled == 0 {
+			continue
+		}
+		x := k.Share / k.Entitled
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(keys)) * sq)
 }
 
 func newFairnessCmd(e *env) *cobra.Command {
@@ -223,6 +246,6 @@ func fairness(ctx context.Context, e *env, q string, ws []int, count int64, size
 	}
 	return &FairnessResult{
 		Workload: "fairness", Queue: q, Size: size, Messages: count, Window: window, Keys: keys,
-		MaxDeviation: maxDev, MaxRelativeDeviation: maxRel, Consume: con,
+		MaxDeviation: maxDev, MaxRelativeDeviation: maxRel, JainIndex: jainIndex(keys), Consume: con,
 	}, nil
 }

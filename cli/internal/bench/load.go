@@ -118,6 +118,9 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 		sent = new(atomic.Int64)
 	}
 	spec.fit()
+	if len(spec.keys) == 0 {
+		spec.keys = e.defaultKeys()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clients := make([]*fila.Client, spec.producers)

@@ -329,3 +329,24 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+func TestJainIndex(t *testing.T) {
+	for _, tc := range []struct {
+		shares, entitled []float64
+		want             float64
+	}{
+		{[]float64{0.25, 0.75}, []float64{0.25, 0.75}, 1},
+		{[]float64{1, 0}, []float64{0.5, 0.5}, 0.5},
+		{[]float64{1, 0, 0, 0}, []float64{0.25, 0.25, 0.25, 0.25}, 0.25},
+		{[]float64{0.6, 0.4}, []float64{0.5, 0.5}, 1 / 1.04},
+		{nil, nil, 0},
+	} {
+		keys := make([]FairnessKeyShare, len(tc.shares))
+		for i := range keys {
+			keys[i] = FairnessKeyShare{Share: tc.shares[i], Entitled: tc.entitled[i]}
+		}
+		if got := jainIndex(keys); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("jainIndex(%v / %v) = %v, want %v", tc.shares, tc.entitled, got, tc.want)
+		}
+	}
+}

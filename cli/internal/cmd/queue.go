@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,7 +24,7 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 	var (
 		vt, backoffBase, backoffMax, dedup time.Duration
 		latencyIdle                        time.Duration
-		maxAttempts, latencyBudget         uint32
+		maxAttempts, latencyBudget, shards uint32
 		onEnqueue, onFailure, policy       string
 		tenantSep                          string
 		costByTime                         bool
@@ -39,7 +40,8 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 		Example: `  fila queue create orders
   fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua
   fila queue create jobs --policy stfq
-  fila queue create reports --tenant-separator /`,
+  fila queue create reports --tenant-separator /
+  fila queue create events --shards 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
@@ -55,7 +57,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
 				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy).
-				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep)
+				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep).Shards(shards)
 			if costByTime {
 				spec.CostByTime()
 			}
@@ -79,6 +81,10 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 				if g.output == "json" {
 					return g.printJSON(map[string]string{"name": args[0], "dead_letter_queue": args[0] + ".dlq"})
 				}
+				if shards > 1 {
+					fmt.Fprintf(g.stdout, "created queue %s of %d shards, %s~0 to %s~%d (dead-letter queue %s.dlq)\n", args[0], shards, args[0], args[0], shards-1, args[0])
+					return nil
+				}
 				fmt.Fprintf(g.stdout, "created queue %s (dead-letter queue %s.dlq)\n", args[0], args[0])
 				return nil
 			})
@@ -95,6 +101,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.DurationVar(&latencyIdle, "latency-idle", 0, "stfq: how long a fairness key must have had nothing pending to enter the latency lane even if it was served more than its share (0: the broker's default, 100ms)")
 	f.StringVar(&tenantSep, "tenant-separator", "", `stfq: schedule tenants, then each tenant's keys; a key's tenant is the key up to the first separator ("acme" of "acme/job-7" with "/"), so a tenant's keys share one tenant's share (unset: no hierarchy)`)
 	f.BoolVar(&costByTime, "cost-by-time", false, "stfq: share consumer time rather than deliveries: charge each delivery the lease time it held (to ack, nack, release or expiry), so keys with slow jobs get fewer deliveries")
+	f.Uint32Var(&shards, "shards", 0, "cluster: split the queue into this many shards (2 to 256), each its own Raft group, spread by the hash of the fairness key (0 or 1: not sharded)")
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
 	return cmd
@@ -151,18 +158,28 @@ func newQueueListCmd(g *globals) *cobra.Command {
 						Leased  uint64 `json:"leased"`
 						DLQ     string `json:"dead_letter_queue,omitempty"`
 						Parent  string `json:"parent,omitempty"`
+						Shards  uint32 `json:"shards,omitempty"`
 					}
 					rows := make([]row, len(qs))
 					for i, q := range qs {
-						rows[i] = row{q.Name, q.Ready, q.Delayed, q.Leased, q.DeadLetterQueue, q.Parent}
+						rows[i] = row{q.Name, q.Ready, q.Delayed, q.Leased, q.DeadLetterQueue, q.Parent, q.Shards}
 					}
 					return g.printJSON(rows)
 				}
+				// A SHARDS column only when a queue is sharded.
+				sharded := slices.ContainsFunc(qs, func(q fila.QueueInfo) bool { return q.Shards > 0 })
 				rows := make([][]string, len(qs))
 				for i, q := range qs {
 					rows[i] = []string{q.Name, u(q.Ready), u(q.Delayed), u(q.Leased), q.DeadLetterQueue}
+					if sharded {
+						rows[i] = append(rows[i], u(uint64(q.Shards)))
+					}
 				}
-				return g.table([]string{"NAME", "READY", "DELAYED", "LEASED", "DLQ"}, rows)
+				header := []string{"NAME", "READY", "DELAYED", "LEASED", "DLQ"}
+				if sharded {
+					header = append(header, "SHARDS")
+				}
+				return g.table(header, rows)
 			})
 		},
 	}
@@ -255,6 +272,7 @@ func statsJSON(st *fila.QueueStats) any {
 		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
 		"tenant_separator":      st.TenantSeparator,
 		"cost_by_time":          st.CostByTime,
+		"shards":                st.Shards,
 		"fairness_keys":         fk,
 		"backlogged_keys":       st.BackloggedKeys,
 		"window_ms":             st.Window.Milliseconds(),
@@ -275,6 +293,9 @@ func statsJSON(st *fila.QueueStats) any {
 func (g *globals) printStats(st *fila.QueueStats) error {
 	w := g.stdout
 	fmt.Fprintf(w, "queue %s\n", st.Name)
+	if st.Shards > 0 {
+		fmt.Fprintf(w, "  %d shards: counts, keys and hooks of all of them\n", st.Shards)
+	}
 	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
 	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d, policy %s\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts, st.Policy)
 	if st.LatencyBudget > 0 {

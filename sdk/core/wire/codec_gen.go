@@ -348,6 +348,10 @@ func (m *QueueSummary) appendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.Leased)
 	dst = appendString(dst, m.DeadLetterQueue)
 	dst = appendString(dst, m.Parent)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Shards != 0 {
+		dst = appendU32(dst, m.Shards)
+	}
 	return endStruct(dst, at)
 }
 
@@ -363,6 +367,9 @@ func (m *QueueSummary) decodeFields(r *reader, prev *QueueSummary) {
 	m.Leased = r.u64("leased")
 	m.DeadLetterQueue = r.strLike("dead_letter_queue", prev.DeadLetterQueue)
 	m.Parent = r.strLike("parent", prev.Parent)
+	if r.more() {
+		m.Shards = r.u32("shards")
+	}
 }
 
 func (m *FairnessKeyStats) appendTo(dst []byte) []byte {
@@ -573,6 +580,10 @@ func (m *ShardInfo) appendTo(dst []byte) []byte {
 	dst = appendString(dst, m.LeaderNodeID)
 	dst = appendString(dst, m.LeaderAddr)
 	dst = appendU64(dst, m.Term)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Queue != "" {
+		dst = appendString(dst, m.Queue)
+	}
 	return endStruct(dst, at)
 }
 
@@ -586,6 +597,9 @@ func (m *ShardInfo) decodeFields(r *reader, prev *ShardInfo) {
 	m.LeaderNodeID = r.strLike("leader_node_id", prev.LeaderNodeID)
 	m.LeaderAddr = r.strLike("leader_addr", prev.LeaderAddr)
 	m.Term = r.u64("term")
+	if r.more() {
+		m.Queue = r.strLike("queue", prev.Queue)
+	}
 }
 
 func (m *ClusterNode) appendTo(dst []byte) []byte {
@@ -1151,6 +1165,10 @@ func (m *Delivery) AppendTo(dst []byte) []byte {
 	for i := range m.Messages {
 		dst = m.Messages[i].appendTo(dst)
 	}
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Backlog != 0 {
+		dst = appendU64(dst, m.Backlog)
+	}
 	return dst
 }
 
@@ -1174,6 +1192,9 @@ func (m *Delivery) decodeFields(r *reader, prev *Delivery) {
 		}
 	} else {
 		m.Messages = nil
+	}
+	if r.more() {
+		m.Backlog = r.u64("backlog")
 	}
 }
 
@@ -1912,16 +1933,19 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime {
+			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.TenantSeparator != "" || m.CostByTime {
+				if m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
 					dst = appendString(dst, m.TenantSeparator)
-					if m.CostByTime {
+					if m.CostByTime || m.Shards != 0 {
 						dst = appendBool(dst, m.CostByTime)
+						if m.Shards != 0 {
+							dst = appendU32(dst, m.Shards)
+						}
 					}
 				}
 			}
@@ -1958,6 +1982,9 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	}
 	if r.more() {
 		m.CostByTime = r.bool("cost_by_time")
+	}
+	if r.more() {
+		m.Shards = r.u32("shards")
 	}
 }
 
@@ -3055,6 +3082,10 @@ func (m *TopologyResult) AppendTo(dst []byte) []byte {
 	for i := range m.Shards {
 		dst = m.Shards[i].appendTo(dst)
 	}
+	// Optional fields: sent up to the last one that is not zero.
+	if m.TenantSeparator != "" {
+		dst = appendString(dst, m.TenantSeparator)
+	}
 	return dst
 }
 
@@ -3097,6 +3128,9 @@ func (m *TopologyResult) decodeFields(r *reader, prev *TopologyResult) {
 		}
 	} else {
 		m.Shards = nil
+	}
+	if r.more() {
+		m.TenantSeparator = r.strLike("tenant_separator", prev.TenantSeparator)
 	}
 }
 

@@ -133,6 +133,7 @@ func drawQueueSummary(t *rapid.T) *QueueSummary {
 		Name:            rapid.StringN(0, 12, -1).Draw(t, "name"),
 		Parent:          rapid.StringN(0, 12, -1).Draw(t, "parent"),
 		Ready:           rapid.Uint64().Draw(t, "ready"),
+		Shards:          rapid.Uint32().Draw(t, "shards"),
 	}
 }
 
@@ -203,6 +204,7 @@ func drawShardInfo(t *rapid.T) *ShardInfo {
 	return &ShardInfo{
 		LeaderAddr:   rapid.StringN(0, 12, -1).Draw(t, "leader_addr"),
 		LeaderNodeID: rapid.StringN(0, 12, -1).Draw(t, "leader_node_id"),
+		Queue:        rapid.StringN(0, 12, -1).Draw(t, "queue"),
 		Shard:        rapid.Uint32().Draw(t, "shard"),
 		Term:         rapid.Uint64().Draw(t, "term"),
 	}
@@ -345,9 +347,12 @@ func drawSubscribeOk(t *rapid.T) *SubscribeOk {
 }
 
 func drawDelivery(t *rapid.T) *Delivery {
-	return &Delivery{Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) DeliveredMessage {
-		return *drawDeliveredMessage(t)
-	})}
+	return &Delivery{
+		Backlog: rapid.Uint64().Draw(t, "backlog"),
+		Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) DeliveredMessage {
+			return *drawDeliveredMessage(t)
+		}),
+	}
 }
 
 func drawLeaseExpired(t *rapid.T) *LeaseExpired {
@@ -444,6 +449,7 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 		OnEnqueue:           rapid.StringN(0, 12, -1).Draw(t, "on_enqueue"),
 		OnFailure:           rapid.StringN(0, 12, -1).Draw(t, "on_failure"),
 		Policy:              rapid.StringN(0, 12, -1).Draw(t, "policy"),
+		Shards:              rapid.Uint32().Draw(t, "shards"),
 		TenantSeparator:     rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
 		VisibilityTimeoutMS: rapid.Uint64().Draw(t, "visibility_timeout_ms"),
 	}
@@ -650,6 +656,7 @@ func drawTopologyResult(t *rapid.T) *TopologyResult {
 		Shards: drawList(t, "shards", 3, func(t *rapid.T, label string) ShardInfo {
 			return *drawShardInfo(t)
 		}),
+		TenantSeparator: rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
 	}
 }
 

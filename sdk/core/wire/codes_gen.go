@@ -99,6 +99,13 @@ const (
 	CodeScriptError Code = 28
 	// CodeAPIKeyNotFound is code 29, domain scope. No API key has this ID.
 	CodeAPIKeyNotFound Code = 29
+	// CodeQueueSharded is code 30, domain scope. The queue named is sharded
+	// (CreateQueue's shards), and this operation must name one of its shards
+	// instead: the queue names that Topology lists, one per shard. A client sends
+	// each message to the shard its fairness key hashes to (see Topology), and
+	// subscribes to every shard. Nothing was done: an Enqueue naming a sharded
+	// queue fails as a whole, enqueueing none of its messages.
+	CodeQueueSharded Code = 30
 )
 
 func (c Code) String() string {
@@ -151,6 +158,8 @@ func (c Code) String() string {
 		return "SCRIPT_ERROR"
 	case CodeAPIKeyNotFound:
 		return "API_KEY_NOT_FOUND"
+	case CodeQueueSharded:
+		return "QUEUE_SHARDED"
 	}
 	return fmt.Sprintf("CODE_%d", int(c))
 }
@@ -222,6 +231,8 @@ func (c Code) Scope() Scope {
 		return ScopeDomain
 	case CodeAPIKeyNotFound:
 		return ScopeDomain
+	case CodeQueueSharded:
+		return ScopeDomain
 	}
 	return ScopeUnknown
 }
@@ -245,9 +256,9 @@ var (
 	// PingCodes are the domain codes Ping can return.
 	PingCodes = CodeSet{}
 	// EnqueueCodes are the domain codes Enqueue can return.
-	EnqueueCodes = CodeSet{CodeQueueNotFound, CodeMessageTooLarge}
+	EnqueueCodes = CodeSet{CodeQueueNotFound, CodeMessageTooLarge, CodeQueueSharded}
 	// SubscribeCodes are the domain codes Subscribe can return.
-	SubscribeCodes = CodeSet{CodeQueueNotFound}
+	SubscribeCodes = CodeSet{CodeQueueNotFound, CodeQueueSharded}
 	// CreditCodes are the domain codes Credit can return.
 	CreditCodes = CodeSet{CodeSubscriptionNotFound}
 	// UnsubscribeCodes are the domain codes Unsubscribe can return.
@@ -269,9 +280,9 @@ var (
 	// ListQueuesCodes are the domain codes ListQueues can return.
 	ListQueuesCodes = CodeSet{}
 	// QueueStatsCodes are the domain codes QueueStats can return.
-	QueueStatsCodes = CodeSet{CodeQueueNotFound}
+	QueueStatsCodes = CodeSet{CodeQueueNotFound, CodeQueueSharded}
 	// ExplainCodes are the domain codes Explain can return.
-	ExplainCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound}
+	ExplainCodes = CodeSet{CodeQueueNotFound, CodeMessageNotFound, CodeQueueSharded}
 	// SetConfigCodes are the domain codes SetConfig can return.
 	SetConfigCodes = CodeSet{CodeInvalidConfigValue}
 	// GetConfigCodes are the domain codes GetConfig can return.
@@ -281,7 +292,7 @@ var (
 	// DeleteConfigCodes are the domain codes DeleteConfig can return.
 	DeleteConfigCodes = CodeSet{}
 	// RedriveCodes are the domain codes Redrive can return.
-	RedriveCodes = CodeSet{CodeQueueNotFound, CodeNotADLQ}
+	RedriveCodes = CodeSet{CodeQueueNotFound, CodeNotADLQ, CodeQueueSharded}
 	// CreateApiKeyCodes are the domain codes CreateApiKey can return.
 	CreateApiKeyCodes = CodeSet{}
 	// RevokeApiKeyCodes are the domain codes RevokeApiKey can return.
@@ -297,7 +308,7 @@ var (
 	// ClusterStatusCodes are the domain codes ClusterStatus can return.
 	ClusterStatusCodes = CodeSet{}
 	// MoveQueueCodes are the domain codes MoveQueue can return.
-	MoveQueueCodes = CodeSet{CodeQueueNotFound}
+	MoveQueueCodes = CodeSet{CodeQueueNotFound, CodeQueueSharded}
 	// DrainNodeCodes are the domain codes DrainNode can return.
 	DrainNodeCodes = CodeSet{}
 	// RebalanceCodes are the domain codes Rebalance can return.

@@ -99,6 +99,7 @@ var OptionalFrom = map[string]int{
 	"ClusterReplica":      4,
 	"ClusterStatusResult": 3,
 	"CreateQueue":         8,
+	"Delivery":            1,
 	"DrainNode":           1,
 	"Enqueue":             1,
 	"ExplainResult":       7,
@@ -106,7 +107,10 @@ var OptionalFrom = map[string]int{
 	"HandshakeOk":         5,
 	"QueueStats":          1,
 	"QueueStatsResult":    11,
+	"QueueSummary":        6,
 	"Rebalance":           0,
+	"ShardInfo":           4,
+	"TopologyResult":      2,
 }
 
 const (
@@ -1003,6 +1007,10 @@ type QueueSummary struct {
 	DeadLetterQueue string
 	// Parent (string) For a DLQ, the queue it belongs to; empty otherwise.
 	Parent string
+	// Shards (u32) For a sharded queue (or its DLQ), its number of shards, the
+	// counts the sum of theirs as far as the answering node holds them; 0
+	// otherwise.
+	Shards uint32
 }
 
 // FairnessKeyStats is the DRR state of one fairness key with pending messages.
@@ -1116,6 +1124,11 @@ type ShardInfo struct {
 	LeaderAddr string
 	// Term (u64) Raft term in which the leader was elected (0 on a single node).
 	Term uint64
+	// Queue (string) The name to address the shard by in Enqueue, Subscribe and
+	// every other operation: `<queue>~<shard>` for a sharded queue, the queue's
+	// own name otherwise. Empty from a server that predates sharded queues: the
+	// queue's own name.
+	Queue string
 }
 
 // ClusterNode is one member of the cluster, as the answering node sees it.
@@ -1431,6 +1444,11 @@ func (*SubscribeOk) Opcode() Opcode {
 type Delivery struct {
 	// Messages ([]DeliveredMessage) Delivered messages.
 	Messages []DeliveredMessage
+	// Backlog (u64) Messages of the queue ready for delivery once these were
+	// delivered (including those waiting for throttle tokens), for a client
+	// consuming several shards to share its credit among them by backlog; 0 also
+	// from a server that predates it.
+	Backlog uint64
 }
 
 // Opcode returns OpDelivery.
@@ -1705,6 +1723,18 @@ type CreateQueue struct {
 	// the deliveries. Needs policy `stfq` (empty policy then means `stfq`); with
 	// `drr`, fails with INVALID_ARGUMENT.
 	CostByTime bool
+	// Shards (u32) Cluster mode: split the queue into this many shards, each its
+	// own Raft group with its own leader and its own dead-letter queue, for
+	// throughput beyond one group's. Shard i is the queue `<name>~<i>` (DLQ
+	// `<name>~<i>.dlq`); messages are spread by the hash of their fairness key
+	// (see TopologyResult), so each key's messages stay in one shard, fairly
+	// scheduled there, while fairness across shards is approximate
+	// (docs/cluster-scaling.md states the bound). The queue's own name then lists,
+	// inspects and deletes every shard at once, and Enqueue and Subscribe naming
+	// it fail with QUEUE_SHARDED: clients send to the shards. 0 or 1: not sharded.
+	// At most 256; above, INVALID_ARGUMENT. More than 1 on a broker in single-node
+	// mode: NOT_SUPPORTED.
+	Shards uint32
 }
 
 // Opcode returns OpCreateQueue.
@@ -2180,8 +2210,17 @@ func (*Topology) Opcode() Opcode {
 type TopologyResult struct {
 	// Queue (string) Queue name.
 	Queue string
-	// Shards ([]ShardInfo) Shards by number.
+	// Shards ([]ShardInfo) Shards by number: one for a queue that is not sharded.
+	// A message with fairness key k belongs to shard fnv1a32(h) mod len(shards),
+	// where fnv1a32 is the 32-bit FNV-1a hash of h's bytes and h is k (`default`
+	// when k is empty, as the broker resolves it), or, when tenant_separator is
+	// set, k up to its first tenant_separator (all of k if it has none): so one
+	// key's messages, and with the tenant hierarchy one tenant's, stay in one
+	// shard and in order.
 	Shards []ShardInfo
+	// TenantSeparator (string) The queue's tenant separator (CreateQueue's
+	// tenant_separator), which the shard hash uses; empty for none.
+	TenantSeparator string
 }
 
 // Opcode returns OpTopologyResult.
