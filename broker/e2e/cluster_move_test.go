@@ -180,8 +180,8 @@ func TestClusterDrainUnderLoad(t *testing.T) {
 // TestClusterRebalanceUnderLoad: four nodes; "jobs" and seven more
 // queues are created while node 4 is drained, so that all are on nodes
 // 1–3; node 4 is undrained and a rebalance runs under load. It ends with
-// every node holding six replicas and leading two queues, and the
-// history checks.
+// the plan carried out (its moves done, its preferred leaders leading),
+// and the history checks.
 func TestClusterRebalanceUnderLoad(t *testing.T) {
 	runClusterOf(t, 4, nil, func(ctx context.Context, c *filatest.Cluster, admin *fila.Administrator, w *workload) {
 		if _, err := admin.DrainNode(ctx, 4); err != nil {
@@ -207,9 +207,15 @@ func TestClusterRebalanceUnderLoad(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// Done when nothing is under way and the plan holds: each moved
+		// queue's replicas left From for To, each preferred leader
+		// leads. (The plan's evenness, weighing the busy "jobs" against
+		// the idle queues, is TestPlanRebalance's and
+		// TestPlanRebalanceWeighted's.)
 		for {
-			replicas, leads := map[uint64]int{}, map[uint64]int{}
 			busy := false
+			replicas := map[string][]uint64{}
+			leader := map[string]uint64{}
 			for i := range c.Nodes {
 				st := nodeStatus(ctx, c, i)
 				if st == nil {
@@ -222,21 +228,26 @@ func TestClusterRebalanceUnderLoad(t *testing.T) {
 						continue
 					}
 					busy = busy || len(g.Target) > 0
-					replicas[st.NodeID]++
 					if g.Leader == st.NodeID {
-						leads[st.NodeID]++
+						leader[g.Queue] = g.Leader
+						for _, r := range g.Replicas {
+							replicas[g.Queue] = append(replicas[g.Queue], r.NodeID)
+						}
 					}
 				}
 			}
-			even := true
-			for id := uint64(1); id <= 4; id++ {
-				even = even && replicas[id] == 6 && leads[id] == 2
+			done := !busy
+			for _, m := range plan.Moves {
+				done = done && slices.Contains(replicas[m.Queue], m.To) && !slices.Contains(replicas[m.Queue], m.From)
 			}
-			if !busy && even {
+			for _, l := range plan.Leads {
+				done = done && leader[l.Queue] == l.Node
+			}
+			if done {
 				break
 			}
 			if ctx.Err() != nil {
-				t.Fatalf("not rebalanced: replicas %v, leads %v", replicas, leads)
+				t.Fatalf("plan %+v not carried out: replicas %v, leaders %v", plan, replicas, leader)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

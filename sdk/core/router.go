@@ -1233,6 +1233,9 @@ func (r *Router) answered(n *node, p *part, cp Completion) {
 		if p.req.op == wire.OpEnqueue && r.shardedItems(n, p, cp.Response) {
 			return
 		}
+		if r.notLeaderItems(n, p, cp.Response) {
+			return
+		}
 		r.learn(n, p, cp.Response)
 		r.finish(p, cp.Response, nil)
 	case errors.Is(cp.Err, ErrConnectionLost):

@@ -699,6 +699,60 @@ func TestRouterMultiQueueRedirect(t *testing.T) {
 	}
 }
 
+// TestRouterItemNotLeader: a node leading two queues of a frame answers
+// NOT_LEADER for the items of one of them (its group is electing): those
+// items are sent again after a backoff, with their sequences, and the
+// caller's result joins the others' with theirs; an Ack's are too.
+func TestRouterItemNotLeader(t *testing.T) {
+	h := newRouterHarness(t, RouterConfig{Seeds: []string{"a:1"}})
+	h.takeDials()
+	h.connect("a:1")
+	id, _ := h.r.Enqueue(msgs("x", "y", "x", "y"), 0)
+	f := h.one("a:1", wire.OpEnqueue)
+	seq := f.f.(*wire.Enqueue).Sequence
+	nl := wire.EnqueueItemResult{Code: wire.CodeNotLeader, Message: "queue y has no leader yet"}
+	ok := okResults(2, 'x').Results
+	h.reply("a:1", f.id, &wire.EnqueueResult{Results: []wire.EnqueueItemResult{ok[0], nl, ok[1], nl}})
+	h.noCompletion(id)
+	if fs := h.sent("a:1"); len(fs) != 0 {
+		t.Fatalf("resent at once: %v; want after a backoff", ops(fs))
+	}
+	h.tick(time.Second)
+	fs := h.sent("a:1")
+	if len(fs) != 2 {
+		t.Fatalf("a got %v; want the two y items in two runs", ops(fs))
+	}
+	for i, x := range fs {
+		e := x.f.(*wire.Enqueue)
+		if len(e.Messages) != 1 || e.Messages[0].Queue != "y" || e.Sequence != seq+1+2*uint64(i) {
+			t.Fatalf("resend %d: %d messages of %q at sequence %d; want 1 of y at %d", i, len(e.Messages), e.Messages[0].Queue, e.Sequence, seq+1+2*uint64(i))
+		}
+	}
+	h.reply("a:1", fs[0].id, okResults(1, 'y'))
+	h.reply("a:1", fs[1].id, okResults(1, 'z'))
+	rs := h.completion(id).Response.(*wire.EnqueueResult).Results
+	var got []byte
+	for _, r := range rs {
+		got = append(got, r.ID[0])
+	}
+	if string(got) != "xyxz" {
+		t.Fatalf("joined results %q; want xyxz", got)
+	}
+
+	ack, _ := h.r.Send(&wire.Ack{Items: []wire.LeaseRef{{Queue: "x", Lease: 1}, {Queue: "y", Lease: 2}}}, 0)
+	f = h.one("a:1", wire.OpAck)
+	h.reply("a:1", f.id, &wire.AckResult{Results: []wire.ItemResult{{}, {Code: wire.CodeNotLeader}}})
+	h.tick(time.Second)
+	f = h.one("a:1", wire.OpAck)
+	if items := f.f.(*wire.Ack).Items; len(items) != 1 || items[0].Queue != "y" {
+		t.Fatalf("ack resent %+v; want y's", items)
+	}
+	h.reply("a:1", f.id, &wire.AckResult{Results: []wire.ItemResult{{}}})
+	if rs := h.completion(ack).Response.(*wire.AckResult).Results; len(rs) != 2 || rs[0].Code != 0 || rs[1].Code != 0 {
+		t.Fatalf("ack results %+v; want both ok", rs)
+	}
+}
+
 // TestRouterGoAway: a node's GoAway moves new requests to its hint, and
 // the node is closed once its requests are answered; its subscription is
 // opened again at the hint.

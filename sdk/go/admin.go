@@ -200,10 +200,14 @@ type QueueStats struct {
 	Name                   string
 	Ready, Delayed, Leased uint64
 	DeadLettered           uint64
-	Subscriptions          uint32
-	VisibilityTimeout      time.Duration
-	MaxAttempts            uint32
-	Policy                 string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
+	// Bytes is the payload bytes of the queue's messages and its DLQ's,
+	// as enqueued (headers not counted); 0 from a broker that predates
+	// it.
+	Bytes             uint64
+	Subscriptions     uint32
+	VisibilityTimeout time.Duration
+	MaxAttempts       uint32
+	Policy            string // PolicyDRR or PolicySTFQ; "drr" from a broker that predates policies
 	// LatencyBudget (deliveries per key) and LatencyIdle are a PolicySTFQ
 	// queue's latency lane; zeros when it has none.
 	LatencyBudget uint32
@@ -333,7 +337,7 @@ func statsOf(r *wire.QueueStatsResult) *QueueStats {
 		MaxAttempts:   r.MaxAttempts,
 		Policy:        cmp.Or(r.Policy, PolicyDRR),
 		LatencyBudget: r.LatencyBudget, LatencyIdle: time.Duration(r.LatencyIdleMS) * time.Millisecond,
-		TenantSeparator: r.TenantSeparator, CostByTime: r.CostByTime,
+		TenantSeparator: r.TenantSeparator, CostByTime: r.CostByTime, Bytes: r.Bytes,
 		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,
@@ -877,11 +881,13 @@ func (a *Administrator) UndrainNode(ctx context.Context, nodeID uint64) error {
 }
 
 // Rebalance evens out the queues' replicas and leaders over the cluster's
-// members that are not draining: it plans replica moves, from the node
-// holding the most to the one holding the fewest, until every node is
-// within one replica of every other, then preferred leaders until each
-// node leads within one queue of every other. Both count queues, not
-// bytes or traffic; a queue with a move under way keeps it.
+// members that are not draining: it plans replica moves, from the most
+// loaded node to the least loaded, until no move of one queue brings them
+// closer, then preferred leaders the same way. A queue weighs 1, plus its
+// payload bytes over the mean queue's, plus its deliveries of the last 30
+// to 60 s over the mean queue's, as the node that takes the request sees
+// them; with queues of equal weight, every node ends within one replica,
+// and one lead, of every other. A queue with a move under way keeps it.
 //
 // With dryRun it returns the plan, as the node that took the request
 // sees the cluster, and changes nothing. Otherwise it returns the plan

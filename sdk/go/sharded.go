@@ -32,6 +32,7 @@ func (a *Administrator) shardedStats(ctx context.Context, name string, top uint3
 		st.Delayed += one.Delayed
 		st.Leased += one.Leased
 		st.DeadLettered += one.DeadLettered
+		st.Bytes += one.Bytes
 		st.Subscriptions += one.Subscriptions
 		st.BackloggedKeys += one.BackloggedKeys
 		st.WindowDelivered += one.WindowDelivered

@@ -401,7 +401,7 @@ func (n *Node) applyMetaCommand(b *store.Batch, kind byte, body []byte) (metaRes
 	case metaDrain:
 		return n.applyDrain(b, body)
 	case metaRebalance:
-		return n.applyRebalance(b)
+		return n.applyRebalance(b, body)
 	case metaRebalanceStep:
 		return n.applyRebalanceStep(b, body)
 	case metaAddNode:

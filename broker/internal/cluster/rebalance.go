@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -38,11 +39,18 @@ type RebalancePlan struct {
 }
 
 // Rebalance evens out the queues' replicas and leaders over the members
-// that are not draining: it plans replica moves until each node holds
-// within one replica of every other, then preferred leaders until each
-// node leads within one queue of every other (over the replica sets the
-// moves reach). Both count queues, not bytes or traffic. A queue with a
-// move under way keeps it and is counted where it is going.
+// that are not draining: it plans replica moves until no move of one
+// queue from the most loaded node to the least loaded brings them
+// closer, then preferred leaders the same way (over the replica sets the
+// moves reach). A queue's load is its weight (queueWeights): 1, plus its
+// payload bytes over the mean queue's, plus its deliveries of the last 30
+// to 60 s over the mean queue's, as this node's replicas report them
+// (the proposer's figures go in the command, so every node plans
+// alike); a queue this node holds no replica of weighs as much as the
+// mean queue. With queues of equal weight, as in a cluster without
+// traffic, this is each node within one replica, and one lead, of every
+// other. A queue with a move under way keeps it and is counted where it
+// is going.
 //
 // With dryRun it returns the plan from this node's view of the meta
 // state and changes nothing. Otherwise it records the plan in the meta
@@ -55,12 +63,13 @@ type RebalancePlan struct {
 // across any node's restart. The error wraps fault.ErrUnavailable when
 // no meta leader took the plan in time.
 func (n *Node) Rebalance(ctx context.Context, dryRun bool) (RebalancePlan, error) {
+	loads := n.queueLoads(ctx)
 	if dryRun {
 		n.mu.RLock()
 		defer n.mu.RUnlock()
-		return n.meta.planRebalance(n.meta.memberIDs()), nil
+		return n.meta.planRebalance(n.meta.memberIDs(), loads), nil
 	}
-	r, err := n.proposeMeta(ctx, metaRebalance, nil)
+	r, err := n.proposeMeta(ctx, metaRebalance, appendLoads(nil, loads))
 	if err != nil {
 		return RebalancePlan{}, err
 	}
@@ -127,9 +136,10 @@ func decodeMoves(b []byte) ([]PlannedMove, error) {
 }
 
 // planRebalance computes a rebalance of the queues over members from m
-// (the caller holds what guards m). It is deterministic: every node
-// applying the same meta state computes the same plan.
-func (m *metaState) planRebalance(members []uint64) RebalancePlan {
+// and the queues' loads (the caller holds what guards m). It is
+// deterministic: every node applying the same meta state and loads
+// computes the same plan.
+func (m *metaState) planRebalance(members []uint64, loads map[string]QueueLoad) RebalancePlan {
 	var plan RebalancePlan
 	var nodes []uint64
 	for _, id := range members {
@@ -141,8 +151,9 @@ func (m *metaState) planRebalance(members []uint64) RebalancePlan {
 		return plan
 	}
 	names := slices.Sorted(mapKeys(m.queues))
+	weight := queueWeights(names, loads)
 	sets := map[string][]uint64{}
-	load := map[uint64]int{}
+	load := map[uint64]uint64{}
 	for _, name := range names {
 		q := m.queues[name]
 		set := q.target
@@ -151,38 +162,60 @@ func (m *metaState) planRebalance(members []uint64) RebalancePlan {
 		}
 		sets[name] = slices.Clone(set)
 		for _, id := range set {
-			load[id]++
+			load[id] += weight[name]
 		}
 	}
-	byLoad := func(count map[uint64]int) []uint64 {
+	byLoad := func(load map[uint64]uint64) []uint64 {
 		s := slices.Clone(nodes)
-		slices.SortStableFunc(s, func(a, b uint64) int { return count[a] - count[b] })
+		slices.SortStableFunc(s, func(a, b uint64) int { return cmp.Compare(load[a], load[b]) })
 		return s
 	}
-	// Replicas: the most loaded node gives one to the least loaded,
-	// until they are within one. A node holding more than another holds
-	// a queue the other does not, so a step exists unless every such
-	// queue is moving or already moves in this plan.
+	// best returns, of the queues ok accepts, the one whose move between
+	// two nodes diff apart brings them closest: of weight below diff (so
+	// that the move narrows the gap), nearest diff/2; "" for none. Ties
+	// go to the first by name.
+	best := func(diff uint64, ok func(name string) bool) string {
+		pick, dist := "", uint64(0)
+		for _, name := range names {
+			w := weight[name]
+			if w >= diff || !ok(name) {
+				continue
+			}
+			d := max(diff, 2*w) - min(diff, 2*w)
+			if pick == "" || d < dist {
+				pick, dist = name, d
+			}
+		}
+		return pick
+	}
+	// Replicas: the most loaded node gives a queue to the least loaded
+	// node it can give one to, while that narrows the gap between them
+	// (with queues of equal weight: until every node is within one of
+	// every other). Each move lowers the sum of the squared loads, so the
+	// loop ends.
 	planned := map[string]bool{}
 	for {
 		s := byLoad(load)
-		lo, hi := s[0], s[len(s)-1]
-		if load[hi]-load[lo] <= 1 {
-			break
-		}
+		hi := s[len(s)-1]
 		step := false
-		for _, name := range names {
-			set := sets[name]
-			if planned[name] || m.queues[name].target != nil || !slices.Contains(set, hi) || slices.Contains(set, lo) {
+		for _, lo := range s {
+			if load[hi] <= load[lo] {
+				break
+			}
+			name := best(load[hi]-load[lo], func(name string) bool {
+				set := sets[name]
+				return !planned[name] && m.queues[name].target == nil && slices.Contains(set, hi) && !slices.Contains(set, lo)
+			})
+			if name == "" {
 				continue
 			}
 			plan.Moves = append(plan.Moves, PlannedMove{Queue: name, From: hi, To: lo})
-			set = slices.DeleteFunc(set, func(id uint64) bool { return id == hi })
+			set := slices.DeleteFunc(sets[name], func(id uint64) bool { return id == hi })
 			set = append(set, lo)
 			slices.Sort(set)
 			sets[name] = set
-			load[hi]--
-			load[lo]++
+			load[hi] -= weight[name]
+			load[lo] += weight[name]
 			planned[name] = true
 			step = true
 			break
@@ -194,7 +227,7 @@ func (m *metaState) planRebalance(members []uint64) RebalancePlan {
 	// Leaders: each queue's preferred leader, kept where it is valid,
 	// then moved from the node leading most to one leading least.
 	lead := map[string]uint64{}
-	leads := map[uint64]int{}
+	leads := map[uint64]uint64{}
 	for _, name := range names {
 		q, set := m.queues[name], sets[name]
 		l := q.lead
@@ -212,26 +245,24 @@ func (m *metaState) planRebalance(members []uint64) RebalancePlan {
 			}
 		}
 		lead[name] = l
-		leads[l]++
+		leads[l] += weight[name]
 	}
 	for {
 		s := byLoad(leads)
 		hi := s[len(s)-1]
 		step := false
 		for _, lo := range s {
-			if leads[hi]-leads[lo] <= 1 {
+			if leads[hi] <= leads[lo] {
 				break
 			}
-			for _, name := range names {
-				if lead[name] == hi && slices.Contains(sets[name], lo) {
-					lead[name] = lo
-					leads[hi]--
-					leads[lo]++
-					step = true
-					break
-				}
-			}
-			if step {
+			name := best(leads[hi]-leads[lo], func(name string) bool {
+				return lead[name] == hi && slices.Contains(sets[name], lo)
+			})
+			if name != "" {
+				lead[name] = lo
+				leads[hi] -= weight[name]
+				leads[lo] += weight[name]
+				step = true
 				break
 			}
 		}
@@ -250,9 +281,13 @@ func (m *metaState) planRebalance(members []uint64) RebalancePlan {
 // applyRebalance applies the metaRebalance command: it plans a rebalance
 // from the meta state, records its moves to start, and sets its
 // preferred leaders (driver goroutine).
-func (n *Node) applyRebalance(b *store.Batch) (metaResult, error) {
+func (n *Node) applyRebalance(b *store.Batch, body []byte) (metaResult, error) {
+	loads, err := decodeLoads(body)
+	if err != nil {
+		return metaResult{}, fmt.Errorf("rebalance: %w", err)
+	}
 	n.mu.Lock()
-	plan := n.meta.planRebalance(n.meta.memberIDs())
+	plan := n.meta.planRebalance(n.meta.memberIDs(), loads)
 	n.meta.pending = plan.Moves
 	var changed []*queueInfo
 	for _, l := range plan.Leads {

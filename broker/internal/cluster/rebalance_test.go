@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestPlanRebalance(t *testing.T) {
 			set := slices.Sorted(slices.Values(perm[:rf]))
 			m.queues[fmt.Sprintf("q%02d", i)] = &queueInfo{group: uint64(i + 2), replicas: set, boot: set}
 		}
-		plan := m.planRebalance(members)
+		plan := m.planRebalance(members, nil)
 		moved := map[string]bool{}
 		for _, mv := range plan.Moves {
 			q := m.queues[mv.Queue]
@@ -78,18 +79,18 @@ func TestPlanRebalance(t *testing.T) {
 		// further; nor can the leads of queues whose replicas are all
 		// draining but one. The bound holds whenever a move exists.
 		if s := spread(load); s > 1 {
-			again := m.planRebalance(members)
+			again := m.planRebalance(members, nil)
 			if len(again.Moves) == 0 {
 				t.Fatalf("replicas spread by %d after the plan, and no move is left: %v", s, load)
 			}
 		}
-		if again := m.planRebalance(members); len(again.Moves) > 0 && spread(load) <= 1 {
+		if again := m.planRebalance(members, nil); len(again.Moves) > 0 && spread(load) <= 1 {
 			t.Fatalf("balanced, yet planned again: %+v", again.Moves)
 		}
 		if s := spread(leads); s > 1 {
 			// Only queues whose replica sets pin their leader may leave
 			// leads uneven.
-			again := m.planRebalance(members)
+			again := m.planRebalance(members, nil)
 			if len(again.Leads) > 0 {
 				t.Fatalf("leads spread by %d after the plan, and planning again changes %d: %v", s, len(again.Leads), leads)
 			}
@@ -204,5 +205,123 @@ func TestRebalance(t *testing.T) {
 			}
 		}
 		return nil
+	})
+}
+
+// TestPlanRebalanceWeighted: queues weigh by their bytes and recent
+// deliveries. Three nodes hold two queues each, one of them far heavier
+// than the others: counting queues there is nothing to do, but weighing
+// them the heavy queue's node gives its other queue away, and leads only
+// the heavy queue.
+func TestPlanRebalanceWeighted(t *testing.T) {
+	members := []uint64{1, 2, 3}
+	m := &metaState{queues: map[string]*queueInfo{}, draining: map[uint64]bool{}}
+	for i, q := range []struct {
+		name string
+		on   uint64
+	}{{"big", 1}, {"a", 1}, {"b", 2}, {"c", 2}, {"d", 3}, {"e", 3}} {
+		m.queues[q.name] = &queueInfo{group: uint64(i + 2), replicas: []uint64{q.on}, boot: []uint64{q.on}}
+	}
+	if plan := m.planRebalance(members, nil); len(plan.Moves) != 0 {
+		t.Fatalf("unweighted plan %+v; want no move", plan)
+	}
+	loads := map[string]QueueLoad{"big": {Bytes: 1 << 30, Delivered: 50000}}
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		loads[name] = QueueLoad{Bytes: 1 << 20, Delivered: 100}
+	}
+	plan := m.planRebalance(members, loads)
+	if len(plan.Moves) != 1 || plan.Moves[0].Queue != "a" || plan.Moves[0].From != 1 {
+		t.Fatalf("weighted plan %+v; want a moved off node 1", plan)
+	}
+
+	// A fourth node joins three that hold every queue, one of them
+	// busy: the busy queue moves to it, and idle ones follow until the
+	// loads are as close as one idle queue can bring them.
+	m = &metaState{queues: map[string]*queueInfo{}, draining: map[uint64]bool{}}
+	four := []uint64{1, 2, 3, 4}
+	loads4 := map[string]QueueLoad{"big": {Bytes: 1 << 30, Delivered: 50000}}
+	for i := range 8 {
+		name := fmt.Sprint("idle-", i)
+		if i == 7 {
+			name = "big"
+		} else {
+			loads4[name] = QueueLoad{}
+		}
+		m.queues[name] = &queueInfo{group: uint64(i + 2), replicas: members, boot: members}
+	}
+	plan = m.planRebalance(four, loads4)
+	count := map[uint64]int{1: 8, 2: 8, 3: 8}
+	for _, mv := range plan.Moves {
+		count[mv.From]--
+		count[mv.To]++
+	}
+	if plan.Moves[0].Queue != "big" || plan.Moves[0].To != 4 || count[4] < 3 {
+		t.Fatalf("plan %+v, replicas per node %v; want big to node 4 first, then idle queues", plan.Moves, count)
+	}
+
+	// Leads: three replicas each, so only the leads can move. Node 1
+	// leads the heavy queue; the light ones' leads go to the others.
+	m = &metaState{queues: map[string]*queueInfo{}, draining: map[uint64]bool{}}
+	for i, name := range []string{"big", "a", "b", "c"} {
+		m.queues[name] = &queueInfo{group: uint64(i + 2), replicas: members, boot: members, lead: 1}
+	}
+	plan = m.planRebalance(members, loads)
+	if len(plan.Moves) != 0 {
+		t.Fatalf("moves %+v with every queue on every node", plan.Moves)
+	}
+	lead := map[string]uint64{"big": 1, "a": 1, "b": 1, "c": 1}
+	for _, l := range plan.Leads {
+		lead[l.Queue] = l.Node
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if lead[name] == lead["big"] {
+			t.Errorf("leads %v: %s shares the heavy queue's leader", lead, name)
+		}
+	}
+}
+
+// TestQueueWeights: the mean queue weighs 3 units (its base, its bytes,
+// its deliveries), a queue without figures as much, an idle one 1 unit,
+// and huge figures neither overflow nor lose their order.
+func TestQueueWeights(t *testing.T) {
+	names := []string{"idle", "mean", "twice", "unknown", "huge"}
+	w := queueWeights(names[:4], map[string]QueueLoad{
+		"idle": {}, "mean": {Bytes: 100, Delivered: 10}, "twice": {Bytes: 200, Delivered: 20},
+	})
+	// The mean over the three known: 100 bytes, 10 deliveries.
+	if w["idle"] != weightUnit || w["mean"] != 3*weightUnit || w["twice"] != 5*weightUnit || w["unknown"] != 3*weightUnit {
+		t.Fatalf("weights %v", w)
+	}
+	w = queueWeights(names, map[string]QueueLoad{"huge": {Bytes: 1<<64 - 1, Delivered: 1<<64 - 1}, "mean": {Bytes: 1 << 63, Delivered: 1}})
+	if w["huge"] <= w["mean"] || w["huge"] > weightUnit+2*maxWeightTerm {
+		t.Fatalf("weights %v", w)
+	}
+	if got := queueWeights(names, nil); got["idle"] != weightUnit || got["huge"] != weightUnit {
+		t.Fatalf("no loads: %v", got)
+	}
+	loads, err := decodeLoads(appendLoads(nil, map[string]QueueLoad{"a": {1, 2}, "b~3": {3, 4}}))
+	if err != nil || len(loads) != 2 || loads["b~3"] != (QueueLoad{3, 4}) {
+		t.Fatalf("round trip: %v %v", loads, err)
+	}
+	if _, err := decodeLoads([]byte{2, 1}); err == nil {
+		t.Fatal("a truncated body decoded")
+	}
+}
+
+// FuzzDecodeLoads: a rebalance's body never panics the decoder, and what
+// decodes encodes back to the same loads.
+func FuzzDecodeLoads(f *testing.F) {
+	f.Add(appendLoads(nil, map[string]QueueLoad{"a": {1, 2}, "events~3": {1 << 40, 7}}))
+	f.Add([]byte{})
+	f.Add([]byte{1, 200, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		loads, err := decodeLoads(b)
+		if err != nil || len(b) == 0 {
+			return
+		}
+		again, err := decodeLoads(appendLoads(nil, loads))
+		if err != nil || !maps.Equal(again, loads) {
+			t.Fatalf("round trip of %v: %v, %v", loads, again, err)
+		}
 	})
 }

@@ -25,6 +25,7 @@ type msgIndex struct {
 	depth uint8       // global depth: the top depth bits of a hash pick the directory entry
 	n     int         // messages
 	slots int         // slots over all tables
+	bytes uint64      // the messages' payload bytes (msg.cost as enqueued)
 }
 
 // A msgTable is one open-addressing table: len(slots) is a power of two.
@@ -102,6 +103,7 @@ func (x *msgIndex) put(m *msg) {
 	t.slots[i] = m
 	t.n++
 	x.n++
+	x.bytes += uint64(m.cost)
 }
 
 // del removes m, which must be in x.
@@ -131,6 +133,7 @@ func (x *msgIndex) del(m *msg) {
 	}
 	t.n--
 	x.n--
+	x.bytes -= uint64(m.cost)
 	x.shrink()
 }
 

@@ -338,8 +338,10 @@ func (s *Sched) QueueStats(ref Ref, name string, top int) {
 		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
 	}
 	st.TenantSeparator, st.CostByTime = q.fair.sep, q.fair.byTime
+	st.Bytes = q.msgs.bytes
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())
+		st.Bytes += q.dlq.msgs.bytes
 	}
 	s.fairnessStats(q, &st, top)
 	waiting := make(map[*tbucket]uint64)

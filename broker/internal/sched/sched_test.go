@@ -285,6 +285,31 @@ func TestDeliveriesCarryBacklog(t *testing.T) {
 	}
 }
 
+// TestQueueStatsBytes: a queue's stats count its messages' payload bytes,
+// its DLQ's included, and forget those acked.
+func TestQueueStatsBytes(t *testing.T) {
+	s := New(Config{})
+	s.Tick(t0)
+	s.CreateQueue(1, QueueSpec{Name: "q", MaxAttempts: 1})
+	s.Enqueue(2, []EnqueueItem{
+		{Queue: "q", Msg: Message{ID: testID(1), PayloadSize: 10}},
+		{Queue: "q", Msg: Message{ID: testID(2), PayloadSize: 20}},
+		{Queue: "q", Msg: Message{ID: testID(3), PayloadSize: 30}},
+	})
+	s.Subscribe(3, 1, "q", 2, nil)
+	rd := takeReady(t, s)
+	ds := rd.Deliveries[0].Msgs
+	s.Ack(4, []LeaseRef{{Queue: "q", ID: ds[0].ID, Lease: ds[0].Lease}})
+	s.Nack(5, []NackItem{{LeaseRef: LeaseRef{Queue: "q", ID: ds[1].ID, Lease: ds[1].Lease}, Reason: "bad"}})
+	takeReady(t, s)
+	s.QueueStats(6, "q", 0)
+	rd = takeReady(t, s)
+	st := rd.Replies[len(rd.Replies)-1].Value.(QueueStats)
+	if want := uint64(60 - 10); st.Bytes != want || st.DeadLettered != 1 {
+		t.Fatalf("Bytes = %d, dead-lettered %d; want %d, 1", st.Bytes, st.DeadLettered, want)
+	}
+}
+
 // TestUnsubscribeUndoesUntakenDeliveries: deliveries are decided in
 // HasReady; a subscription closed before the Ready is taken receives
 // nothing, and its messages are ready again without an attempt counted.

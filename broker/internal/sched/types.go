@@ -397,6 +397,9 @@ type QueueStats struct {
 	Delayed      uint64 // messages not yet due, or waiting for on_failure
 	Leased       uint64 // messages delivered and not settled
 	DeadLettered uint64 // messages in the queue's DLQ
+	// Bytes is the payload bytes of the queue's messages and its DLQ's,
+	// as enqueued (headers not counted).
+	Bytes uint64
 	// Subscriptions counts open subscriptions.
 	Subscriptions     uint32
 	VisibilityTimeout time.Duration // the effective lease length

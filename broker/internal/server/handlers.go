@@ -951,7 +951,7 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 		Name: st.Name, Ready: st.Ready, Delayed: st.Delayed, Leased: st.Leased, DeadLettered: st.DeadLettered,
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
 		Policy: st.Policy, LatencyBudget: st.LatencyBudget, LatencyIdleMS: uint64(st.LatencyIdle / time.Millisecond),
-		TenantSeparator: st.TenantSeparator, CostByTime: st.CostByTime,
+		TenantSeparator: st.TenantSeparator, CostByTime: st.CostByTime, Bytes: st.Bytes,
 		BackloggedKeys: st.BackloggedKeys, WindowMS: uint64(st.Window / time.Millisecond),
 		WindowDelivered: st.WindowDelivered, JainIndex: st.JainIndex,
 	}

@@ -19,11 +19,13 @@ func newClusterRebalanceCmd(g *globals) *cobra.Command {
 		Use:   "rebalance [--dry-run] [--wait]",
 		Short: "Even out the queues' replicas and leaders over the nodes",
 		Long: `Even out the queues' replicas and leaders over the members that are not
-draining: the plan moves replicas from the node holding the most to the
-one holding the fewest until every node is within one replica of every
-other, then sets preferred leaders until each node leads within one
-queue of every other. Both count queues, not bytes or traffic; a queue
-with a move under way keeps it.
+draining: the plan moves replicas from the most loaded node to the
+least loaded until no move of one queue brings them closer, then sets
+preferred leaders the same way. A queue weighs 1, plus its payload bytes
+over the mean queue's, plus its deliveries of the last 30 to 60 s over
+the mean queue's, as the node at --addr sees them; with queues of equal
+weight (no traffic), every node ends within one replica, and one lead,
+of every other. A queue with a move under way keeps it.
 
 With --dry-run the command prints the plan, as the node at --addr sees
 the cluster, and changes nothing. Otherwise the cluster records the plan

@@ -264,6 +264,7 @@ func statsJSON(st *fila.QueueStats) any {
 		"delayed":               st.Delayed,
 		"leased":                st.Leased,
 		"dead_lettered":         st.DeadLettered,
+		"bytes":                 st.Bytes,
 		"subscriptions":         st.Subscriptions,
 		"visibility_timeout_ms": st.VisibilityTimeout.Milliseconds(),
 		"max_attempts":          st.MaxAttempts,
@@ -296,7 +297,7 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 	if st.Shards > 0 {
 		fmt.Fprintf(w, "  %d shards: counts, keys and hooks of all of them\n", st.Shards)
 	}
-	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered)
+	fmt.Fprintf(w, "  ready %d, delayed %d, leased %d, dead-lettered %d (%d payload bytes)\n", st.Ready, st.Delayed, st.Leased, st.DeadLettered, st.Bytes)
 	fmt.Fprintf(w, "  subscriptions %d, visibility timeout %v, max attempts %d, policy %s\n", st.Subscriptions, st.VisibilityTimeout, st.MaxAttempts, st.Policy)
 	if st.LatencyBudget > 0 {
 		per := "key"

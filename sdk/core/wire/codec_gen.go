@@ -2197,24 +2197,27 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 					dst = appendU64(dst, m.BackloggedKeys)
-					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 						dst = appendU64(dst, m.WindowMS)
-						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 							dst = appendU64(dst, m.WindowDelivered)
-							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime {
+							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 								dst = appendF64(dst, m.JainIndex)
-								if m.TenantSeparator != "" || m.CostByTime {
+								if m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
 									dst = appendString(dst, m.TenantSeparator)
-									if m.CostByTime {
+									if m.CostByTime || m.Bytes != 0 {
 										dst = appendBool(dst, m.CostByTime)
+										if m.Bytes != 0 {
+											dst = appendU64(dst, m.Bytes)
+										}
 									}
 								}
 							}
@@ -2338,6 +2341,9 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.CostByTime = r.bool("cost_by_time")
+	}
+	if r.more() {
+		m.Bytes = r.u64("bytes")
 	}
 }
 

@@ -490,6 +490,7 @@ func drawQueueStats(t *rapid.T) *QueueStats {
 func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 	return &QueueStatsResult{
 		BackloggedKeys: rapid.Uint64().Draw(t, "backlogged_keys"),
+		Bytes:          rapid.Uint64().Draw(t, "bytes"),
 		CostByTime:     rapid.Bool().Draw(t, "cost_by_time"),
 		DeadLettered:   rapid.Uint64().Draw(t, "dead_lettered"),
 		Delayed:        rapid.Uint64().Draw(t, "delayed"),

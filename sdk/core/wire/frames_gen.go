@@ -1874,6 +1874,10 @@ type QueueStatsResult struct {
 	// CostByTime (bool) True if the queue shares consumer time rather than
 	// deliveries; each key's lag is then in milliseconds of lease time.
 	CostByTime bool
+	// Bytes (u64) Payload bytes of the queue's messages and its DLQ's, as enqueued
+	// (headers not counted); a rebalance weighs the queue by it. 0 from a server
+	// that predates it.
+	Bytes uint64
 }
 
 // Opcode returns OpQueueStatsResult.
@@ -2356,21 +2360,24 @@ func (*DrainNodeResult) Opcode() Opcode {
 
 // Rebalance is the body of a Rebalance frame (opcode 0x0309, request). Even
 // out the queues' replicas and leaders over the members that are not draining.
-// The plan moves replicas from the node holding the most to the one holding
-// the fewest until every such node is within one replica of every other, then
-// sets preferred leaders until each leads within one queue of every other
-// (over the replica sets the moves reach); both count queues, not bytes or
-// traffic, and a queue with a move under way keeps it. With dry_run the answer
-// is the plan, and nothing changes. Otherwise the plan is recorded in the meta
-// group, replacing the moves of an earlier rebalance not yet started, and the
-// answer comes once the answering node has applied it. The moves then start in
-// order, driven by the meta group's leader, each once neither of its two nodes
-// takes part in another move under way: at most one move per node at a time.
-// `ClusterStatus` lists the moves not yet started (pending), each move under
-// way as its group's target, and each group's preferred leader. Any node may
-// take the request. Needs admin on `*`. A broker in single-node mode answers
-// NOT_SUPPORTED; UNAVAILABLE means no meta leader took the plan in time, and
-// retrying may succeed.
+// The plan moves replicas from the most loaded node to the least loaded until
+// no move of one queue brings them closer, then sets preferred leaders the
+// same way (over the replica sets the moves reach). A queue's load is its
+// weight: 1, plus its payload bytes over the mean queue's, plus its deliveries
+// of the last 30 to 60 s over the mean queue's, as the answering node's
+// replicas report them (a queue it holds no replica of weighs as the mean
+// queue); with queues of equal weight, each node ends within one replica, and
+// one lead, of every other. A queue with a move under way keeps it. With
+// dry_run the answer is the plan, and nothing changes. Otherwise the plan is
+// recorded in the meta group, replacing the moves of an earlier rebalance not
+// yet started, and the answer comes once the answering node has applied it.
+// The moves then start in order, driven by the meta group's leader, each once
+// neither of its two nodes takes part in another move under way: at most one
+// move per node at a time. `ClusterStatus` lists the moves not yet started
+// (pending), each move under way as its group's target, and each group's
+// preferred leader. Any node may take the request. Needs admin on `*`. A
+// broker in single-node mode answers NOT_SUPPORTED; UNAVAILABLE means no meta
+// leader took the plan in time, and retrying may succeed.
 type Rebalance struct {
 	// DryRun (bool) True to compute the plan from the answering node's view of the
 	// cluster and change nothing.
