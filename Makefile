@@ -81,9 +81,9 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
 
 .PHONY: cluster-soak
-cluster-soak: build build-faults ## three fila-server processes under load and faults: leader SIGKILLed 20 times (KILLS=20), follower restart, leader isolated, leader SIGSTOPped, 20 flapping partitions of 1-10s (FLAPS=20; SEED= to repeat a schedule), slow fsyncs, meta leader lost, all restarted, a queue moved and a node of 100 queues drained (DRAIN_QUEUES=100) under load; each history checked
+cluster-soak: build build-faults ## three fila-server processes under load and faults: leader SIGKILLed 20 times (KILLS=20), follower restart, leader isolated, leader SIGSTOPped, 20 flapping partitions of 1-10s (FLAPS=20; SEED= to repeat a schedule), slow fsyncs, meta leader lost, all restarted, a queue moved and a node leading about 100 of 400 queues drained (DRAIN_QUEUES=400) under load; each history checked
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults FILA_TEST_CLUSTER_KILLS=$${KILLS:-20} \
-		FILA_TEST_FLAPS=$${FLAPS:-20} FILA_TEST_FLAP_MAX=10s FILA_TEST_SEED=$${SEED:-} FILA_TEST_DRAIN_QUEUES=$${DRAIN_QUEUES:-100} \
+		FILA_TEST_FLAPS=$${FLAPS:-20} FILA_TEST_FLAP_MAX=10s FILA_TEST_SEED=$${SEED:-} FILA_TEST_DRAIN_QUEUES=$${DRAIN_QUEUES:-400} \
 		$(GO) test -count=1 -timeout 60m -run '^TestCluster' -v ./broker/e2e
 
 .PHONY: break-it

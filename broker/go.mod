@@ -5,6 +5,9 @@ go 1.26
 require (
 	github.com/fila-mq/fila/sdk/core v0.1.0
 	github.com/fila-mq/fila/sdk/go v0.1.0
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	golang.org/x/time v0.16.0
 )
 

@@ -118,7 +118,8 @@ func TestClusterMoveUnderLoad(t *testing.T) {
 
 // TestClusterDrainUnderLoad: four nodes, "jobs" under load and more
 // queues beside it (FILA_TEST_DRAIN_QUEUES, 8 by default; `make
-// cluster-soak` drains one of 100). The node leading "jobs" is drained:
+// cluster-soak` makes it 400, so that the drained node leads about 100).
+// The node leading "jobs" is drained:
 // every queue it held moves to the other three, the history checks, and
 // the test logs how long the drain took and the longest wait between
 // acknowledged enqueues. The drained node, restarted, holds nothing,

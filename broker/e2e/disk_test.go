@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,8 +42,12 @@ func TestDiskFull(t *testing.T) {
 	if err := os.MkdirAll(data, 0o750); err != nil {
 		t.Fatal(err)
 	}
+	httpPort := filatest.FreePorts(t, 1)[0]
+	_, port, _ := strings.Cut(httpPort, ":")
+	readyz := "http://127.0.0.1:" + port + "/readyz"
 	srv := filatest.Start(t, filatest.WithDataDir(data), filatest.WithEnv(
-		"FILA_STORAGE_SEGMENT_SIZE=1MB", "FILA_STORAGE_RESERVE_SIZE=2MB", "FILA_STORAGE_CACHE_SIZE=1MB"))
+		"FILA_STORAGE_SEGMENT_SIZE=1MB", "FILA_STORAGE_RESERVE_SIZE=2MB", "FILA_STORAGE_CACHE_SIZE=1MB",
+		"FILA_HTTP_LISTEN_ADDR=127.0.0.1:"+port))
 	ctx := ctxT(t, 5*time.Minute)
 	c := connect(t, srv.Addr)
 	if err := c.Admin().CreateQueue(ctx, fila.NewQueueSpec("full")); err != nil {
@@ -77,7 +82,11 @@ func TestDiskFull(t *testing.T) {
 	}
 	t.Logf("disk full after %d messages", len(produced))
 
-	// While full: Ping, consume and ack work.
+	// While full: /readyz says why it is not ready; Ping, consume and
+	// ack work.
+	if code, body := get(t, readyz, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk is full") {
+		t.Errorf("GET /readyz while the disk is full = %d %q; want 503 naming the full disk", code, body)
+	}
 	if _, err := c.Ping(ctx); err != nil {
 		t.Fatalf("Ping while the disk is full = %v", err)
 	}
@@ -118,6 +127,9 @@ func TestDiskFull(t *testing.T) {
 	// The log reaches the test through a pipe, so the line may trail the
 	// first accepted enqueue.
 	waitLog(t, ctxT(t, time.Minute), srv, "free space is back")
+	if code, body := get(t, readyz, ""); code != http.StatusOK {
+		t.Errorf("GET /readyz once space is back = %d %q; want 200", code, body)
+	}
 	log := srv.Log()
 	if n := strings.Count(log, "level=ERROR"); n != 1 || !strings.Contains(log, "data disk is full") {
 		t.Errorf("server logged %d ERROR lines; want one about the full disk", n)

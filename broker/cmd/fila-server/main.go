@@ -91,6 +91,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// recoveryPause, set only by fault injection (faults_on.go), runs
+// between opening the store and loading the queues.
+var recoveryPause func()
+
 // serve runs the broker until ctx is done.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.Telemetry.OTLPEndpoint != "" {
@@ -104,6 +108,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			log.Info("GOMEMLIMIT is set; ignoring server.memory_limit", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
 		}
 	}
+	// The admin HTTP listener starts first, so that /healthz answers and
+	// /readyz says "recovering" while the store and the queues load.
+	obs, err := startHTTP(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
 	if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -117,11 +128,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		UnsafeNoSync: cfg.Storage.UnsafeNoSync,
 		ReserveSize:  cfg.Storage.ReserveSize,
 		Logger:       log.With("component", "store"),
+		OnCommit:     obs.commit(),
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	obs.storeOpen(st)
+	if recoveryPause != nil {
+		recoveryPause()
+	}
 	if cfg.Storage.UnsafeNoSync {
 		log.Warn("storage.unsafe_no_sync is set: acknowledged messages can be lost on a crash")
 	}
@@ -172,6 +188,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		MaxFrameSize:             int(cfg.Server.MaxFrameSize),
 		Logger:                   log.With("component", "server"),
 		Version:                  version,
+		Metrics:                  obs.metrics(),
 	}
 	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
 		return err
@@ -209,6 +226,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// Ready from here: the listener queues connections until Serve
+	// accepts them. (The log line below is what tests wait for.)
+	obs.serving(scfg, n, hooks, cn)
 	log.Info("fila-server listening", "addr", ln.Addr().String(), "node_id", cfg.Server.NodeID,
 		"data_dir", cfg.Storage.DataDir, "tls", scfg.TLS != nil, "auth", scfg.RequireAuth, "version", version)
 
@@ -233,6 +253,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		// graceful shutdown. The deferred closes only release files.
 		return fmt.Errorf("storage failed; exiting so that a restart recovers from the durable log: %w", st.Health().Err)
 	}
+	obs.shuttingDown()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {

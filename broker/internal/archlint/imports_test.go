@@ -21,13 +21,18 @@ const module = "github.com/fila-mq/fila/"
 // node routes through cluster, which drives the Raft groups over the
 // shards (cluster → {shard, raftlog, peer}). auth and rtconf
 // are under the node; the server also uses auth, to authenticate a
-// connection at its handshake and to hear of key changes. fault is under
-// everything, and the client core knows nothing of the broker. A package
+// connection at its handshake and to hear of key changes. metrics reads
+// the scheduler's, the storage's and the hooks' stats at scrape time and
+// is updated by the server; httpapi serves it beside the health probes.
+// fault is under everything, and the client core knows nothing of the broker. A package
 // missing here fails the test: place it when you add it.
 var layers = map[string][]string{
 	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/cluster", "broker/internal/config", "broker/internal/hook", "broker/internal/node", "broker/internal/rtconf",
-		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire"},
-	"broker/internal/server":       {"broker/internal/auth", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
+		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire",
+		"broker/internal/httpapi", "broker/internal/metrics"},
+	"broker/internal/server":       {"broker/internal/auth", "broker/internal/metrics", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/metrics":      {"broker/internal/hook", "broker/internal/sched", "broker/internal/store", "sdk/core/wire"},
+	"broker/internal/httpapi":      {"broker/internal/auth"},
 	"broker/internal/node":         {"broker/internal/auth", "broker/internal/cluster", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},
 	"broker/internal/shard":        {"broker/internal/sched", "broker/internal/store", "broker/internal/fault"},
 	"broker/internal/sched":        {"broker/internal/sched/bucket", "broker/internal/sched/drr", "broker/internal/sched/stfq", "broker/internal/sched/idem", "broker/internal/fault"},

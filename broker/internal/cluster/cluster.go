@@ -1147,6 +1147,26 @@ func (n *Node) Shards() []*shard.Shard {
 	return out
 }
 
+// LeaderShards returns the shards of the queue groups this node leads
+// now, sorted by queue name: metrics report each queue from its leader
+// only, so that a sum over the nodes counts each once.
+func (n *Node) LeaderShards() []*shard.Shard {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var names []string
+	for _, g := range n.groups {
+		if g.sh != nil && g.leader.Load() == n.cfg.NodeID {
+			names = append(names, g.queue)
+		}
+	}
+	sort.Strings(names)
+	out := make([]*shard.Shard, len(names))
+	for i, name := range names {
+		out[i] = n.byQueue[name].sh
+	}
+	return out
+}
+
 // Leader returns the leader of queue's group: its node ID, client
 // address and term. nodeID is 0 while no leader is known. The error wraps
 // fault.ErrQueueNotFound.
@@ -1166,6 +1186,19 @@ func (n *Node) Leader(queue string) (nodeID uint64, addr string, term uint64, er
 	}
 	lead := g.leader.Load()
 	return lead, n.meta.nodes[lead], g.term.Load(), nil
+}
+
+// MetaLeader returns the meta group's leader as this node knows it: its
+// node ID, 0 while none is known (an election is under way, or this
+// node is cut off from a majority).
+func (n *Node) MetaLeader() uint64 {
+	n.mu.RLock()
+	g := n.groups[MetaGroup]
+	n.mu.RUnlock()
+	if g == nil {
+		return 0
+	}
+	return g.leader.Load()
 }
 
 // NodeID returns this node's Raft ID.

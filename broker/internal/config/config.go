@@ -30,6 +30,7 @@ type Config struct {
 	Lua       LuaConfig
 	Auth      AuthConfig
 	TLS       TLSConfig
+	HTTP      HTTPConfig
 	Telemetry TelemetryConfig
 	Log       LogConfig
 }
@@ -352,8 +353,23 @@ type TLSConfig struct {
 	ClientCAFile string
 }
 
+// HTTPConfig is the [http] section: the admin HTTP listener, with
+// /healthz, /readyz and /metrics (docs/operations.md).
+type HTTPConfig struct {
+	// ListenAddr is where the admin HTTP listener listens, host:port;
+	// empty turns it off (listen_addr, default empty). It serves HTTPS
+	// with the [tls] files when they are set. With auth on, /metrics
+	// needs a key with admin on "*" unless this is a loopback address.
+	ListenAddr string
+}
+
 // TelemetryConfig is the [telemetry] section.
 type TelemetryConfig struct {
+	// MetricsTopKeys is how many fairness keys of each queue, the most
+	// backlogged, get per-key metrics, bounding their series (0 to 1000;
+	// metrics_top_keys, default 20; 0: none).
+	MetricsTopKeys int
+
 	// OTLPEndpoint is where to export OpenTelemetry traces and metrics over
 	// OTLP, host:port or a URL; empty disables export
 	// (otlp_endpoint, default empty).
@@ -433,7 +449,8 @@ func Default() Config {
 			CircuitBreakerThreshold: 3,
 			CircuitBreakerCooldown:  30 * time.Second,
 		},
-		Log: LogConfig{Level: slog.LevelInfo, Format: FormatText},
+		Telemetry: TelemetryConfig{MetricsTopKeys: 20},
+		Log:       LogConfig{Level: slog.LevelInfo, Format: FormatText},
 	}
 }
 

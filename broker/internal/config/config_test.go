@@ -134,6 +134,8 @@ func TestDefaultsNoFile(t *testing.T) {
 		"tls.key_file":                       `""`,
 		"tls.client_ca_file":                 `""`,
 		"telemetry.otlp_endpoint":            `""`,
+		"telemetry.metrics_top_keys":         "20",
+		"http.listen_addr":                   `""`,
 		"log.level":                          `"info"`,
 		"log.format":                         `"text"`,
 	}
@@ -230,8 +232,12 @@ cert_file = "server.crt"
 key_file = "server.key"
 client_ca_file = "clients.pem"
 
+[http]
+listen_addr = "127.0.0.1:9555"
+
 [telemetry]
 otlp_endpoint = "collector:4317"
+metrics_top_keys = 50
 
 [log]
 level = "debug"
@@ -268,7 +274,8 @@ func fullConfig() Config {
 		},
 		Auth:      AuthConfig{Enabled: true, BootstrapAPIKey: "bootstrap-secret-0123456789"},
 		TLS:       TLSConfig{CertFile: "server.crt", KeyFile: "server.key", ClientCAFile: "clients.pem"},
-		Telemetry: TelemetryConfig{OTLPEndpoint: "collector:4317"},
+		HTTP:      HTTPConfig{ListenAddr: "127.0.0.1:9555"},
+		Telemetry: TelemetryConfig{OTLPEndpoint: "collector:4317", MetricsTopKeys: 50},
 		Log:       LogConfig{Level: slog.LevelDebug, Format: FormatJSON},
 	}
 }

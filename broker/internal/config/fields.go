@@ -77,7 +77,7 @@ func (f *field) env() string {
 }
 
 // sections lists the sections in the order Print writes them.
-var sections = []string{"server", "storage", "cluster", "scheduler", "queue", "lua", "auth", "tls", "telemetry", "log"}
+var sections = []string{"server", "storage", "cluster", "scheduler", "queue", "lua", "auth", "tls", "http", "telemetry", "log"}
 
 // Limits of values, shared by the checks and the documentation.
 const (
@@ -260,6 +260,12 @@ var fields = []field{
 	{"tls", "client_ca_file", kindString,
 		func(c *Config) any { return &c.TLS.ClientCAFile }, checkClientCA},
 
+	{"http", "listen_addr", kindString,
+		func(c *Config) any { return &c.HTTP.ListenAddr }, checkHTTPListen},
+
+	{"telemetry", "metrics_top_keys", kindInt,
+		func(c *Config) any { return &c.Telemetry.MetricsTopKeys },
+		intIn(0, 1000, func(c *Config) int64 { return int64(c.Telemetry.MetricsTopKeys) })},
 	{"telemetry", "otlp_endpoint", kindString,
 		func(c *Config) any { return &c.Telemetry.OTLPEndpoint }, nil},
 
@@ -679,6 +685,17 @@ func checkFormat(c *Config) string {
 func checkRaftID(c *Config) string {
 	if c.Cluster.NodeID > maxRaftID {
 		return fmt.Sprintf("an integer from 0 (single-node mode) to %d", uint64(maxRaftID))
+	}
+	return ""
+}
+
+// checkHTTPListen checks http.listen_addr: empty (off) or host:port.
+func checkHTTPListen(c *Config) string {
+	if c.HTTP.ListenAddr == "" {
+		return ""
+	}
+	if checkHostPort(func(c *Config) string { return c.HTTP.ListenAddr })(c) != "" {
+		return `empty (off) or host:port with a numeric port, such as "127.0.0.1:9555"`
 	}
 	return ""
 }

@@ -136,6 +136,9 @@ type Stats struct {
 	OnFailureFailures uint64
 	CircuitOpen       bool   // a hook's breaker is open now
 	CircuitTrips      uint64 // times a breaker opened, both hooks
+	// OnEnqueueTime and OnFailureTime are the time spent in each hook's
+	// calls, summed.
+	OnEnqueueTime, OnFailureTime time.Duration
 }
 
 // ErrCircuitOpen is wrapped by the error of a call its hook's open circuit
@@ -174,6 +177,7 @@ type hookState struct {
 	proto    *lua.FunctionProto // nil: no hook
 	calls    atomic.Uint64
 	failures atomic.Uint64
+	nanos    atomic.Int64 // time in calls (Stats)
 	breaker  breaker
 }
 
@@ -227,7 +231,9 @@ func (r *Runner) OnEnqueue(ctx context.Context, in EnqueueInput) (EnqueueOutput,
 		return def, err
 	}
 	out := def
+	start := time.Now()
 	res, cerr := st.call(ctx, &r.limits, h.proto, h.name, st.enqueueMsg(&in))
+	h.nanos.Add(int64(time.Since(start)))
 	if cerr == nil {
 		if err := parseEnqueue(res, r.limits.MaxWeight, &out); err != nil {
 			cerr = &callError{err: err, failed: true}
@@ -253,7 +259,9 @@ func (r *Runner) OnFailure(ctx context.Context, in FailureInput) (Decision, erro
 		return Decision{}, err
 	}
 	var d Decision
+	start := time.Now()
 	res, cerr := st.call(ctx, &r.limits, h.proto, h.name, st.failureMsg(&in))
+	h.nanos.Add(int64(time.Since(start)))
 	if cerr == nil {
 		if err := parseFailure(res, &d); err != nil {
 			cerr = &callError{err: err, failed: true}
@@ -314,6 +322,8 @@ func (r *Runner) Stats() Stats {
 		OnFailureFailures: r.failure.failures.Load(),
 		CircuitOpen:       r.enqueue.breaker.isOpen() || r.failure.breaker.isOpen(),
 		CircuitTrips:      r.enqueue.breaker.trips.Load() + r.failure.breaker.trips.Load(),
+		OnEnqueueTime:     time.Duration(r.enqueue.nanos.Load()),
+		OnFailureTime:     time.Duration(r.failure.nanos.Load()),
 	}
 }
 

@@ -71,6 +71,18 @@ func (h *Hooks) Lookup(queue string) (*hook.Runner, bool) {
 	return r, ok
 }
 
+// Each calls fn with the stats of every queue that has hooks, in no
+// particular order. fn must not call back into h.
+func (h *Hooks) Each(fn func(queue string, st hook.Stats)) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for q, r := range h.queues {
+		if r != nil {
+			fn(q, r.Stats())
+		}
+	}
+}
+
 // Runner returns queue's hooks, or nil.
 func (h *Hooks) Runner(queue string) *hook.Runner {
 	r, _ := h.Lookup(queue)

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -572,6 +573,40 @@ func (n *Node) QueueStats(ctx context.Context, p Principal, name string, top int
 		return err
 	}
 	return sh.QueueStats(ctx, name, top, done)
+}
+
+// AllQueueStats returns the statistics of every queue and DLQ this node
+// serves, by name, each with its top most pending fairness keys (0:
+// sched.MaxStatsKeys): on a single node all of them, in a cluster those
+// of the groups it leads. It is the metrics scrape's read, and checks
+// no permission: the caller (the HTTP listener) does. The error is ctx's,
+// or wraps fault.ErrUnavailable if a shard stopped.
+func (n *Node) AllQueueStats(ctx context.Context, top int) ([]sched.QueueStats, error) {
+	shards := []*shard.Shard{n.sh}
+	if c := n.cfg.Cluster; c != nil {
+		shards = c.LeaderShards()
+	}
+	var out []sched.QueueStats
+	for _, sh := range shards {
+		ch := make(chan shard.Result, 1)
+		if err := sh.AllQueueStats(ctx, top, func(r shard.Result) { ch <- r }); err != nil {
+			if n.cfg.Cluster != nil && errors.Is(err, fault.ErrUnavailable) {
+				continue // a group closed since it was listed
+			}
+			return nil, err
+		}
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return nil, r.Err
+			}
+			out = append(out, r.AllStats...)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	slices.SortFunc(out, func(a, b sched.QueueStats) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // Explain says why message id of queue is not delivered yet, for p (the

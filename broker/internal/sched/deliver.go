@@ -71,6 +71,7 @@ func (s *Sched) admit(l *lane) *tbucket {
 	now := int64(s.now)
 	for _, b := range l.ts.buckets {
 		if b.limited && !b.b.Has(now, 1) {
+			b.held++
 			return b
 		}
 	}
@@ -92,6 +93,7 @@ func (s *Sched) deliver(sb *sub, m *msg) {
 	m.state = stLeased
 	m.flags |= fFresh
 	q.leased++
+	q.counts.Delivered++
 	s.lease++
 	m.lease = s.lease
 	if q.fair.byTime {

@@ -97,6 +97,7 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 	x.enq = s.now
 	x.cost = m.PayloadSize
 	x.weight = weight
+	q.counts.Enqueued++
 	s.attach(q, x, l)
 	if due > 0 {
 		x.state = stDelayed

@@ -72,6 +72,7 @@ func (s *Sched) Ack(ref Ref, items []LeaseRef) {
 			errs[i] = err
 			continue
 		}
+		m.lane.key.q.counts.Acked++
 		s.leave(m)
 		s.remove(m)
 	}
@@ -90,6 +91,7 @@ func (s *Sched) Nack(ref Ref, items []NackItem) {
 			errs[i] = err
 			continue
 		}
+		m.lane.key.q.counts.Nacked++
 		s.leave(m)
 		s.fail(m, items[i].Reason, failNack, 0)
 	}
@@ -109,6 +111,7 @@ func (s *Sched) RetryAfter(ref Ref, items []RetryItem) {
 			continue
 		}
 		d := max(items[i].Delay, 0)
+		m.lane.key.q.counts.Nacked++
 		s.leave(m)
 		s.fail(m, "retry after "+d.String()+" requested", failRetry, d)
 	}
@@ -247,6 +250,7 @@ func (s *Sched) makeReady(m *msg) {
 func (s *Sched) deadLetter(m *msg) {
 	old := m.lane
 	d := old.key.q.dlq
+	old.key.q.counts.DeadLettered++
 	s.moveTo(m, s.laneFor(d, old.key.name, old.ts, old.okey))
 	m.flags |= fDead
 	s.persistState(m)
@@ -311,6 +315,7 @@ func (s *Sched) fire(m *msg) {
 			}
 		}
 		m.state = stNone
+		q.counts.Expired++
 		s.fail(m, ReasonLeaseExpired, failNack, 0)
 	}
 }
@@ -355,6 +360,8 @@ func (s *Sched) Redrive(ref Ref, dlq string, n uint64) {
 		}
 		s.makeReady(m)
 	}
+	d.counts.Redriven += uint64(len(ready))
+	p.counts.Redriven += uint64(len(ready))
 	s.reply(ref, Redriven{Moved: uint64(len(ready))})
 }
 

@@ -316,13 +316,30 @@ func (s *Sched) ListQueues(ref Ref) {
 // or an error wrapping fault.ErrQueueNotFound. It costs O(fairness keys
 // × log top + lanes).
 func (s *Sched) QueueStats(ref Ref, name string, top int) {
-	if top <= 0 || top > MaxStatsKeys {
-		top = MaxStatsKeys
-	}
 	q := s.queues[name]
 	if q == nil {
 		s.reply(ref, fmt.Errorf("queue stats %s: %w", name, fault.ErrQueueNotFound))
 		return
+	}
+	s.reply(ref, s.queueStats(q, name, top))
+}
+
+// AllQueueStats replies with a []QueueStats: those of every queue and
+// DLQ, by name, each listing its top most pending fairness keys as
+// QueueStats does. It is a metrics scrape's one read of the scheduler.
+func (s *Sched) AllQueueStats(ref Ref, top int) {
+	out := make([]QueueStats, 0, len(s.queues))
+	for _, name := range sortedKeys(s.queues, strings.Compare) {
+		out = append(out, s.queueStats(s.queues[name], name, top))
+	}
+	s.reply(ref, out)
+}
+
+// queueStats returns q's QueueStats with its top most pending fairness
+// keys (0, or over MaxStatsKeys: MaxStatsKeys).
+func (s *Sched) queueStats(q *queue, name string, top int) QueueStats {
+	if top <= 0 || top > MaxStatsKeys {
+		top = MaxStatsKeys
 	}
 	st := QueueStats{
 		Name:              name,
@@ -333,6 +350,7 @@ func (s *Sched) QueueStats(ref Ref, name string, top int) {
 		VisibilityTimeout: q.vis,
 		MaxAttempts:       q.policy.MaxAttempts,
 		Policy:            q.fair.name(),
+		Counts:            q.counts,
 	}
 	if q.fair.stfq && q.fair.budget > 0 {
 		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
@@ -360,14 +378,14 @@ func (s *Sched) QueueStats(ref Ref, name string, top int) {
 	}
 	now := int64(s.now)
 	for b, w := range waiting {
-		ts := ThrottleKeyStats{Key: b.name, Rate: math.Inf(1), Burst: math.Inf(1), Tokens: math.Inf(1), Waiting: w}
+		ts := ThrottleKeyStats{Key: b.name, Rate: math.Inf(1), Burst: math.Inf(1), Tokens: math.Inf(1), Waiting: w, HeldBack: b.held}
 		if b.limited {
 			ts.Rate, ts.Burst, ts.Tokens = b.b.Rate(), b.b.Burst(), b.b.Tokens(now)
 		}
 		st.ThrottleKeys = append(st.ThrottleKeys, ts)
 	}
 	slices.SortFunc(st.ThrottleKeys, func(a, b ThrottleKeyStats) int { return strings.Compare(a.Key, b.Key) })
-	s.reply(ref, st)
+	return st
 }
 
 // allLanes iterates over the key's lanes, the default one first.

@@ -467,3 +467,62 @@ func TestProducersRestoreExactly(t *testing.T) {
 		t.Fatal("the restore after lowering the bound is not what it wrote")
 	}
 }
+
+// TestQueueCounts: a queue's stats count its enqueues (not duplicates),
+// deliveries, acks, nacks, expired leases, dead letters and redrives,
+// and a throttle bucket counts the deliveries it held back; AllQueueStats
+// lists every queue with them.
+func TestQueueCounts(t *testing.T) {
+	s := New(Config{})
+	s.Tick(t0)
+	s.CreateQueue(1, QueueSpec{Name: "q", MaxAttempts: 1, VisibilityTimeout: time.Second})
+	s.SetThrottle("t", 1, 1)
+	s.Enqueue(2, []EnqueueItem{
+		{Queue: "q", Msg: Message{ID: testID(1), IdempotencyKey: "k"}},
+		{Queue: "q", Msg: Message{ID: testID(2), IdempotencyKey: "k"}}, // a duplicate
+		{Queue: "q", Msg: Message{ID: testID(3)}},
+		{Queue: "q", Msg: Message{ID: testID(4)}},
+		{Queue: "q", Msg: Message{ID: testID(5), ThrottleKeys: []string{"t"}}},
+		{Queue: "q", Msg: Message{ID: testID(6), ThrottleKeys: []string{"t"}}},
+	})
+	s.Subscribe(3, 1, "q", 10, nil)
+	ds := slices.Clone(takeReady(t, s).Deliveries[0].Msgs)
+	if len(ds) != 4 { // 1, 3, 4 and one of the throttled pair
+		t.Fatalf("delivered %d; want 4", len(ds))
+	}
+	ref := func(i int) LeaseRef { return LeaseRef{Queue: "q", ID: ds[i].ID, Lease: ds[i].Lease} }
+	// The bucket is listed while a message waits for it.
+	s.QueueStats(4, "q", 0)
+	rd := takeReady(t, s)
+	var held uint64
+	for _, tk := range rd.Replies[len(rd.Replies)-1].Value.(QueueStats).ThrottleKeys {
+		if tk.Key == "t" {
+			held = tk.HeldBack
+		}
+	}
+	if held != 1 {
+		t.Errorf("bucket t held back %d deliveries; want 1", held)
+	}
+	s.Ack(5, []LeaseRef{ref(0)})
+	s.Nack(6, []NackItem{{LeaseRef: ref(1), Reason: "bad"}})
+	takeReady(t, s)
+	s.Tick(t0.Add(1500 * time.Millisecond)) // the other two leases expire; the held message gets its token
+	takeReady(t, s)
+	s.Redrive(7, "q"+DLQSuffix, 1)
+	takeReady(t, s)
+	s.AllQueueStats(8, 0)
+	rd = takeReady(t, s)
+	all := rd.Replies[len(rd.Replies)-1].Value.([]QueueStats)
+	if len(all) != 2 || all[0].Name != "q" || all[1].Name != "q"+DLQSuffix {
+		t.Fatalf("AllQueueStats = %d queues; want q and its DLQ", len(all))
+	}
+	// Delivered: four, then the throttled one once its token came, then
+	// the one redriven.
+	want := QueueCounts{Enqueued: 5, Delivered: 6, Acked: 1, Nacked: 1, Expired: 2, DeadLettered: 3, Redriven: 1}
+	if got := all[0].Counts; got != want {
+		t.Errorf("q counts = %+v; want %+v", got, want)
+	}
+	if got := all[1].Counts.Redriven; got != 1 {
+		t.Errorf("DLQ redriven = %d; want 1", got)
+	}
+}

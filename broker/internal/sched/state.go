@@ -244,8 +244,10 @@ type tbucket struct {
 	// subs waiting (consumer rate limits).
 	subs *sub
 	// q is the queue of a consumer rate limit; nil for throttle buckets.
-	q      *queue
-	refs   int // tsets (throttle) or subscriptions (rate limit)
+	q    *queue
+	refs int // tsets (throttle) or subscriptions (rate limit)
+	// held counts the lanes parked for its token (ThrottleKeyStats.HeldBack).
+	held   uint64
 	wakeAt Time
 	hidx   int32
 	woke   bool   // in Sched.woke
@@ -354,6 +356,8 @@ type queue struct {
 	limits    map[string]*tbucket
 	dirty     bool
 	deleted   bool
+	// counts are its cumulative events (QueueStats.Counts).
+	counts QueueCounts
 
 	// prods are the idempotent producers the queue remembers, listed
 	// from phead to ptail by expiry (producer.go).

@@ -435,6 +435,27 @@ type QueueStats struct {
 	// ThrottleKeys lists the buckets the queue's pending messages use,
 	// by key (none for a DLQ, which is not throttled).
 	ThrottleKeys []ThrottleKeyStats
+	// Counts are the queue's cumulative event counts.
+	Counts QueueCounts
+}
+
+// QueueCounts are a queue's cumulative event counts, in messages, since
+// its scheduler was built: the process started, or a cluster replica
+// installed a snapshot. They are Prometheus counters, which reset then.
+type QueueCounts struct {
+	Enqueued  uint64 // messages accepted; duplicates not counted
+	Delivered uint64 // leases granted, redeliveries included
+	Acked     uint64
+	// Nacked counts deliveries settled as failed: Nack and RetryAfter.
+	Nacked uint64
+	// Expired counts leases that ended without a settle (the visibility
+	// timeout passed).
+	Expired uint64
+	// DeadLettered counts messages moved to the queue's DLQ.
+	DeadLettered uint64
+	// Redriven counts messages moved back from the DLQ; a DLQ's own
+	// stats count them too.
+	Redriven uint64
 }
 
 // MaxStatsKeys bounds QueueStats.FairnessKeys.
@@ -494,4 +515,8 @@ type ThrottleKeyStats struct {
 	// Waiting counts this queue's messages in lanes waiting for a token
 	// from this bucket.
 	Waiting uint64
+	// HeldBack counts the times, since the scheduler was built, that a
+	// lane with a message ready waited for this bucket's token: deliveries
+	// held back by the throttle, of every queue that uses the bucket.
+	HeldBack uint64
 }

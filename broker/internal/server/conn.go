@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -230,6 +231,13 @@ func (c *conn) pushLocked(it outItem) {
 		it.reserve = r.reserve
 		delete(c.inflight, it.reqID)
 		c.answering++
+		if m := c.s.cfg.Metrics; m != nil && r.op != 0 {
+			code := wire.CodeOK
+			if ef, ok := it.frame.(*wire.ErrorFrame); ok {
+				code = ef.Code
+			}
+			m.Request(r.op, code, time.Since(r.start))
+		}
 		if code, bad := r.op.Undeclared(it.frame); bad && r.op != 0 {
 			// A broker bug: the spec does not let the operation answer
 			// so. Tests fail on this line (filatest).
@@ -239,6 +247,10 @@ func (c *conn) pushLocked(it outItem) {
 	c.out = append(c.out, it)
 	c.outBytes += it.size
 }
+
+// msgNoHandshake opens the error of a connection that sent no handshake
+// in time.
+const msgNoHandshake = "no handshake within "
 
 // UndeclaredCodeMsg is the message of the error logged when the broker
 // answers a request with a code that the spec does not declare for its
@@ -263,7 +275,11 @@ func (c *conn) begin(reqID uint32, op wire.Opcode, reserve int64) bool {
 	if _, dup := c.inflight[reqID]; dup {
 		return false
 	}
-	c.inflight[reqID] = request{op: op, reserve: reserve}
+	r := request{op: op, reserve: reserve}
+	if c.s.cfg.Metrics != nil {
+		r.start = time.Now()
+	}
+	c.inflight[reqID] = r
 	c.outBytes += reserve
 	return true
 }
@@ -273,6 +289,7 @@ func (c *conn) begin(reqID uint32, op wire.Opcode, reserve int64) bool {
 type request struct {
 	op      wire.Opcode
 	reserve int64
+	start   time.Time // when read; set only with Config.Metrics
 }
 
 // waitEnqueueRoom blocks the reader until n more bytes of bodies fit in
@@ -416,6 +433,7 @@ func errorFrame(err error) *wire.ErrorFrame {
 // reassembly budget). Reader goroutine only.
 func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
 	if !c.handshaken {
+		c.handshakeFailed(code, msg)
 		if code != wire.CodeResourceExhausted {
 			c.s.adm.failed(c)
 		}
@@ -435,10 +453,26 @@ func (c *conn) fail(reqID uint32, code wire.Code, msg string) {
 // rate-limited (see limitedAudit). Before the handshake, it charges the
 // address's failed-handshake bucket as fail does.
 func (c *conn) failQuiet(reqID uint32, code wire.Code, msg string) {
+	if !c.handshaken {
+		c.handshakeFailed(code, msg)
+	}
 	if !c.handshaken && code != wire.CodeResourceExhausted {
 		c.s.adm.failed(c)
 	}
 	c.shut(reqID, code, msg)
+}
+
+// handshakeFailed counts a connection closed before its handshake for
+// the fila_handshakes_failed_total metric.
+func (c *conn) handshakeFailed(code wire.Code, msg string) {
+	if c.s.cfg.Metrics == nil {
+		return
+	}
+	reason := code.String()
+	if strings.HasPrefix(msg, msgNoHandshake) {
+		reason = "timeout"
+	}
+	c.s.cfg.Metrics.HandshakeFailed(reason)
 }
 
 // evict closes a connection still handshaking to make room for a newer
@@ -559,7 +593,7 @@ func (c *conn) readLoop() {
 				var ne net.Error
 				switch {
 				case errors.As(err, &ne) && ne.Timeout() && !c.handshaken:
-					c.fail(0, wire.CodeProtocolViolation, "no handshake within "+c.s.cfg.HandshakeTimeout.String())
+					c.fail(0, wire.CodeProtocolViolation, msgNoHandshake+c.s.cfg.HandshakeTimeout.String())
 				case errors.As(err, &ne) && ne.Timeout():
 					c.fail(0, wire.CodeProtocolViolation, fmt.Sprintf("frame incomplete: %d bytes received, none for %v", c.fr.Buffered(), c.s.cfg.FrameReadTimeout))
 				default:

@@ -518,7 +518,7 @@ func TestUndeclaredCodeIsLogged(t *testing.T) {
 		t.Fatalf("server logs %q, filatest looks for %q", UndeclaredCodeMsg, filatest.UndeclaredCodeMsg)
 	}
 	var logged lockedBuffer
-	c := &conn{log: slog.New(slog.NewTextHandler(&logged, nil)), inflight: map[uint32]request{}}
+	c := &conn{s: &Server{}, log: slog.New(slog.NewTextHandler(&logged, nil)), inflight: map[uint32]request{}}
 	c.inflight[3] = request{op: wire.OpEnqueue}
 	c.pushLocked(outItem{reqID: 3, frame: &wire.ErrorFrame{Code: wire.CodeQueueExists}, request: true})
 	if !strings.Contains(logged.String(), UndeclaredCodeMsg) || !strings.Contains(logged.String(), "QUEUE_EXISTS") {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
+	"github.com/fila-mq/fila/broker/internal/metrics"
 	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
@@ -136,6 +138,8 @@ type Config struct {
 	Logger      *slog.Logger
 	// Version is reported to clients as fila-server/<Version>.
 	Version string
+	// Metrics, if set, counts connections, bytes and requests.
+	Metrics *metrics.Metrics
 }
 
 func (c *Config) defaults() {
@@ -273,10 +277,14 @@ func (s *Server) Serve(ln net.Listener) error {
 		if addr, ok := addrKey(nc.RemoteAddr()); ok {
 			if refusal := s.adm.precheck(addr); refusal != "" {
 				s.log.Debug("refusing a connection", "remote", nc.RemoteAddr().String(), "reason", refusal)
+				s.cfg.Metrics.Refused(refusalReason(refusal))
 				s.refuse(nc, refusal)
 				s.refusals.Wait(context.Background())
 				continue
 			}
+		}
+		if s.cfg.Metrics != nil {
+			nc = &meteredConn{Conn: nc, m: s.cfg.Metrics}
 		}
 		if s.cfg.TLS != nil {
 			nc = tls.Server(nc, s.cfg.TLS)
@@ -292,10 +300,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		if refusal != "" {
 			s.mu.Unlock()
 			s.log.Debug("refusing a connection", "remote", nc.RemoteAddr().String(), "reason", refusal)
+			s.cfg.Metrics.Refused(refusalReason(refusal))
 			s.refuse(nc, refusal)
 			s.refusals.Wait(context.Background())
 			continue
 		}
+		s.cfg.Metrics.ConnAccepted()
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -311,12 +321,45 @@ func (s *Server) Serve(ln net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			c.serve()
+			s.cfg.Metrics.ConnClosed()
 			s.adm.closed(c)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// refusalReason names a refusal of the admission checks for the
+// fila_connections_refused_total metric.
+func refusalReason(msg string) string {
+	switch {
+	case strings.HasPrefix(msg, "too many failed handshakes"):
+		return "failed_handshakes"
+	case strings.Contains(msg, " connections from "):
+		return "per_address"
+	case strings.HasPrefix(msg, "evicted"):
+		return "handshaking"
+	}
+	return "max_connections"
+}
+
+// meteredConn counts the bytes of a client connection (Config.Metrics).
+type meteredConn struct {
+	net.Conn
+	m *metrics.Metrics
+}
+
+func (c *meteredConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.m.Received(n)
+	return n, err
+}
+
+func (c *meteredConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.m.Sent(n)
+	return n, err
 }
 
 // defaultRefusalRate is Config.RefusalRate's default.

@@ -44,6 +44,7 @@ func (c *conn) handshakeTLS(tc *tls.Conn) bool {
 	case errors.As(err, &rhe) && rhe.Conn != nil:
 		// The first bytes are not a TLS record: a plaintext client.
 		c.s.tlsFailed.record("remote", c.remote(), "reason", "plaintext client on the TLS port")
+		c.s.cfg.Metrics.HandshakeFailed("tls")
 		c.s.adm.failed(c)
 		refuseMismatch(rhe.Conn, msgTLSRequired)
 	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
@@ -52,6 +53,7 @@ func (c *conn) handshakeTLS(tc *tls.Conn) bool {
 		c.log.Debug("tls handshake", "err", err)
 	default:
 		c.s.tlsFailed.record("remote", c.remote(), "reason", err.Error())
+		c.s.cfg.Metrics.HandshakeFailed("tls")
 		c.s.adm.failed(c)
 	}
 	return false
@@ -94,6 +96,7 @@ func (p *plainConn) Read(b []byte) (int, error) {
 	p.checked = true
 	if b[0] == 0x16 && (n < 2 || b[1] == 0x03) {
 		p.c.s.tlsFailed.record("remote", p.c.remote(), "reason", "TLS client on the plaintext port")
+		p.c.s.cfg.Metrics.HandshakeFailed("tls")
 		p.c.s.adm.failed(p.c)
 		refuseMismatch(p.Conn, msgTLSRefused)
 		return 0, errTLSClient

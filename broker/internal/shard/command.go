@@ -249,6 +249,7 @@ type Result struct {
 	Redriven   sched.Redriven        // Redrive
 	Queues     []sched.QueueSummary  // ListQueues
 	Stats      sched.QueueStats      // QueueStats
+	AllStats   []sched.QueueStats    // AllQueueStats
 	Explained  sched.Explanation     // Explain
 }
 
@@ -276,6 +277,8 @@ func resultOf(v any) Result {
 		return Result{Queues: slices.Clone(v)}
 	case sched.Explanation:
 		return Result{Explained: v}
+	case []sched.QueueStats:
+		return Result{AllStats: v} // built for this reply
 	case sched.QueueStats:
 		v.FairnessKeys = slices.Clone(v.FairnessKeys)
 		v.ThrottleKeys = slices.Clone(v.ThrottleKeys)

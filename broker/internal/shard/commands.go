@@ -23,6 +23,9 @@ type Query struct {
 	Stats string // QueueStats of this queue; "" lists the queues
 	// Top is how many fairness keys QueueStats lists (0: the most).
 	Top int
+	// All reads every queue's QueueStats instead (Stats is then
+	// ignored).
+	All bool
 	// Explain, if Queue is set, explains message ID of that queue
 	// instead (Stats is then ignored).
 	Explain struct {
@@ -69,6 +72,13 @@ func (sh *Shard) ListQueues(ctx context.Context, done func(Result)) error {
 // wrapping fault.ErrQueueNotFound.
 func (sh *Shard) QueueStats(ctx context.Context, name string, top int, done func(Result)) error {
 	return sh.do(ctx, op{read: func() Query { return Query{Stats: name, Top: top} }, done: done})
+}
+
+// AllQueueStats reads the statistics of every queue and DLQ the shard
+// holds, by name, each with its top most pending fairness keys (0:
+// sched.MaxStatsKeys), into Result.AllStats.
+func (sh *Shard) AllQueueStats(ctx context.Context, top int, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query { return Query{All: true, Top: top} }, done: done})
 }
 
 // Explain reads why message id of queue is not delivered yet into
@@ -119,6 +129,8 @@ func (sh *Shard) run1(o op) {
 		switch q := o.read(); {
 		case q.Explain.Queue != "":
 			sh.s.Explain(ref, q.Explain.Queue, q.Explain.ID)
+		case q.All:
+			sh.s.AllQueueStats(ref, q.Top)
 		case q.Stats != "":
 			sh.s.QueueStats(ref, q.Stats, q.Top)
 		default:

@@ -89,6 +89,24 @@ type Options struct {
 	// Logger receives recovery and compaction events. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// OnCommit, if set, is called on the committer goroutine after each
+	// durable commit (metrics). It must be quick and must not call the
+	// store.
+	OnCommit func(Commit)
+}
+
+// Commit describes one durable write of the committer: one log
+// WriteBatch and at most one fsync (Options.OnCommit).
+type Commit struct {
+	Groups  int // groups in the commit
+	Records int // puts and deletes in those groups
+	Bytes   int // bytes appended to the log
+	// Sync is how long the commit's fsync took; 0 when it had none.
+	Sync time.Duration
+	// Wait is the group-commit latency: from the submission of the
+	// commit's oldest group until the commit was durable.
+	Wait time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -121,10 +139,11 @@ type Stats struct {
 	LiveBytes int64 // bytes of the records that hold current values
 	Keys      int   // keys holding a value
 
-	Groups    uint64 // non-empty groups made durable
-	Mutations uint64 // puts and deletes in those groups
-	Commits   uint64 // log writes, each holding one or more groups
-	Syncs     uint64 // fsyncs of log files and of the directory
+	Groups       uint64 // non-empty groups made durable
+	Mutations    uint64 // puts and deletes in those groups
+	Commits      uint64 // log writes, each holding one or more groups
+	Syncs        uint64 // fsyncs of log files and of the directory
+	BytesWritten uint64 // bytes appended to the log by commits (not compaction copies)
 
 	Compactions    uint64 // reclamations that deleted segments
 	CopiedBytes    uint64 // bytes of live records copied forward by compaction
@@ -162,6 +181,7 @@ type request struct {
 	wait   chan error  // Apply
 	copies []location  // compaction copy: expected location of each put
 	err    error
+	at     time.Time // when submitted; set only with Options.OnCommit
 }
 
 // placed is where the committer put one group's record.
@@ -253,10 +273,14 @@ type Disk struct {
 	lastIndex uint64
 	wb        wal.Batch
 	places    []placed
-	writes    []segWrite
-	free      []request
-	scratch   Batch
-	hint      btree.PathHint
+	// commitBytes and syncTime describe the commit being written
+	// (Options.OnCommit); committer goroutine only.
+	commitBytes int
+	syncTime    time.Duration
+	writes      []segWrite
+	free        []request
+	scratch     Batch
+	hint        btree.PathHint
 
 	runDone     chan struct{}
 	compactc    chan struct{}
@@ -268,6 +292,7 @@ type Disk struct {
 
 	stats struct {
 		groups, mutations, commits, syncs    atomic.Uint64
+		written                              atomic.Uint64
 		compactions, copied, reclaimed       atomic.Uint64
 		cacheHits, cacheMisses, pendingCount atomic.Uint64
 	}
@@ -453,6 +478,9 @@ func (d *Disk) submit(r request) error {
 		return ErrClosed
 	}
 	d.stats.pendingCount.Add(1)
+	if d.opts.OnCommit != nil {
+		r.at = time.Now()
+	}
 	d.queue = append(d.queue, r)
 	if len(d.queue) == 1 {
 		d.qcond.Signal()
@@ -581,6 +609,7 @@ func (d *Disk) commit(reqs []request) {
 				}
 				d.lastIndex = idx
 				d.publish(reqs)
+				d.observe(reqs)
 			}
 			d.stalled = false
 			d.finish(reqs, nil)
@@ -649,6 +678,7 @@ func (d *Disk) writeCommit(reqs []request) (uint64, bool, error) {
 	full := d.full.Load()
 	d.wb.Clear()
 	d.places = d.places[:0]
+	d.commitBytes, d.syncTime = 0, 0
 	d.mu.RLock()
 	tail := d.segs[len(d.segs)-1]
 	d.mu.RUnlock()
@@ -681,6 +711,7 @@ func (d *Disk) writeCommit(reqs []request) (uint64, bool, error) {
 		p := placed{seg: w.s, off: w.size, hdr: uvarintLen(uint64(len(rec))), rec: rec}
 		d.places = append(d.places, p)
 		w.size += int64(p.hdr + len(rec))
+		d.commitBytes += p.hdr + len(rec)
 		w.n++
 		w.lastOff = p.off
 		d.wb.Write(idx, rec)
@@ -717,6 +748,7 @@ func (d *Disk) write(sync bool) error {
 		return fmt.Errorf("write log: %w", err)
 	}
 	d.stats.commits.Add(1)
+	d.stats.written.Add(uint64(d.commitBytes))
 	started := d.writes[1:]
 	if len(started) > 0 {
 		for i, w := range d.writes[:len(d.writes)-1] {
@@ -755,9 +787,11 @@ func (d *Disk) write(sync bool) error {
 		if d.hooks.beforeSync != nil {
 			d.hooks.beforeSync()
 		}
+		start := time.Now()
 		if err := d.log.Sync(); err != nil {
 			return fmt.Errorf("sync log: %w", err)
 		}
+		d.syncTime = time.Since(start)
 		d.stats.syncs.Add(1)
 	}
 	if len(started) > 0 {
@@ -811,6 +845,29 @@ func (d *Disk) publish(reqs []request) {
 	d.mu.Unlock()
 	d.stats.groups.Add(groups)
 	d.stats.mutations.Add(muts)
+}
+
+// observe reports a durable commit of reqs to Options.OnCommit. Runs on
+// the committer goroutine.
+func (d *Disk) observe(reqs []request) {
+	if d.opts.OnCommit == nil {
+		return
+	}
+	c := Commit{Bytes: d.commitBytes, Sync: d.syncTime}
+	oldest := time.Now()
+	for i := range reqs {
+		r := &reqs[i]
+		if r.err != nil || r.b.n == 0 {
+			continue
+		}
+		c.Groups++
+		c.Records += r.b.n
+		if !r.at.IsZero() && r.at.Before(oldest) {
+			oldest = r.at
+		}
+	}
+	c.Wait = time.Since(oldest)
+	d.opts.OnCommit(c)
 }
 
 func putUvarint(buf []byte, x uint64) int {
@@ -1025,6 +1082,7 @@ func (d *Disk) Stats() Stats {
 		Mutations:      d.stats.mutations.Load(),
 		Commits:        d.stats.commits.Load(),
 		Syncs:          d.stats.syncs.Load(),
+		BytesWritten:   d.stats.written.Load(),
 		Compactions:    d.stats.compactions.Load(),
 		CopiedBytes:    d.stats.copied.Load(),
 		ReclaimedBytes: d.stats.reclaimed.Load(),
