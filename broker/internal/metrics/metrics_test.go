@@ -140,3 +140,12 @@ func TestDocsListEveryMetric(t *testing.T) {
 		t.Errorf("found %d fila_ metrics; want the whole set", n)
 	}
 }
+
+// BenchmarkRequest is the per-request cost of the request metrics.
+func BenchmarkRequest(b *testing.B) {
+	m := New("bench")
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Request(wire.OpEnqueue, wire.CodeOK, time.Millisecond)
+	}
+}
