@@ -1042,9 +1042,9 @@ func TestLoadImageMemory(t *testing.T) {
 	}
 }
 
-// withoutWindow returns rd with the stats window's figures of its
-// QueueStats replies zeroed: they are not in the image (window.go), so a
-// scheduler loaded from one counts from then on.
+// withoutWindow returns rd with what a scheduler loaded from an image does
+// not carry zeroed in its QueueStats replies: the stats window's figures
+// (window.go) and the event counts since start, which it counts from then on.
 func withoutWindow(rd Ready) Ready {
 	rd.Replies = slices.Clone(rd.Replies)
 	for i, r := range rd.Replies {
@@ -1053,6 +1053,11 @@ func withoutWindow(rd Ready) Ready {
 			continue
 		}
 		st.Window, st.WindowDelivered, st.JainIndex = 0, 0, 0
+		st.Counts = QueueCounts{}
+		st.ThrottleKeys = slices.Clone(st.ThrottleKeys)
+		for j := range st.ThrottleKeys {
+			st.ThrottleKeys[j].HeldBack = 0
+		}
 		st.FairnessKeys = slices.Clone(st.FairnessKeys)
 		for j := range st.FairnessKeys {
 			k := &st.FairnessKeys[j]
