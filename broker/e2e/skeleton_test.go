@@ -18,11 +18,11 @@ import (
 	fila "github.com/fila-mq/fila/sdk/go"
 )
 
-func connect(t *testing.T, addr string) *fila.Client {
+func connect(t *testing.T, addr string, opts ...fila.Option) *fila.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := fila.Connect(ctx, addr)
+	c, err := fila.Connect(ctx, addr, opts...)
 	if err != nil {
 		t.Fatalf("Connect(%s) = %v", addr, err)
 	}

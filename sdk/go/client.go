@@ -103,6 +103,7 @@ import (
 
 	"github.com/fila-mq/fila/sdk/core"
 	"github.com/fila-mq/fila/sdk/core/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Version is the SDK's version, sent to the broker as part of the client
@@ -139,6 +140,7 @@ type options struct {
 	drainTimeout time.Duration
 	logger       *slog.Logger
 	dialer       func(ctx context.Context, addr string) (net.Conn, error)
+	tracer       trace.Tracer // nil: no tracing
 }
 
 // WithAPIKey authenticates the connection with an API key secret,
@@ -689,7 +691,10 @@ func (c *Client) release(ctx context.Context, ds []*Delivery) {
 		d.settled.Store(true)
 		items = append(items, d.ref())
 	}
-	c.request(ctx, &wire.Release{Items: items}, ds[0].m.Queue)
+	_, err := c.request(ctx, &wire.Release{Items: items}, ds[0].m.Queue)
+	for _, d := range ds {
+		d.endProcess("release", err)
+	}
 }
 
 func (c *Client) request(ctx context.Context, f wire.Frame, target string, settle ...*Delivery) (wire.Frame, error) {

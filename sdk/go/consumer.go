@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fila-mq/fila/sdk/core/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Consumer subscribes to queues and settles deliveries. Get it from
@@ -130,6 +131,9 @@ func (c *Consumer) AckAll(ctx context.Context, ds []*Delivery) error {
 	}
 	resp, err := c.c.request(ctx, &wire.Ack{Items: items}, ds[0].m.Queue, settle...)
 	if err != nil {
+		for _, d := range ds {
+			d.endProcess("ack", err)
+		}
 		return err
 	}
 	rs := resp.(*wire.AckResult).Results
@@ -138,9 +142,12 @@ func (c *Consumer) AckAll(ctx context.Context, ds []*Delivery) error {
 	}
 	var errs []error
 	for i, r := range rs {
+		var err error
 		if r.Code != wire.CodeOK {
-			errs = append(errs, opError(wire.OpAck, r.Code, ds[i].m.Queue, r.Message, ""))
+			err = opError(wire.OpAck, r.Code, ds[i].m.Queue, r.Message, "")
+			errs = append(errs, err)
 		}
+		ds[i].endProcess("ack", err)
 	}
 	return errors.Join(errs...)
 }
@@ -177,6 +184,7 @@ func (s *Subscription) push(msgs []wire.DeliveredMessage) {
 	for i := range msgs {
 		d := &Delivery{s: s, m: msgs[i]}
 		d.deadline.Store(int64(msgs[i].LeaseDeadlineAtMS))
+		d.traceProcess()
 		s.queued = append(s.queued, d)
 	}
 	s.mu.Unlock()
@@ -382,10 +390,12 @@ func (s *Subscription) Close(ctx context.Context) error {
 // Settle it with exactly one of Ack, Nack or RetryAfter; ExtendLease keeps
 // it longer. Its methods are safe for concurrent use.
 type Delivery struct {
-	s        *Subscription
-	m        wire.DeliveredMessage
-	deadline atomic.Int64 // Unix ms
-	settled  atomic.Bool  // its credit was returned
+	s         *Subscription
+	m         wire.DeliveredMessage
+	deadline  atomic.Int64 // Unix ms
+	settled   atomic.Bool  // its credit was returned
+	span      trace.Span   // its consumer span, nil when not traced
+	spanEnded atomic.Bool
 }
 
 // ID returns the message ID.
@@ -466,9 +476,9 @@ func (d *Delivery) settle() []*Delivery {
 func (d *Delivery) Ack(ctx context.Context) error {
 	resp, err := d.s.c.request(ctx, &wire.Ack{Items: []wire.LeaseRef{d.ref()}}, d.m.Queue, d.settle()...)
 	if err != nil {
-		return err
+		return d.endProcess("ack", err)
 	}
-	return itemErr(wire.OpAck, d.m.Queue, resp.(*wire.AckResult).Results)
+	return d.endProcess("ack", itemErr(wire.OpAck, d.m.Queue, resp.(*wire.AckResult).Results))
 }
 
 // Nack reports the delivery failed with reason; the queue's failure policy
@@ -480,9 +490,9 @@ func (d *Delivery) Nack(ctx context.Context, reason string) error {
 	f := &wire.Nack{Items: []wire.NackItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, Reason: reason}}}
 	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
 	if err != nil {
-		return err
+		return d.endProcess("nack", err)
 	}
-	return itemErr(wire.OpNack, d.m.Queue, resp.(*wire.NackResult).Results)
+	return d.endProcess("nack", itemErr(wire.OpNack, d.m.Queue, resp.(*wire.NackResult).Results))
 }
 
 // Release gives the delivery back without processing it: the message
@@ -494,9 +504,9 @@ func (d *Delivery) Release(ctx context.Context) error {
 	f := &wire.Release{Items: []wire.LeaseRef{d.ref()}}
 	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
 	if err != nil {
-		return err
+		return d.endProcess("release", err)
 	}
-	return itemErr(wire.OpRelease, d.m.Queue, resp.(*wire.ReleaseResult).Results)
+	return d.endProcess("release", itemErr(wire.OpRelease, d.m.Queue, resp.(*wire.ReleaseResult).Results))
 }
 
 // RetryAfter fails the delivery with an explicit backoff: it is
@@ -508,9 +518,9 @@ func (d *Delivery) RetryAfter(ctx context.Context, delay time.Duration) error {
 	f := &wire.RetryAfter{Items: []wire.RetryAfterItem{{Queue: d.m.Queue, ID: d.m.ID, Lease: d.m.Lease, DelayMS: ms(delay)}}}
 	resp, err := d.s.c.request(ctx, f, d.m.Queue, d.settle()...)
 	if err != nil {
-		return err
+		return d.endProcess("retry", err)
 	}
-	return itemErr(wire.OpRetryAfter, d.m.Queue, resp.(*wire.RetryAfterResult).Results)
+	return d.endProcess("retry", itemErr(wire.OpRetryAfter, d.m.Queue, resp.(*wire.RetryAfterResult).Results))
 }
 
 // ExtendLease moves the lease deadline to now plus dur (rounded up to a

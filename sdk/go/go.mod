@@ -2,9 +2,14 @@ module github.com/fila-mq/fila/sdk/go
 
 go 1.26
 
-require github.com/fila-mq/fila/sdk/core v0.1.0
-
 require (
-	github.com/google/uuid v1.6.0 // indirect
-	golang.org/x/mod v0.43.0 // indirect
+	github.com/fila-mq/fila/sdk/core v0.1.0
+	github.com/google/uuid v1.6.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+	golang.org/x/mod v0.43.0
 )
+
+require github.com/cespare/xxhash/v2 v2.3.0 // indirect
+

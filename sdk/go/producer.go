@@ -180,6 +180,15 @@ func (p *Producer) send(ctx context.Context, msgs []wire.EnqueueMessage) ([]Send
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	spans := p.c.traceSend(ctx, msgs)
+	out, err := p.enqueue(ctx, msgs)
+	if spans != nil {
+		endSend(spans, out, err)
+	}
+	return out, err
+}
+
+func (p *Producer) enqueue(ctx context.Context, msgs []wire.EnqueueMessage) ([]SendResult, error) {
 	r, err := p.c.enqueue(ctx, msgs)
 	if err != nil {
 		return nil, wrapErr(wire.OpEnqueue, msgs[0].Queue, err)

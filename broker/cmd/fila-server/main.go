@@ -97,9 +97,6 @@ var recoveryPause func()
 
 // serve runs the broker until ctx is done.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	if cfg.Telemetry.OTLPEndpoint != "" {
-		return fmt.Errorf("telemetry.otlp_endpoint = %q: OTLP export is not available in this version; leave it empty", cfg.Telemetry.OTLPEndpoint)
-	}
 	if limit := cfg.Server.MemoryLimit; limit > 0 {
 		if os.Getenv("GOMEMLIMIT") == "" {
 			debug.SetMemoryLimit(limit)
@@ -110,7 +107,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	// The admin HTTP listener starts first, so that /healthz answers and
 	// /readyz says "recovering" while the store and the queues load.
-	obs, err := startHTTP(cfg, log)
+	obs, err := startObserver(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -189,6 +186,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:                   log.With("component", "server"),
 		Version:                  version,
 		Metrics:                  obs.metrics(),
+		Tracer:                   obs.traces(),
 	}
 	if err := configureSecurity(&scfg, cfg, storeKV{st}, log); err != nil {
 		return err

@@ -15,30 +15,72 @@ import (
 	"github.com/fila-mq/fila/broker/internal/node"
 	"github.com/fila-mq/fila/broker/internal/server"
 	"github.com/fila-mq/fila/broker/internal/store"
+	"github.com/fila-mq/fila/broker/internal/tracing"
 )
 
-// observer is the admin HTTP listener and the metrics behind it; its
-// methods do nothing when [http] listen_addr is empty.
+// observer is the admin HTTP listener, the OTLP export, and the metrics
+// and spans behind them; its methods do nothing when neither [http]
+// listen_addr nor [telemetry] otlp_endpoint is set.
 type observer struct {
-	http  *httpapi.Server
-	m     *metrics.Metrics
-	ready *httpapi.Readiness
-	keys  atomic.Pointer[auth.Store]
-	up    atomic.Bool // recovery done, the client listener open
-	down  atomic.Bool // shutting down
-	log   *slog.Logger
-	top   int
-	done  chan error
+	http   *httpapi.Server
+	m      *metrics.Metrics
+	tracer *tracing.Tracer
+	// otlpStop ends the OTLP metric export, nil without one.
+	otlpStop func(context.Context) error
+	ready    *httpapi.Readiness
+	keys     atomic.Pointer[auth.Store]
+	up       atomic.Bool // recovery done, the client listener open
+	down     atomic.Bool // shutting down
+	log      *slog.Logger
+	top      int
+	done     chan error
 }
 
-// startHTTP starts the admin HTTP listener when cfg sets one.
-func startHTTP(cfg config.Config, log *slog.Logger) (*observer, error) {
+// startObserver starts what cfg asks for of the admin HTTP listener and
+// the OTLP export.
+func startObserver(cfg config.Config, log *slog.Logger) (*observer, error) {
 	o := &observer{log: log, top: cfg.Telemetry.MetricsTopKeys}
-	if cfg.HTTP.ListenAddr == "" {
+	if cfg.HTTP.ListenAddr == "" && cfg.Telemetry.OTLPEndpoint == "" {
 		return o, nil
 	}
 	o.m = metrics.New(version)
+	// Readiness is only served over HTTP; it is kept either way.
 	o.ready = &httpapi.Readiness{}
+	if cfg.Telemetry.OTLPEndpoint != "" {
+		if err := o.startOTLP(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.HTTP.ListenAddr == "" {
+		return o, nil
+	}
+	return o, o.startHTTP(cfg)
+}
+
+// startOTLP starts exporting the metrics and the spans of traced
+// messages to cfg's OTLP endpoint.
+func (o *observer) startOTLP(cfg config.Config) error {
+	base, err := cfg.Telemetry.OTLPBase()
+	if err != nil {
+		return err
+	}
+	stop, err := o.m.StartOTLP(metrics.OTLP{BaseURL: base, Interval: cfg.Telemetry.OTLPInterval, NodeID: cfg.Server.NodeID, Version: version})
+	if err != nil {
+		return err
+	}
+	tr, err := tracing.Start(tracing.Config{BaseURL: base, Interval: cfg.Telemetry.OTLPInterval, SampleRatio: cfg.Telemetry.TraceSampleRatio, NodeID: cfg.Server.NodeID, Version: version})
+	if err != nil {
+		stop(context.Background())
+		return err
+	}
+	o.otlpStop, o.tracer = stop, tr
+	o.log.Info("OTLP export: metrics and traces", "endpoint", base, "interval", cfg.Telemetry.OTLPInterval, "trace_sample_ratio", cfg.Telemetry.TraceSampleRatio)
+	return nil
+}
+
+// startHTTP starts the admin HTTP listener.
+func (o *observer) startHTTP(cfg config.Config) error {
+	log := o.log
 	o.ready.Add(func() string {
 		switch {
 		case o.down.Load():
@@ -61,13 +103,13 @@ func startHTTP(cfg config.Config, log *slog.Logger) (*observer, error) {
 		// asked for a client certificate.
 		tc, err := auth.ServerTLSConfig(cfg.TLS.CertFile, cfg.TLS.KeyFile, "")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		hc.TLS = tc
 	}
 	srv, err := httpapi.Listen(hc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	o.http = srv
 	o.done = make(chan error, 1)
@@ -82,10 +124,12 @@ func startHTTP(cfg config.Config, log *slog.Logger) (*observer, error) {
 		attrs = append(attrs, "metrics", `needs an API key with admin on "*"`)
 	}
 	log.Info("admin HTTP listener: /healthz, /readyz, /metrics", attrs...)
-	return o, nil
+	return nil
 }
 
 func (o *observer) metrics() *metrics.Metrics { return o.m }
+
+func (o *observer) traces() *tracing.Tracer { return o.tracer }
 
 // commit returns the store's OnCommit hook, or nil.
 func (o *observer) commit() func(store.Commit) {
@@ -140,13 +184,21 @@ func (o *observer) serving(scfg server.Config, n *node.Node, hooks *node.Hooks, 
 // shuttingDown turns /readyz not ready for the graceful shutdown.
 func (o *observer) shuttingDown() { o.down.Store(true) }
 
-// stop shuts the listener down.
+// stop shuts the listener down and flushes the OTLP export.
 func (o *observer) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if o.otlpStop != nil {
+		if err := o.otlpStop(ctx); err != nil {
+			o.log.Warn("OTLP metrics export", "err", err)
+		}
+		if err := o.tracer.Shutdown(ctx); err != nil {
+			o.log.Warn("OTLP trace export", "err", err)
+		}
+	}
 	if o.http == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	o.http.Shutdown(ctx)
 	if err := <-o.done; err != nil {
 		o.log.Warn("admin HTTP listener", "err", err)

@@ -24,13 +24,17 @@ const module = "github.com/fila-mq/fila/"
 // connection at its handshake and to hear of key changes. metrics reads
 // the scheduler's, the storage's and the hooks' stats at scrape time and
 // is updated by the server; httpapi serves it beside the health probes.
+// tracing records the spans of traced messages for the server and knows
+// nothing of the broker; otlptest is the tests' OTLP receiver.
 // fault is under everything, and the client core knows nothing of the broker. A package
 // missing here fails the test: place it when you add it.
 var layers = map[string][]string{
 	"broker/cmd/fila-server": {"broker/internal/auth", "broker/internal/cluster", "broker/internal/config", "broker/internal/hook", "broker/internal/node", "broker/internal/rtconf",
 		"broker/internal/sched", "broker/internal/server", "broker/internal/shard", "broker/internal/store", "broker/internal/fault", "sdk/core/wire",
-		"broker/internal/httpapi", "broker/internal/metrics"},
-	"broker/internal/server":       {"broker/internal/auth", "broker/internal/metrics", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
+		"broker/internal/httpapi", "broker/internal/metrics", "broker/internal/tracing"},
+	"broker/internal/server":       {"broker/internal/auth", "broker/internal/metrics", "broker/internal/tracing", "broker/internal/node", "broker/internal/fault", "sdk/core/wire"},
+	"broker/internal/tracing":      {},
+	"broker/internal/otlptest":     {},
 	"broker/internal/metrics":      {"broker/internal/hook", "broker/internal/sched", "broker/internal/store", "sdk/core/wire"},
 	"broker/internal/httpapi":      {"broker/internal/auth"},
 	"broker/internal/node":         {"broker/internal/auth", "broker/internal/cluster", "broker/internal/hook", "broker/internal/rtconf", "broker/internal/sched", "broker/internal/shard", "broker/internal/fault", "sdk/core/wire"},

@@ -14,7 +14,11 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -370,10 +374,40 @@ type TelemetryConfig struct {
 	// metrics_top_keys, default 20; 0: none).
 	MetricsTopKeys int
 
-	// OTLPEndpoint is where to export OpenTelemetry traces and metrics over
-	// OTLP, host:port or a URL; empty disables export
+	// OTLPEndpoint is the OTLP/HTTP receiver to export OpenTelemetry
+	// metrics and traces to: host:port (plain HTTP) or an http:// or
+	// https:// base URL, to which /v1/metrics and /v1/traces are added, as
+	// with OTEL_EXPORTER_OTLP_ENDPOINT; empty disables export
 	// (otlp_endpoint, default empty).
 	OTLPEndpoint string
+	// OTLPInterval is how often metrics, and the spans batched since the
+	// last export, are sent (100ms to 1h; otlp_interval, default 10s).
+	OTLPInterval time.Duration
+	// TraceSampleRatio is the fraction of messages enqueued without a
+	// sampled W3C traceparent header that the broker traces, from 0 to 1
+	// (trace_sample_ratio, default 0.01). Messages whose traceparent says
+	// sampled are always traced; ones that say not sampled never are.
+	TraceSampleRatio float64
+}
+
+// OTLPBase returns the base URL of OTLPEndpoint, without a trailing
+// slash: "http://host:port" for host:port, the URL itself otherwise. The
+// error names the endpoint when it is neither.
+func (t TelemetryConfig) OTLPBase() (string, error) {
+	ep := t.OTLPEndpoint
+	bad := fmt.Errorf("otlp endpoint %q: want host:port or an http:// or https:// URL", ep)
+	if !strings.Contains(ep, "://") {
+		host, port, err := net.SplitHostPort(ep)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(ep, "/?#") {
+			return "", bad
+		}
+		return "http://" + ep, nil
+	}
+	u, err := url.Parse(ep)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", bad
+	}
+	return strings.TrimSuffix(u.String(), "/"), nil
 }
 
 // LogConfig is the [log] section. See Config.Logger.
@@ -449,7 +483,7 @@ func Default() Config {
 			CircuitBreakerThreshold: 3,
 			CircuitBreakerCooldown:  30 * time.Second,
 		},
-		Telemetry: TelemetryConfig{MetricsTopKeys: 20},
+		Telemetry: TelemetryConfig{MetricsTopKeys: 20, OTLPInterval: 10 * time.Second, TraceSampleRatio: 0.01},
 		Log:       LogConfig{Level: slog.LevelInfo, Format: FormatText},
 	}
 }

@@ -135,6 +135,8 @@ func TestDefaultsNoFile(t *testing.T) {
 		"tls.client_ca_file":                 `""`,
 		"telemetry.otlp_endpoint":            `""`,
 		"telemetry.metrics_top_keys":         "20",
+		"telemetry.otlp_interval":            `"10s"`,
+		"telemetry.trace_sample_ratio":       "0.01",
 		"http.listen_addr":                   `""`,
 		"log.level":                          `"info"`,
 		"log.format":                         `"text"`,
@@ -236,7 +238,9 @@ client_ca_file = "clients.pem"
 listen_addr = "127.0.0.1:9555"
 
 [telemetry]
-otlp_endpoint = "collector:4317"
+otlp_endpoint = "collector:4318"
+otlp_interval = "30s"
+trace_sample_ratio = 0.25
 metrics_top_keys = 50
 
 [log]
@@ -275,7 +279,7 @@ func fullConfig() Config {
 		Auth:      AuthConfig{Enabled: true, BootstrapAPIKey: "bootstrap-secret-0123456789"},
 		TLS:       TLSConfig{CertFile: "server.crt", KeyFile: "server.key", ClientCAFile: "clients.pem"},
 		HTTP:      HTTPConfig{ListenAddr: "127.0.0.1:9555"},
-		Telemetry: TelemetryConfig{OTLPEndpoint: "collector:4317", MetricsTopKeys: 50},
+		Telemetry: TelemetryConfig{OTLPEndpoint: "collector:4318", OTLPInterval: 30 * time.Second, TraceSampleRatio: 0.25, MetricsTopKeys: 50},
 		Log:       LogConfig{Level: slog.LevelDebug, Format: FormatJSON},
 	}
 }
@@ -479,6 +483,16 @@ func TestErrors(t *testing.T) {
 			[]string{`tls.client_ca_file = "ca.pem"`, "mTLS needs TLS"}},
 		{"short bootstrap key", "[auth]\nbootstrap_apikey = \"short\"\n", nil,
 			[]string{`auth.bootstrap_apikey = "<redacted>"`, "at least 16 bytes"}},
+		{"otlp endpoint with a path but no scheme", "[telemetry]\notlp_endpoint = \"collector/v1\"\n", nil,
+			[]string{`telemetry.otlp_endpoint = "collector/v1"`, "want empty, host:port, or an http:// or https:// URL with a host"}},
+		{"otlp endpoint grpc scheme", "", env{"FILA_TELEMETRY_OTLP_ENDPOINT": "grpc://collector:4317"},
+			[]string{`telemetry.otlp_endpoint = "grpc://collector:4317" (env FILA_TELEMETRY_OTLP_ENDPOINT)`, "want empty, host:port"}},
+		{"sample ratio above 1", "[telemetry]\ntrace_sample_ratio = 1.5\n", nil,
+			[]string{"telemetry.trace_sample_ratio = 1.5", "want a number from 0 to 1"}},
+		{"sample ratio not a number", "", env{"FILA_TELEMETRY_TRACE_SAMPLE_RATIO": "half"},
+			[]string{`telemetry.trace_sample_ratio = "half" (env FILA_TELEMETRY_TRACE_SAMPLE_RATIO): want a number`}},
+		{"otlp interval too short", "[telemetry]\notlp_interval = \"10ms\"\n", nil,
+			[]string{`telemetry.otlp_interval = "10ms"`, "want a duration from 100ms to 1h"}},
 		{"toml syntax", "[server]\nlisten_addr = \n", nil,
 			[]string{"config: parse ", "fila.toml: line 2: "}},
 		{"unknown variable", "", env{"FILA_SERVER_LISTEN_ADR": "x:1"},
@@ -743,6 +757,25 @@ func TestReassemblyBudgetFollowsMemoryLimit(t *testing.T) {
 		if c.Server.ReassemblyBudget != tc.want || src.Of("server.reassembly_budget") != tc.src {
 			t.Errorf("with %v: reassembly budget %d from %v; want %d from %v",
 				tc.env, c.Server.ReassemblyBudget, src.Of("server.reassembly_budget"), tc.want, tc.src)
+		}
+	}
+}
+
+func TestOTLPBase(t *testing.T) {
+	for ep, want := range map[string]string{
+		"collector:4318":                 "http://collector:4318",
+		"[::1]:4318":                     "http://[::1]:4318",
+		"http://collector:4318":          "http://collector:4318",
+		"https://otel.example.com/otlp/": "https://otel.example.com/otlp",
+	} {
+		got, err := TelemetryConfig{OTLPEndpoint: ep}.OTLPBase()
+		if err != nil || got != want {
+			t.Errorf("OTLPBase(%q) = %q, %v; want %q", ep, got, err, want)
+		}
+	}
+	for _, ep := range []string{"", "collector", "collector:4318/v1", "ftp://x", "http://", "http://c:1/?a=b"} {
+		if got, err := (TelemetryConfig{OTLPEndpoint: ep}).OTLPBase(); err == nil {
+			t.Errorf("OTLPBase(%q) = %q; want an error", ep, got)
 		}
 	}
 }

@@ -30,6 +30,7 @@ const (
 	kindSize                 // a string such as "8MB"
 	kindLevel                // "debug", "info", "warn" or "error"
 	kindPeers                // an array of "ID@host:port" strings
+	kindFloat                // a TOML float or integer
 )
 
 // form describes the values of k in error messages.
@@ -49,6 +50,8 @@ func (k kind) form() string {
 		return `one of "debug", "info", "warn", "error"`
 	case kindPeers:
 		return peersForm
+	case kindFloat:
+		return "a number"
 	}
 	panic("config: unknown kind")
 }
@@ -267,7 +270,12 @@ var fields = []field{
 		func(c *Config) any { return &c.Telemetry.MetricsTopKeys },
 		intIn(0, 1000, func(c *Config) int64 { return int64(c.Telemetry.MetricsTopKeys) })},
 	{"telemetry", "otlp_endpoint", kindString,
-		func(c *Config) any { return &c.Telemetry.OTLPEndpoint }, nil},
+		func(c *Config) any { return &c.Telemetry.OTLPEndpoint }, checkOTLPEndpoint},
+	{"telemetry", "otlp_interval", kindDuration,
+		func(c *Config) any { return &c.Telemetry.OTLPInterval },
+		durationIn(100*time.Millisecond, time.Hour, func(c *Config) time.Duration { return c.Telemetry.OTLPInterval })},
+	{"telemetry", "trace_sample_ratio", kindFloat,
+		func(c *Config) any { return &c.Telemetry.TraceSampleRatio }, checkSampleRatio},
 
 	{"log", "level", kindLevel,
 		func(c *Config) any { return &c.Log.Level }, nil},
@@ -312,6 +320,14 @@ func parseValue(k kind, v any) (value any, want string) {
 	case kindBool:
 		b, ok := v.(bool)
 		return b, wantIf(k, ok)
+	case kindFloat:
+		switch n := v.(type) {
+		case float64:
+			return n, ""
+		case int64:
+			return float64(n), ""
+		}
+		return nil, k.form()
 	case kindPeers:
 		list, ok := v.([]any)
 		if !ok {
@@ -347,6 +363,9 @@ func parseString(k kind, s string) (value any, want string) {
 	case kindBool:
 		b, err := strconv.ParseBool(strings.TrimSpace(s))
 		return b, wantIf(k, err == nil)
+	case kindFloat:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		return f, wantIf(k, err == nil)
 	case kindDuration:
 		d, err := ParseDuration(s)
 		return d, wantIf(k, err == nil)
@@ -409,6 +428,8 @@ func (f *field) set(c *Config, v any) {
 		*p = v.(Secret)
 	case *bool:
 		*p = v.(bool)
+	case *float64:
+		*p = v.(float64)
 	case *time.Duration:
 		*p = v.(time.Duration)
 	case *slog.Level:
@@ -441,6 +462,8 @@ func (f *field) format(c *Config) string {
 		return quote(p.String())
 	case *bool:
 		return strconv.FormatBool(*p)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
 	case *time.Duration:
 		return quote(FormatDuration(*p))
 	case *slog.Level:
@@ -690,6 +713,23 @@ func checkRaftID(c *Config) string {
 }
 
 // checkHTTPListen checks http.listen_addr: empty (off) or host:port.
+func checkOTLPEndpoint(c *Config) string {
+	if c.Telemetry.OTLPEndpoint == "" {
+		return ""
+	}
+	if _, err := c.Telemetry.OTLPBase(); err != nil {
+		return "empty, host:port, or an http:// or https:// URL with a host"
+	}
+	return ""
+}
+
+func checkSampleRatio(c *Config) string {
+	if r := c.Telemetry.TraceSampleRatio; !(r >= 0 && r <= 1) {
+		return "a number from 0 to 1"
+	}
+	return ""
+}
+
 func checkHTTPListen(c *Config) string {
 	if c.HTTP.ListenAddr == "" {
 		return ""

@@ -97,6 +97,13 @@ type conn struct {
 	// flow is the connection's enqueues as the server's producers see
 	// them; its bulkUntil is under mu.
 	flow flow
+
+	// clientName is the handshake's client name, set before the
+	// connection serves requests.
+	clientName string
+	// traced are the traced deliveries awaiting their settle
+	// (Config.Tracer).
+	traced tracedLeases
 }
 
 // outItem is one thing for the writer: a frame, or deliveries to encode.
@@ -821,6 +828,9 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []node.Del
 			c.log.Error("corrupt message record", "queue", m.Queue, "err", err)
 			continue
 		}
+		if c.s.cfg.Tracer != nil {
+			c.traceDeliver(m, headers)
+		}
 		if m.DeadLettered {
 			headers = append(headers,
 				wire.MessageHeader{Key: "fila-attempts", Value: fmt.Sprint(m.Attempts)},
@@ -861,6 +871,7 @@ func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []node.Del
 // spends it (both go through the same ordered queue). Nothing is sent
 // for a subscription the broker has ended: the client has forgotten it.
 func (s *subscription) Expired(_ node.SubID, leases []node.ExpiredLease) {
+	s.c.traceExpired(leases)
 	f := &wire.LeaseExpired{Leases: make([]wire.ExpiredLease, len(leases))}
 	for i, l := range leases {
 		f.Leases[i] = wire.ExpiredLease{ID: l.ID, Lease: l.Lease}

@@ -12,6 +12,7 @@ import (
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/node"
+	"github.com/fila-mq/fila/broker/internal/tracing"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -151,7 +152,8 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 	c.handshaken = true
 	c.fr.SetLimits(c.s.cfg.MaxFrameSize, 0)
 	c.nc.SetReadDeadline(time.Time{})
-	c.log = c.log.With("client", clip(hs.ClientName))
+	c.clientName = clip(hs.ClientName)
+	c.log = c.log.With("client", c.clientName)
 	c.push(outItem{reqID: h.RequestID, frame: &wire.HandshakeOk{
 		Version:      version,
 		Capabilities: caps,
@@ -201,25 +203,25 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 		for i, it := range f.Items {
 			items[i] = node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
-		return n.Ack(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.AckResult{Results: r} }))
+		return n.Ack(ctx, p, items, c.settled(id, c.traceSettle("ack", len(items), func(i int) node.LeaseRef { return items[i] }), func(r []wire.ItemResult) wire.Frame { return &wire.AckResult{Results: r} }))
 	case *wire.Nack:
 		items := make([]node.NackItem, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = node.NackItem{LeaseRef: node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Reason: it.Reason}
 		}
-		return n.Nack(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.NackResult{Results: r} }))
+		return n.Nack(ctx, p, items, c.settled(id, c.traceSettle("nack", len(items), func(i int) node.LeaseRef { return items[i].LeaseRef }), func(r []wire.ItemResult) wire.Frame { return &wire.NackResult{Results: r} }))
 	case *wire.RetryAfter:
 		items := make([]node.RetryItem, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = node.RetryItem{LeaseRef: node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}, Delay: msDur(it.DelayMS)}
 		}
-		return n.RetryAfter(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.RetryAfterResult{Results: r} }))
+		return n.RetryAfter(ctx, p, items, c.settled(id, c.traceSettle("retry", len(items), func(i int) node.LeaseRef { return items[i].LeaseRef }), func(r []wire.ItemResult) wire.Frame { return &wire.RetryAfterResult{Results: r} }))
 	case *wire.Release:
 		items := make([]node.LeaseRef, len(f.Items))
 		for i, it := range f.Items {
 			items[i] = node.LeaseRef{Queue: it.Queue, ID: it.ID, Lease: it.Lease}
 		}
-		return n.Release(ctx, p, items, c.settled(id, func(r []wire.ItemResult) wire.Frame { return &wire.ReleaseResult{Results: r} }))
+		return n.Release(ctx, p, items, c.settled(id, c.traceSettle("release", len(items), func(i int) node.LeaseRef { return items[i] }), func(r []wire.ItemResult) wire.Frame { return &wire.ReleaseResult{Results: r} }))
 	case *wire.ExtendLease:
 		return c.extend(id, f)
 	case *wire.CreateQueue:
@@ -454,9 +456,13 @@ func clusterStatusFrame(st node.ClusterStatus) *wire.ClusterStatusResult {
 }
 
 // settled returns the completion of an Ack, Nack, RetryAfter or Release:
-// one result per item, in the frame frame builds.
-func (c *conn) settled(id uint32, frame func([]wire.ItemResult) wire.Frame) func(errs []error, err error) {
+// one result per item, in the frame frame builds. traced, if not nil,
+// records the items' settle spans (traceSettle).
+func (c *conn) settled(id uint32, traced func(errs []error, err error), frame func([]wire.ItemResult) wire.Frame) func(errs []error, err error) {
 	return func(errs []error, err error) {
+		if traced != nil {
+			traced(errs, err)
+		}
 		if err != nil {
 			c.respondErr(id, err)
 			return
@@ -525,6 +531,13 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	items := make([]node.EnqueueItem, 0, n)
 	keep := make([]int, 0, n)
 	total := 0
+	// spans[j] is items[j]'s enqueue span, when tracing is on.
+	var spans []tracing.Span
+	var start time.Time
+	if c.s.cfg.Tracer != nil {
+		spans = make([]tracing.Span, 0, n)
+		start = time.Now()
+	}
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		msg, err := c.s.n.Admit(c.ctx, c.principal, m)
@@ -541,6 +554,9 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		if produced {
 			msg.ProducerID, msg.Sequence = f.ProducerID, f.Sequence+uint64(i)
 		}
+		if spans != nil {
+			spans = append(spans, c.traceEnqueue(m, start))
+		}
 		total += node.BodySize(m.Headers, m.Payload)
 		// The body is encoded with its chunk (encodeBodies).
 		items = append(items, node.EnqueueItem{Queue: m.Queue, Msg: msg})
@@ -553,11 +569,23 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	fill := func(from int, res []node.EnqueueResult) {
 		for j, r := range res {
 			i := keep[from+j]
+			if spans != nil {
+				spans[from+j].EndEnqueue(r.ID, items[from+j].Msg.FairnessKey, r.Duplicate, r.Err)
+			}
 			if r.Err != nil {
 				results[i] = wire.EnqueueItemResult{Code: CodeOf(r.Err), Message: r.Err.Error()}
 				continue
 			}
 			results[i] = wire.EnqueueItemResult{ID: r.ID, Duplicate: r.Duplicate}
+		}
+	}
+	// failed ends the spans of items[from:to], which failed with err.
+	failed := func(from, to int, err error) {
+		if spans == nil {
+			return
+		}
+		for _, sp := range spans[from:to] {
+			sp.EndEnqueue([16]byte{}, "", false, err)
 		}
 	}
 	bodies := func(from, to int) func() {
@@ -573,6 +601,7 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 			c.enqueueDone(size)
 			free()
 			if err := r.Err; err != nil {
+				failed(0, len(items), err)
 				c.respondErr(id, err)
 				return
 			}
@@ -582,6 +611,7 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 		if err != nil {
 			c.enqueueDone(size)
 			free()
+			failed(0, len(items), err)
 		}
 		return err
 	}
@@ -589,6 +619,7 @@ func (c *conn) enqueue(id uint32, f *wire.Enqueue) error {
 	enqueueChunks(c.ctx, c.s.n, c, items, sizes, bodies, func(from, n int, r node.Result) {
 		if err := r.Err; err != nil {
 			// This chunk failed as a whole; the others may not have.
+			failed(from, from+n, err)
 			for j := from; j < from+n; j++ {
 				results[keep[j]] = wire.EnqueueItemResult{Code: CodeOf(err), Message: err.Error()}
 			}

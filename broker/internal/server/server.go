@@ -29,6 +29,7 @@ import (
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/metrics"
 	"github.com/fila-mq/fila/broker/internal/node"
+	"github.com/fila-mq/fila/broker/internal/tracing"
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
 
@@ -140,6 +141,9 @@ type Config struct {
 	Version string
 	// Metrics, if set, counts connections, bytes and requests.
 	Metrics *metrics.Metrics
+	// Tracer, if set, records the spans of traced messages: enqueue,
+	// deliver, and the consumer's settle (package tracing).
+	Tracer *tracing.Tracer
 }
 
 func (c *Config) defaults() {
