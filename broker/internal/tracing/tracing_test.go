@@ -166,3 +166,44 @@ func TestNotTraced(t *testing.T) {
 		t.Error("a nil Tracer did something")
 	}
 }
+
+// BenchmarkUntraced is the per-message cost of tracing on for a message
+// the broker does not trace: no traceparent, and the sampling dice say
+// no (ratio 0.01, so 1% of iterations start and end a span).
+func BenchmarkUntraced(b *testing.B) {
+	recv := otlptest.Start()
+	defer recv.Close()
+	tr, err := Start(Config{BaseURL: recv.URL, Interval: time.Second, SampleRatio: 0.01})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		sp, _ := tr.Enqueue("q", "", "", true, now)
+		sp.EndEnqueue([16]byte{}, "", false, nil)
+		Parse("", "")
+	}
+}
+
+// BenchmarkTraced is the cost of a traced message's three spans.
+func BenchmarkTraced(b *testing.B) {
+	recv := otlptest.Start()
+	defer recv.Close()
+	tr, err := Start(Config{BaseURL: recv.URL, Interval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	const tp = "00-" + producerTrace + "-" + producerSpan + "-01"
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		sp, _ := tr.Enqueue("q", tp, "", true, now)
+		sp.EndEnqueue([16]byte{1}, "k", false, nil)
+		mc, _ := Parse(tp, "")
+		tr.Deliver(mc, Delivery{Queue: "q", ID: [16]byte{1}, Attempt: 1, EnqueuedAt: now}, now)
+		tr.Settle(mc, "ack", "q", [16]byte{1}, now, now, nil)
+	}
+}
