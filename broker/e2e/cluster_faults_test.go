@@ -190,9 +190,12 @@ func TestClusterSnapshotInstallInterrupted(t *testing.T) {
 				t.Fatal("the leader never compacted its log past the stopped follower")
 			}
 		}
-		before := strings.Count(c.Nodes[f].Log(), "received a snapshot")
+		// The message of the snapshot durable in the log, not the earlier
+		// "received a snapshot's data" of its stream.
+		const durable = `msg="received a snapshot"`
+		before := strings.Count(c.Nodes[f].Log(), durable)
 		c.Nodes[f].Restart(t)
-		for strings.Count(c.Nodes[f].Log(), "received a snapshot") == before {
+		for strings.Count(c.Nodes[f].Log(), durable) == before {
 			if ctx.Err() != nil {
 				t.Fatal("the follower never received a snapshot")
 			}
