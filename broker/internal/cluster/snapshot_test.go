@@ -284,15 +284,18 @@ func TestFollowerCatchesUpUnderLoad(t *testing.T) {
 		return nil
 	})
 	// One snapshot for the rebuilt node; perhaps one more tried while it
-	// was down, which could not be sent.
+	// was down, which could not be sent, and one more from a new leader
+	// when leadership moved while the first was in flight (on a loaded
+	// machine an election can come between them). More would be a
+	// snapshot sent again and again.
 	made := uint64(0)
 	for i := range c.nodes {
 		if g := group(i); g != nil {
 			made += g.streamed.Load()
 		}
 	}
-	if made == 0 || made > 2 {
-		t.Errorf("%d snapshots streamed for one rebuilt follower; want 1 or 2", made)
+	if made == 0 || made > 3 {
+		t.Errorf("%d snapshots streamed for one rebuilt follower; want 1 to 3", made)
 	}
 }
 
