@@ -8,6 +8,8 @@ PKGS     := work
 FUZZTIME ?= 30s
 # staticcheck, at a pinned version, fetched through the module proxy.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# apidiff, at a pinned version, fetched through the module proxy.
+APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
 
 .DEFAULT_GOAL := help
 
@@ -116,6 +118,18 @@ replay-sim: ## simulate the Google trace replay (../shared/data) on the schedule
 bench: ## run the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+.PHONY: release-check
+release-check: ## compare the API of sdk/core and sdk/go with each one's previous tag (apidiff); incompatible changes fail unless NEXT=vX.Y.Z is a major bump (a minor one at v0)
+	APIDIFF=$(APIDIFF) NEXT=$(NEXT) bash scripts/release-check.sh
+
+.PHONY: dist
+dist: ## release archives of fila-server and fila for linux/amd64 and linux/arm64, static, with SHA256SUMS, in dist/ (VERSION= names the version)
+	VERSION=$(VERSION) bash scripts/dist.sh
+
+.PHONY: docker-lint
+docker-lint: ## lint the Dockerfile (dockerfile-utils, through npx)
+	npx --yes dockerfile-utils@0.16.3 lint Dockerfile
+
 .PHONY: clean
-clean: ## remove bin/ (not ./data)
-	rm -rf $(BIN)
+clean: ## remove bin/ and dist/ (not ./data)
+	rm -rf $(BIN) $(CURDIR)/dist
