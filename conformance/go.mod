@@ -7,3 +7,10 @@ require (
 	github.com/fila-mq/fila/sdk/core v0.1.0
 	github.com/fila-mq/fila/sdk/go v0.1.0
 )
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+)

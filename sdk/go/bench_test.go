@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
+	"github.com/fila-mq/fila/sdk/go/internal/testbroker"
 )
 
 // BenchmarkSend compares the two ways to enqueue at throughput, 1 KiB
@@ -27,7 +27,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkSend -benchtime 20000x
 func BenchmarkSend(b *testing.B) {
-	srv := filatest.Start(b)
+	srv := testbroker.Start(b)
 	payload := make([]byte, 1024)
 	for i := range payload {
 		payload[i] = byte('a' + i%26)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
+	"github.com/fila-mq/fila/sdk/go/internal/testbroker"
 )
 
 // These tests run the SDK against a real fila-server (built once per test
@@ -74,7 +74,7 @@ func wantErr[E error](t *testing.T, what string, err error, sentinel error) E {
 }
 
 func TestConnectPingAndIdentity(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	if _, err := c.Ping(testCtx(t)); err != nil {
 		t.Fatalf("Ping() = %v", err)
@@ -88,7 +88,7 @@ func TestConnectPingAndIdentity(t *testing.T) {
 }
 
 func TestConnectFails(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	addr := srv.Addr
 	srv.Stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -102,7 +102,7 @@ func TestConnectFails(t *testing.T) {
 }
 
 func TestProducerEnqueueAndSendOptions(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("orders"))
@@ -181,7 +181,7 @@ func TestProducerEnqueueAndSendOptions(t *testing.T) {
 }
 
 func TestProducerErrors(t *testing.T) {
-	srv := filatest.Start(t, filatest.WithEnv("FILA_SERVER_MAX_MESSAGE_SIZE=64KB"))
+	srv := testbroker.Start(t, testbroker.WithEnv("FILA_SERVER_MAX_MESSAGE_SIZE=64KB"))
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("orders"))
@@ -227,7 +227,7 @@ func TestProducerErrors(t *testing.T) {
 // Send gets its own ID and result, and the client used fewer Enqueue
 // frames than messages.
 func TestConcurrentSendsCoalesce(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs"))
@@ -283,7 +283,7 @@ func TestConcurrentSendsCoalesce(t *testing.T) {
 }
 
 func TestConsumerIteratorChannelAndManySubscriptions(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("orders"))
@@ -357,7 +357,7 @@ func TestConsumerIteratorChannelAndManySubscriptions(t *testing.T) {
 }
 
 func TestSubscribeErrorsAndQueueDeletion(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	_, err := c.Consumer().Subscribe(ctx, "nope")
@@ -385,7 +385,7 @@ func TestSubscribeErrorsAndQueueDeletion(t *testing.T) {
 // TestPrefetchBoundsLeases checks delivery credit: with Prefetch(2) the
 // broker leases exactly two messages until one is settled.
 func TestPrefetchBoundsLeases(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs"))
@@ -430,7 +430,7 @@ func TestPrefetchBoundsLeases(t *testing.T) {
 }
 
 func TestSettleOperations(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs").MaxAttempts(2).Backoff(time.Millisecond, time.Millisecond))
@@ -491,7 +491,7 @@ func TestSettleOperations(t *testing.T) {
 // TestNackDeadLetterRedrive follows a message through its attempts into
 // the dead-letter queue and back.
 func TestNackDeadLetterRedrive(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	admin := c.Admin()
@@ -564,7 +564,7 @@ func TestNackDeadLetterRedrive(t *testing.T) {
 // TestLeaseExpired lets a lease run out: the message is delivered again,
 // and the first delivery's Ack fails with LEASE_EXPIRED.
 func TestLeaseExpired(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs").VisibilityTimeout(200*time.Millisecond).Backoff(time.Millisecond, time.Millisecond))
@@ -592,7 +592,7 @@ func TestLeaseExpired(t *testing.T) {
 }
 
 func TestAdminQueues(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	a := c.Admin()
@@ -658,7 +658,7 @@ func TestAdminQueues(t *testing.T) {
 }
 
 func TestAdminRuntimeConfig(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	a := c.Admin()
@@ -726,7 +726,7 @@ func TestPermissionParsing(t *testing.T) {
 // returns to the subscription's own connection, so deliveries go on past
 // the prefetch.
 func TestAckAllThroughAnotherClient(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	ctx := testCtx(t)
 	owner, acker := connect(t, srv.Addr), connect(t, srv.Addr)
 	createQueue(t, owner, fila.NewQueueSpec("shared"))
@@ -754,7 +754,7 @@ func TestAckAllThroughAnotherClient(t *testing.T) {
 // subscription gives back the deliveries it received but never handed to
 // the application, while the one the application holds stays leased.
 func TestReleaseAndCloseReleasesUnread(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	ctx := testCtx(t)
 	c := connect(t, srv.Addr)
 	createQueue(t, c, fila.NewQueueSpec("rel").VisibilityTimeout(time.Hour))

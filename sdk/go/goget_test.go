@@ -13,6 +13,10 @@ import (
 	"golang.org/x/mod/zip"
 )
 
+// sdkVersion is the version the user modules of TestGoGet and
+// TestGoModTidy get this module and sdk/core at.
+const sdkVersion = "v0.1.0"
+
 // TestGoGet checks that `go get` works for users: it serves this module
 // and sdk/core from a file-based module proxy (module zips made with
 // golang.org/x/mod/zip, as a real proxy would serve them), builds a
@@ -23,9 +27,46 @@ func TestGoGet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module from a proxy")
 	}
+	u := newUserModule(t)
+	u.gocmd("get", "github.com/fila-mq/fila/sdk/go@"+sdkVersion)
+	u.gocmd("build", "-o", "app", ".")
+
+	// Each module's zip carries its LICENSE, the Apache License 2.0, so
+	// the module cache holds it beside the code an application builds.
+	for _, mod := range []string{"github.com/fila-mq/fila/sdk/go", "github.com/fila-mq/fila/sdk/core"} {
+		lic, err := os.ReadFile(filepath.Join(u.modcache, filepath.FromSlash(mod)+"@"+sdkVersion, "LICENSE"))
+		if err != nil {
+			t.Fatalf("%s@%s: %v", mod, sdkVersion, err)
+		}
+		if !strings.Contains(string(lic), "Apache License\n                           Version 2.0, January 2004") {
+			t.Fatalf("%s@%s: LICENSE is not the Apache License 2.0:\n%.200s", mod, sdkVersion, lic)
+		}
+	}
+
+	u.runApp("go-get")
+}
+
+// A userModule is a throwaway module (example.com/app, whose main.go is
+// appSource) outside the workspace, with a go command that gets this
+// module and sdk/core from a file-based module proxy.
+type userModule struct {
+	t        *testing.T
+	goBin    string
+	dir      string   // the module's directory
+	modcache string   // its GOMODCACHE
+	env      []string // the go command's environment
+}
+
+// newUserModule publishes this module and sdk/core at sdkVersion in a
+// file-based module proxy and writes a throwaway module that imports
+// the SDK. Its go command works outside the workspace, on the proxy
+// then the local module cache's download directory: no network, no
+// checksum database.
+func newUserModule(t *testing.T) *userModule {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command")
+		t.Fatalf("the go command: %v", err)
 	}
 	sdkDir, err := filepath.Abs(".")
 	if err != nil {
@@ -33,57 +74,64 @@ func TestGoGet(t *testing.T) {
 	}
 	coreDir := filepath.Join(sdkDir, "..", "core")
 	if _, err := os.Stat(filepath.Join(coreDir, "go.mod")); err != nil {
-		t.Skip("sdk/core is not beside this module (not a checkout of the repository)")
+		t.Fatalf("sdk/core is not beside this module: %v", err)
 	}
-	const version = "v0.1.0"
 	tmp := t.TempDir()
 	proxy := filepath.Join(tmp, "proxy")
 	for path, dir := range map[string]string{
 		"github.com/fila-mq/fila/sdk/go":   sdkDir,
 		"github.com/fila-mq/fila/sdk/core": coreDir,
 	} {
-		publish(t, proxy, module.Version{Path: path, Version: version}, dir)
+		publish(t, proxy, module.Version{Path: path, Version: sdkVersion}, dir)
 	}
 
-	modcache, err := exec.Command(goBin, "env", "GOMODCACHE").Output()
+	gomodcache, err := exec.Command(goBin, "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Fatalf("go env GOMODCACHE: %v", err)
 	}
-	download := filepath.Join(strings.TrimSpace(string(modcache)), "cache", "download")
+	download := filepath.Join(strings.TrimSpace(string(gomodcache)), "cache", "download")
 
-	app := filepath.Join(tmp, "app")
-	must(t, os.MkdirAll(app, 0o755))
-	must(t, os.WriteFile(filepath.Join(app, "go.mod"), []byte("module example.com/app\n\ngo 1.26\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(app, "main.go"), []byte(appSource), 0o644))
-
-	env := append(os.Environ(),
+	u := &userModule{t: t, goBin: goBin, dir: filepath.Join(tmp, "app"), modcache: filepath.Join(tmp, "modcache")}
+	must(t, os.MkdirAll(u.dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(u.dir, "go.mod"), []byte("module example.com/app\n\ngo 1.26\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(u.dir, "main.go"), []byte(appSource), 0o644))
+	u.env = append(os.Environ(),
 		"GOWORK=off",
-		"GOFLAGS=-modcacherw",
+		"GOFLAGS=-modcacherw -mod=mod",
 		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(download),
 		"GOSUMDB=off",
+		"GONOSUMDB=*",
 		"GOTOOLCHAIN=local",
-		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
+		"GOMODCACHE="+u.modcache,
 	)
-	gocmd := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command(goBin, args...)
-		cmd.Dir = app
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	gocmd("get", "github.com/fila-mq/fila/sdk/go@"+version)
-	gocmd("build", "-o", "app", ".")
+	return u
+}
 
-	cmd := exec.Command(filepath.Join(app, "app"))
-	cmd.Env = os.Environ() // FILA_ADDR: the examples' broker (TestMain)
+// gocmd runs the go command in the module and fails the test if it
+// fails.
+func (u *userModule) gocmd(args ...string) {
+	u.t.Helper()
+	cmd := exec.Command(u.goBin, args...)
+	cmd.Dir = u.dir
+	cmd.Env = u.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		u.t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// runApp runs the module's app binary against the examples' broker
+// (TestMain's, at FILA_ADDR) on a new queue, and checks that it got its
+// message.
+func (u *userModule) runApp(queue string) {
+	u.t.Helper()
+	cmd := exec.Command(filepath.Join(u.dir, "app"), queue)
+	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("app: %v\n%s", err, out)
+		u.t.Fatalf("app: %v\n%s", err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != "got: hello from a module" {
-		t.Fatalf("app printed %q; want %q", got, "got: hello from a module")
+		u.t.Fatalf("app printed %q; want %q", got, "got: hello from a module")
 	}
 }
 
@@ -132,6 +180,10 @@ import (
 )
 
 func main() {
+	queue := "app"
+	if len(os.Args) > 1 {
+		queue = os.Args[1]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client, err := fila.Connect(ctx, cmp.Or(os.Getenv("FILA_ADDR"), "localhost:5555"))
@@ -139,13 +191,13 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	if err := client.Admin().CreateQueue(ctx, fila.NewQueueSpec("go-get")); err != nil {
+	if err := client.Admin().CreateQueue(ctx, fila.NewQueueSpec(queue)); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := client.Producer().Send(ctx, fila.NewMessage("go-get", []byte("hello from a module")).FairnessKey("app")); err != nil {
+	if _, err := client.Producer().Send(ctx, fila.NewMessage(queue, []byte("hello from a module")).FairnessKey("app")); err != nil {
 		log.Fatal(err)
 	}
-	sub, err := client.Consumer().Subscribe(ctx, "go-get", fila.Prefetch(1))
+	sub, err := client.Consumer().Subscribe(ctx, queue, fila.Prefetch(1))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // TestMain starts one fila-server for the package's examples, which read
 // its address from FILA_ADDR as the CLI does. The binary is
 // $FILA_TEST_SERVER_BIN or one built here; the tests' own servers
-// (package filatest) reuse it.
+// (package testbroker) reuse it.
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }

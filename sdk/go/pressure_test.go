@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
+	"github.com/fila-mq/fila/sdk/go/internal/testbroker"
 )
 
 // TestProduceAndConsumeUnderBackPressure produces and consumes heavily on
@@ -25,7 +25,7 @@ import (
 // fail with ErrConnectionLost and the client reconnects. Everything must
 // instead complete on the first connection.
 func TestProduceAndConsumeUnderBackPressure(t *testing.T) {
-	srv := filatest.Start(t, filatest.WithEnv(
+	srv := testbroker.Start(t, testbroker.WithEnv(
 		"FILA_SERVER_MAX_OUTBOUND_SIZE=64KB",
 		"FILA_SERVER_WRITE_TIMEOUT=5s",
 	))
