@@ -128,6 +128,20 @@ func TestSpecChecks(t *testing.T) {
 			`struct "LeaseRef": doc must start with a noun phrase`,
 		},
 		{
+			"two types with one Go name",
+			func(s string) string {
+				return s + "\n[[structs]]\nname = \"APIKeyInfo\"\ndoc = \"A key again.\"\nfields = []\n"
+			},
+			`struct "APIKeyInfo": Go name APIKeyInfo already used by "ApiKeyInfo"`,
+		},
+		{
+			"type name that is not CamelCase",
+			func(s string) string {
+				return s + "\n[[structs]]\nname = \"key_info\"\ndoc = \"A key again.\"\nfields = []\n"
+			},
+			`struct "key_info": name must be CamelCase`,
+		},
+		{
 			"enum doc that is not a noun phrase",
 			func(s string) string {
 				return strings.Replace(s, `doc = "One of the three kinds of permission`, `doc = "Three kinds of permission`, 1)

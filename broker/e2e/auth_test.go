@@ -546,19 +546,19 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("the log contains the secret %q", secret)
 		}
 	}
-	admin := "principal=bootstrap"
+	admin := "key_id=bootstrap"
 	for _, tc := range []struct {
 		event  string
 		fields []string
 	}{
 		{"queue.created", []string{admin, "queue=orders", "dead_letter_queue=orders.dlq"}},
-		{"api_key.created", []string{admin, "key_id=" + key.ID, "name=ci", "permissions=[produce:orders.*]"}},
-		{"acl.set", []string{admin, "key_id=" + key.ID, `permissions="[produce:orders.* consume:orders]"`}},
+		{"api_key.created", []string{admin, "target_key_id=" + key.ID, "name=ci", "permissions=[produce:orders.*]"}},
+		{"acl.set", []string{admin, "target_key_id=" + key.ID, `permissions="[produce:orders.* consume:orders]"`}},
 		{"config.set", []string{admin, "config_key=routing.token", "value_bytes=34"}},
 		{"config.deleted", []string{admin, "config_key=routing.token", "existed=true"}},
 		{"queue.deleted", []string{admin, "queue=orders"}},
-		{"api_key.revoked", []string{admin, "key_id=" + key.ID}},
-		{"auth.failed", []string{"client=fila-go/", `reason="auth: unauthorized: unknown or revoked API key"`}},
+		{"api_key.revoked", []string{admin, "target_key_id=" + key.ID}},
+		{"auth.failed", []string{"client=fila-go/", `reason="unauthorized: unknown or revoked API key"`}},
 	} {
 		var lines []string
 		for _, line := range strings.Split(log, "\n") {
@@ -570,7 +570,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("%d audit lines for %s; want 1:\n%s", len(lines), tc.event, strings.Join(lines, "\n"))
 			continue
 		}
-		for _, f := range append(tc.fields, "level=INFO", "remote=127.0.0.1:") {
+		for _, f := range append(tc.fields, "level=INFO", "remote=127.0.0.1:", "conn=") {
 			if !strings.Contains(lines[0], " "+f) {
 				t.Errorf("audit line of %s lacks %s:\n%s", tc.event, f, lines[0])
 			}

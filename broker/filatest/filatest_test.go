@@ -28,3 +28,17 @@ func TestUndeclaredFindsBothFormats(t *testing.T) {
 		t.Fatalf("undeclared() = %q on a clean log; want nothing", got)
 	}
 }
+
+// TestListenAddrFindsBothFormats: the address fila-server listens on is
+// read from its line in the text and the JSON log formats.
+func TestListenAddrFindsBothFormats(t *testing.T) {
+	for line, want := range map[string]string{
+		`time=2026-12-02T06:00:00Z level=INFO msg="fila-server listening" addr=127.0.0.1:5555 node_id=a`:                     "127.0.0.1:5555",
+		`{"time":"2026-12-02T06:00:00Z","level":"INFO","msg":"fila-server listening","addr":"127.0.0.1:5556","node_id":"a"}`: "127.0.0.1:5556",
+		`{"time":"2026-12-02T06:00:00Z","level":"INFO","msg":"shutting down"}`:                                               "",
+	} {
+		if got := listenAddr(line); got != want {
+			t.Errorf("listenAddr(%s) = %q; want %q", line, got, want)
+		}
+	}
+}

@@ -27,6 +27,9 @@ type ProcConfig struct {
 	// Env is environment (KEY=value) added after the launcher's own
 	// settings, so it may override them.
 	Env []string
+	// Args are command-line arguments, such as "--listen", ADDR; flags
+	// override Listen and DataDir, which are given as environment.
+	Args []string
 	// Log receives its stderr, line by line; nil means a new Log of up to
 	// 5,000 lines. Share one across restarts to keep the whole story.
 	Log *Log
@@ -46,7 +49,19 @@ type Proc struct {
 	log  *Log
 }
 
-var listenRE = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)`)
+// listenRE finds the address in the line fila-server logs once it
+// listens, in the text or the JSON log format.
+var listenRE = regexp.MustCompile(`msg="fila-server listening" addr=(\S+)|"msg":"fila-server listening","addr":"([^"]+)"`)
+
+// listenAddr returns the address line says fila-server listens on, or
+// "" if it is not that line.
+func listenAddr(line string) string {
+	m := listenRE.FindStringSubmatch(line)
+	if m == nil {
+		return ""
+	}
+	return m[1] + m[2]
+}
 
 // StartProc starts a fila-server and returns once it listens, or once it
 // exits without listening (Addr is then empty and Wait gives its exit
@@ -65,7 +80,7 @@ func StartProc(c ProcConfig) (*Proc, error) {
 	if c.Wait == 0 {
 		c.Wait = 2 * time.Minute
 	}
-	cmd := exec.Command(c.Bin)
+	cmd := exec.Command(c.Bin, c.Args...)
 	cmd.Dir = c.DataDir
 	cmd.Env = append(os.Environ(),
 		"FILA_SERVER_LISTEN_ADDR="+c.Listen,
@@ -91,9 +106,9 @@ func StartProc(c ProcConfig) (*Proc, error) {
 		for sc.Scan() {
 			line := sc.Text()
 			p.log.add(line)
-			if m := listenRE.FindStringSubmatch(line); m != nil {
+			if a := listenAddr(line); a != "" {
 				select {
-				case addr <- m[1]:
+				case addr <- a:
 				default:
 				}
 			}

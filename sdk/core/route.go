@@ -38,7 +38,7 @@ func frameKey(f wire.Frame) routeKey {
 		return queueKey(f.DeadLetterQueue)
 	case *wire.CreateQueue, *wire.DeleteQueue, *wire.ListQueues,
 		*wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig,
-		*wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
+		*wire.CreateAPIKey, *wire.RevokeAPIKey, *wire.ListAPIKeys, *wire.SetACL, *wire.GetACL:
 		return metaKey
 	}
 	// Ping, Topology, ClusterStatus, MoveQueue, DrainNode, Rebalance,
@@ -146,7 +146,7 @@ func resendable(op wire.Opcode, f wire.Frame) bool {
 		return f.(*wire.Enqueue).ProducerID != [16]byte{}
 	case wire.OpAck, wire.OpNack, wire.OpRetryAfter, wire.OpExtendLease, wire.OpRelease,
 		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpExplain, wire.OpGetConfig, wire.OpListConfig,
-		wire.OpListApiKeys, wire.OpGetAcl, wire.OpTopology, wire.OpClusterStatus:
+		wire.OpListAPIKeys, wire.OpGetACL, wire.OpTopology, wire.OpClusterStatus:
 		return true
 	}
 	return false

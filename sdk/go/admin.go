@@ -535,19 +535,19 @@ type APIKey struct {
 
 // CreateAPIKey mints an API key.
 func (a *Administrator) CreateAPIKey(ctx context.Context, spec *APIKeySpec) (APIKey, error) {
-	resp, err := a.c.request(ctx, &wire.CreateApiKey{Name: spec.name, Permissions: toWire(spec.perms)}, spec.name)
+	resp, err := a.c.request(ctx, &wire.CreateAPIKey{Name: spec.name, Permissions: toWire(spec.perms)}, spec.name)
 	if err != nil {
 		return APIKey{}, err
 	}
-	r := resp.(*wire.CreateApiKeyResult)
+	r := resp.(*wire.CreateAPIKeyResult)
 	return APIKey{ID: r.KeyID, Secret: r.Secret}, nil
 }
 
 // RevokeAPIKey revokes a key; connections using it get UNAUTHORIZED on
-// their next request. It returns *RevokeApiKeyError (API_KEY_NOT_FOUND) or
+// their next request. It returns *RevokeAPIKeyError (API_KEY_NOT_FOUND) or
 // *StatusError.
 func (a *Administrator) RevokeAPIKey(ctx context.Context, keyID string) error {
-	_, err := a.c.request(ctx, &wire.RevokeApiKey{KeyID: keyID}, keyID)
+	_, err := a.c.request(ctx, &wire.RevokeAPIKey{KeyID: keyID}, keyID)
 	return err
 }
 
@@ -561,11 +561,11 @@ type APIKeyInfo struct {
 
 // ListAPIKeys lists the keys, sorted by ID.
 func (a *Administrator) ListAPIKeys(ctx context.Context) ([]APIKeyInfo, error) {
-	resp, err := a.c.request(ctx, &wire.ListApiKeys{}, "")
+	resp, err := a.c.request(ctx, &wire.ListAPIKeys{}, "")
 	if err != nil {
 		return nil, err
 	}
-	ks := resp.(*wire.ListApiKeysResult).Keys
+	ks := resp.(*wire.ListAPIKeysResult).Keys
 	out := make([]APIKeyInfo, len(ks))
 	for i, k := range ks {
 		out[i] = APIKeyInfo{ID: k.KeyID, Name: k.Name, CreatedAt: time.UnixMilli(int64(k.CreatedAtMS)), Permissions: fromWire(k.Permissions)}
@@ -575,17 +575,17 @@ func (a *Administrator) ListAPIKeys(ctx context.Context) ([]APIKeyInfo, error) {
 
 // SetACL replaces a key's permissions.
 func (a *Administrator) SetACL(ctx context.Context, keyID string, perms ...Permission) error {
-	_, err := a.c.request(ctx, &wire.SetAcl{KeyID: keyID, Permissions: toWire(perms)}, keyID)
+	_, err := a.c.request(ctx, &wire.SetACL{KeyID: keyID, Permissions: toWire(perms)}, keyID)
 	return err
 }
 
 // GetACL returns a key's permissions.
 func (a *Administrator) GetACL(ctx context.Context, keyID string) ([]Permission, error) {
-	resp, err := a.c.request(ctx, &wire.GetAcl{KeyID: keyID}, keyID)
+	resp, err := a.c.request(ctx, &wire.GetACL{KeyID: keyID}, keyID)
 	if err != nil {
 		return nil, err
 	}
-	return fromWire(resp.(*wire.GetAclResult).Permissions), nil
+	return fromWire(resp.(*wire.GetACLResult).Permissions), nil
 }
 
 // Shard is one shard of a queue and the node that leads it.

@@ -43,6 +43,14 @@
 // handshake with UNAUTHORIZED or UNSUPPORTED_VERSION ends the client:
 // every later call fails with ErrClosed wrapping that error.
 //
+// Client.Status tells whether the client is connected, disconnected,
+// reconnecting or closed, and WithStatusHandler reports each change, with
+// the reason for a lost connection. A subscription waiting for its
+// connection to come back delivers nothing, as for an empty queue; Status
+// tells the two apart. With WithoutReconnect, a lost connection ends the
+// client: calls fail with ErrClosed, and subscriptions end with an error
+// wrapping ErrConnectionLost.
+//
 // # Clusters
 //
 // Connect takes the addresses of several nodes of a cluster, separated by
@@ -82,7 +90,10 @@
 // for the failures any operation may meet, or an error wrapping
 // ErrConnectionLost, ErrClosed or the context's error. Every protocol
 // failure also matches its sentinel with errors.Is (ErrQueueNotFound,
-// ErrLeaseExpired, ErrForbidden, ...), whichever operation returned it.
+// ErrLeaseExpired, ErrForbidden, ...), whichever operation returned it,
+// and CodeOf returns its code, a Code to compare with the constants
+// CodeQueueNotFound, CodeLeaseExpired and the others, without importing
+// the codec package (sdk/core/wire).
 package fila
 
 import (
@@ -141,6 +152,8 @@ type options struct {
 	logger       *slog.Logger
 	dialer       func(ctx context.Context, addr string) (net.Conn, error)
 	tracer       trace.Tracer // nil: no tracing
+
+	statusHandler func(StatusEvent) // nil: none
 }
 
 // WithAPIKey authenticates the connection with an API key secret,
@@ -249,8 +262,11 @@ func WithReconnect(min, max time.Duration) Option {
 }
 
 // WithoutReconnect makes a failed connection, or a failed dial of a node
-// the client was redirected to, final: the client ends, and every later
-// call fails with ErrClosed wrapping the failure.
+// the client was redirected to, final: the client ends, every later call
+// fails with ErrClosed wrapping the failure, and open subscriptions end
+// with an error wrapping ErrConnectionLost (their Next and Messages return
+// it). A status handler (WithStatusHandler) sees StatusDisconnected for
+// the lost connection, then StatusClosed.
 func WithoutReconnect() Option { return func(o *options) { o.reconnect = false } }
 
 // WithDrainTimeout bounds how long Close waits for requests in flight;
@@ -290,6 +306,9 @@ type Client struct {
 
 	state atomic.Pointer[core.State]
 	stats struct{ frames, msgs, reconnects atomic.Uint64 }
+
+	status atomic.Uint32 // a ConnStatus, for Status
+	events *statusEvents // for WithStatusHandler; nil without one
 
 	producer *Producer
 	consumer *Consumer
@@ -351,6 +370,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		closeCh: make(chan struct{}),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
+		events:  newStatusEvents(o.statusHandler),
 	}
 	c.producer = &Producer{c: c}
 	c.consumer = &Consumer{c: c}
@@ -386,6 +406,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 			<-c.done
 			return nil, fmt.Errorf("fila: connect %s: %w", addr, trimFila(err))
 		}
+		c.events.start()
 		return c, nil
 	case <-dctx.Done():
 		c.stop()

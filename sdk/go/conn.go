@@ -285,9 +285,13 @@ func (c *Client) run(l *loop, first *session, ready chan<- error) {
 	}
 }
 
-// startDial dials addr for the Router, in a goroutine of its own.
+// startDial dials addr for the Router, in a goroutine of its own. A
+// node whose connection was lost is reconnecting from now on.
 func (l *loop) startDial(addr string) {
 	c := l.c
+	if l.nodeStatus[addr] == StatusDisconnected {
+		l.setNode(addr, StatusReconnecting, nil)
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(l.dialCtx, c.opts.dialTimeout)
 		s, err := c.dial(ctx, addr, l)
@@ -401,6 +405,9 @@ func (l *loop) serve() error {
 			l.r.Tick(l.now())
 			if res.err != nil {
 				c.opts.logger.Warn("fila: dial failed", "addr", res.addr, "err", res.err)
+				if l.nodeStatus[res.addr] == StatusReconnecting {
+					l.setNode(res.addr, StatusDisconnected, res.err)
+				}
 				if !c.opts.reconnect && !l.closing {
 					return res.err
 				}
@@ -500,6 +507,10 @@ func (l *loop) nodeState(ns core.NodeState) error {
 		stc := st
 		c.state.Store(&stc)
 	}
+	if st.Handshaken && !st.Failed && l.nodeStatus[ns.Addr] != StatusConnected {
+		// Before Connect returns: it finds the client connected.
+		l.setNode(ns.Addr, StatusConnected, nil)
+	}
 	if st.Handshaken && l.ready != nil && !st.Failed {
 		l.ready <- nil
 		l.ready = nil
@@ -512,6 +523,13 @@ func (l *loop) nodeState(ns core.NodeState) error {
 		err := l.failure(st.Err)
 		if errors.Is(err, core.ErrGoneAway) {
 			err = errGoneAway
+		}
+		switch l.nodeStatus[ns.Addr] {
+		case StatusConnected:
+			l.setNode(ns.Addr, StatusDisconnected, lostErr(err))
+		case StatusReconnecting:
+			// The new connection failed before its handshake completed.
+			l.setNode(ns.Addr, StatusDisconnected, err)
 		}
 		if isFatal(err) || l.ready != nil || !c.opts.reconnect {
 			return err

@@ -53,12 +53,21 @@ func RateLimit(name string, limit uint32, period time.Duration, burst uint32) Su
 
 // Subscribe opens a subscription to queue. Deliveries arrive until Close,
 // the queue's deletion, or the client's end; read them with Messages (a
-// range-over-func iterator), Next, or C (a channel), one reader style at a
-// time. Many subscriptions may share one client. After a reconnect, or
-// when its queue's leadership moves to another node (the subscription
+// range-over-func iterator), Next, or C (a channel). Several goroutines
+// may read one subscription at once, each in any of these ways: every
+// delivery goes to exactly one reader, and every reader sees the end.
+// Many subscriptions may share one client.
+//
+// When its queue's leadership moves to another node (the subscription
 // ends there with NOT_LEADER), the subscription is opened again on the
-// new connection, or on the new leader, and keeps delivering on the same
-// channel.
+// new leader and keeps delivering on the same channel. When its
+// connection is lost, the subscription does not end (unless the client
+// was made WithoutReconnect): it is opened again once the client has
+// reconnected, and keeps delivering on the same channel; meanwhile its
+// readers wait. A reader that must tell an outage from an empty queue
+// asks Client.Status, or watches WithStatusHandler. With WithoutReconnect
+// a lost connection ends the client and the subscription: Next, Messages
+// and Err return an error wrapping ErrConnectionLost.
 //
 // A sharded queue is consumed from every shard at once: the subscription
 // opens one per shard, on each shard's leader, and merges their
@@ -152,8 +161,11 @@ func (c *Consumer) AckAll(ctx context.Context, ds []*Delivery) error {
 	return errors.Join(errs...)
 }
 
-// Subscription is an open subscription. Its deliveries are read by one
-// reader at a time, with Messages, Next or C.
+// Subscription is an open subscription. Read its deliveries with Messages,
+// Next or C; several goroutines may read it at once, each in any of these
+// ways: every delivery goes to exactly one reader, and when the
+// subscription ends every reader sees the end. A lost connection ends it
+// only with WithoutReconnect (see Subscribe).
 type Subscription struct {
 	c      *Client
 	queue  string
@@ -279,13 +291,20 @@ func (s *Subscription) SetPrefetch(ctx context.Context, n uint32) error {
 	return nil
 }
 
-// C returns the channel of deliveries. It is closed when the subscription
-// ends; then Err says why.
+// C returns the channel of deliveries. Several goroutines may receive
+// from it, and may call Next or range over Messages at the same time; each
+// delivery goes to one of them. It is closed when the subscription ends;
+// then Err says why (nil after Close). While the client reconnects, the
+// channel stays open and delivers nothing (see Subscribe).
 func (s *Subscription) C() <-chan *Delivery { return s.ch }
 
 // Next waits for the next delivery. It returns ctx's error when ctx ends
 // first, and Err (or ErrClosed after Close) once the subscription has
-// ended and every delivery was read.
+// ended and every delivery was read: with WithoutReconnect, an error
+// wrapping ErrConnectionLost once the connection is lost. While the client
+// reconnects (the default after a lost connection) Next waits, as for an
+// empty queue; see Subscribe. Several goroutines may call Next at once,
+// and each delivery goes to one of them.
 func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
 	select {
 	case d, ok := <-s.ch:
@@ -312,10 +331,15 @@ func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
 //	}
 //
 // It stops when ctx is done (yielding ctx.Err()), or when the subscription
-// ends (yielding why, unless it was closed with Close). Breaking out of the
-// loop leaves the subscription open: it keeps receiving up to its
-// prefetch, and deliveries nobody reads expire, each counting a failed
-// attempt, and make room for more. Close a subscription you are done with.
+// ends (yielding why, unless it was closed with Close): with
+// WithoutReconnect, an error wrapping ErrConnectionLost once the
+// connection is lost. While the client reconnects (the default after a
+// lost connection) it waits, as for an empty queue; see Subscribe.
+// Several goroutines may range over Messages of one subscription at once,
+// and each delivery goes to one of them. Breaking out of the loop leaves
+// the subscription open: it keeps receiving up to its prefetch, and
+// deliveries nobody reads expire, each counting a failed attempt, and
+// make room for more. Close a subscription you are done with.
 func (s *Subscription) Messages(ctx context.Context) iter.Seq2[*Delivery, error] {
 	return func(yield func(*Delivery, error) bool) {
 		for {
@@ -338,10 +362,13 @@ func (s *Subscription) Messages(ctx context.Context) iter.Seq2[*Delivery, error]
 	}
 }
 
-// Err returns why the subscription ended: nil while it is open and after
-// Close; a *SubscribeError (QUEUE_NOT_FOUND when the queue was deleted) or
-// *StatusError from the broker; ErrClosed after the client's Close; an
-// error wrapping ErrConnectionLost when the client ended without Close.
+// Err returns why the subscription ended: nil while it is open (a client
+// reconnecting included) and after Close; a *SubscribeError
+// (QUEUE_NOT_FOUND when the queue was deleted) or *StatusError from the
+// broker; ErrClosed after the client's Close; an error wrapping
+// ErrConnectionLost when the client ended without Close (a lost
+// connection with WithoutReconnect, or a broker that refused the API key
+// on reconnecting).
 func (s *Subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -109,6 +109,113 @@ var (
 	ErrQueueSharded = errors.New("fila: queue is sharded")
 )
 
+// The protocol's error codes, as Code values, so that a program reads and
+// compares an error's code (CodeOf, StatusError.Code) without importing the
+// codec package.
+const (
+	// CodeOK is code 0, OK, ok scope. Success.
+	CodeOK = wire.CodeOK
+	// CodeMalformedFrame is code 1, MALFORMED_FRAME, connection scope. A frame
+	// could not be decoded: a length runs past the frame body, a bool is not 0 or
+	// 1, a list count is impossible.
+	CodeMalformedFrame = wire.CodeMalformedFrame
+	// CodeFrameTooLarge is code 2, FRAME_TOO_LARGE, connection scope. A frame's
+	// length exceeds the receiver's max frame size, or continuation frames exceed
+	// the reassembly limit.
+	CodeFrameTooLarge = wire.CodeFrameTooLarge
+	// CodeProtocolViolation is code 3, PROTOCOL_VIOLATION, connection scope. A
+	// well-formed frame arrived where it is not allowed: any frame before
+	// Handshake, a second Handshake, a response opcode from the client, an
+	// interleaved continuation, a reused request ID. The server also closes with
+	// it a connection that sends no complete Handshake within its handshake
+	// timeout, or leaves a frame incomplete for its frame read timeout.
+	CodeProtocolViolation = wire.CodeProtocolViolation
+	// CodeUnsupportedVersion is code 4, UNSUPPORTED_VERSION, connection scope. The
+	// peers share no protocol version.
+	CodeUnsupportedVersion = wire.CodeUnsupportedVersion
+	// CodeUnknownOpcode is code 5, UNKNOWN_OPCODE, status scope. The receiver does
+	// not know this request opcode. The connection stays open, so a newer client
+	// can probe an older server.
+	CodeUnknownOpcode = wire.CodeUnknownOpcode
+	// CodeUnauthorized is code 6, UNAUTHORIZED, status scope. No valid API key:
+	// missing or wrong at handshake (the Error answers the Handshake, then the
+	// connection closes), or revoked while the connection is open (the Error comes
+	// on request ID 0, then the connection closes; a request that races the
+	// revocation may be answered with it first).
+	CodeUnauthorized = wire.CodeUnauthorized
+	// CodeForbidden is code 7, FORBIDDEN, status scope. The API key is valid but
+	// its ACL does not grant this operation on this queue. Also ends a
+	// subscription (an Error on its request ID) whose key no longer holds consume
+	// on its queue.
+	CodeForbidden = wire.CodeForbidden
+	// CodeNotLeader is code 8, NOT_LEADER, status scope. This node does not lead
+	// the queue; the Error frame's leader_hint names the node that does, when
+	// known.
+	CodeNotLeader = wire.CodeNotLeader
+	// CodeUnavailable is code 9, UNAVAILABLE, status scope. The broker cannot
+	// serve the request now (shutting down, storage failed); retrying later or
+	// elsewhere may succeed.
+	CodeUnavailable = wire.CodeUnavailable
+	// CodeInternal is code 10, INTERNAL, status scope. A bug or an unexpected
+	// failure inside the broker.
+	CodeInternal = wire.CodeInternal
+	// CodeNotSupported is code 11, NOT_SUPPORTED, status scope. The operation is
+	// part of the protocol but this broker does not support it (yet, or in its
+	// current configuration).
+	CodeNotSupported = wire.CodeNotSupported
+	// CodeInvalidArgument is code 12, INVALID_ARGUMENT, status scope. A field has
+	// a value the operation does not accept; the message names the field. Also a
+	// list over its declared maximum, or a batch request with more items than the
+	// server's max_batch_size (HandshakeOk): the request fails as a whole and the
+	// connection stays open.
+	CodeInvalidArgument = wire.CodeInvalidArgument
+	// CodeResourceExhausted is code 13, RESOURCE_EXHAUSTED, status scope. A limit
+	// was reached (connections, connections or failed handshakes from one address,
+	// subscriptions per connection, the reassembly budget); the message names it.
+	// For connection limits and the reassembly budget it comes on request ID 0 and
+	// the connection is closed.
+	CodeResourceExhausted = wire.CodeResourceExhausted
+	// CodeQueueNotFound is code 20, QUEUE_NOT_FOUND, domain scope. No queue has
+	// this name.
+	CodeQueueNotFound = wire.CodeQueueNotFound
+	// CodeQueueExists is code 21, QUEUE_EXISTS, domain scope. A queue with this
+	// name already exists.
+	CodeQueueExists = wire.CodeQueueExists
+	// CodeMessageTooLarge is code 22, MESSAGE_TOO_LARGE, domain scope. The
+	// message's payload and headers exceed the broker's max message size.
+	CodeMessageTooLarge = wire.CodeMessageTooLarge
+	// CodeMessageNotFound is code 23, MESSAGE_NOT_FOUND, domain scope. No message
+	// with this ID is in the queue (already acked, dead-lettered, or never there).
+	CodeMessageNotFound = wire.CodeMessageNotFound
+	// CodeLeaseExpired is code 24, LEASE_EXPIRED, domain scope. The message exists
+	// but the lease named in the request is no longer current: it expired, was
+	// released, or the message was delivered again under a new lease.
+	CodeLeaseExpired = wire.CodeLeaseExpired
+	// CodeNotADLQ is code 25, NOT_A_DLQ, domain scope. Redrive was asked of a
+	// queue that is not a dead-letter queue.
+	CodeNotADLQ = wire.CodeNotADLQ
+	// CodeSubscriptionNotFound is code 26, SUBSCRIPTION_NOT_FOUND, domain scope.
+	// No subscription with this ID is open on this connection.
+	CodeSubscriptionNotFound = wire.CodeSubscriptionNotFound
+	// CodeInvalidConfigValue is code 27, INVALID_CONFIG_VALUE, domain scope. A
+	// runtime-config value has the wrong form for its key's prefix; the message
+	// names the expected form (for throttle.* keys: "rate,burst").
+	CodeInvalidConfigValue = wire.CodeInvalidConfigValue
+	// CodeScriptError is code 28, SCRIPT_ERROR, domain scope. A Lua script failed
+	// to compile; the message carries the line number.
+	CodeScriptError = wire.CodeScriptError
+	// CodeAPIKeyNotFound is code 29, API_KEY_NOT_FOUND, domain scope. No API key
+	// has this ID.
+	CodeAPIKeyNotFound = wire.CodeAPIKeyNotFound
+	// CodeQueueSharded is code 30, QUEUE_SHARDED, domain scope. The queue named is
+	// sharded (CreateQueue's shards), and this operation must name one of its
+	// shards instead: the queue names that Topology lists, one per shard. A client
+	// sends each message to the shard its fairness key hashes to (see Topology),
+	// and subscribes to every shard. Nothing was done: an Enqueue naming a sharded
+	// queue fails as a whole, enqueueing none of its messages.
+	CodeQueueSharded = wire.CodeQueueSharded
+)
+
 // sentinel returns the sentinel error of a wire code; nil for OK or an unknown code.
 func sentinel(c wire.Code) error {
 	switch c {
@@ -190,7 +297,7 @@ func (c EnqueueCode) String() string {
 // EnqueueError is a domain failure of Enqueue; Code is one of
 // EnqueueQueueNotFound, EnqueueMessageTooLarge, EnqueueQueueSharded. Other
 // failures of Enqueue are *StatusError. errors.Is matches the code's sentinel,
-// such as ErrQueueNotFound.
+// such as ErrQueueNotFound, and CodeOf returns the code as a Code.
 type EnqueueError struct {
 	Code EnqueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -201,6 +308,11 @@ type EnqueueError struct {
 
 func (e *EnqueueError) Error() string {
 	return formatError("enqueue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *EnqueueError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -231,7 +343,7 @@ func (c SubscribeCode) String() string {
 // SubscribeError is a domain failure of Subscribe; Code is one of
 // SubscribeQueueNotFound, SubscribeQueueSharded. Other failures of Subscribe
 // are *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
 type SubscribeError struct {
 	Code SubscribeCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -242,6 +354,11 @@ type SubscribeError struct {
 
 func (e *SubscribeError) Error() string {
 	return formatError("subscribe", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *SubscribeError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -265,7 +382,8 @@ func (c CreditCode) String() string {
 
 // CreditError is a domain failure of Credit; Code is one of
 // CreditSubscriptionNotFound. Other failures of Credit are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrSubscriptionNotFound.
+// errors.Is matches the code's sentinel, such as ErrSubscriptionNotFound, and
+// CodeOf returns the code as a Code.
 type CreditError struct {
 	Code CreditCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -276,6 +394,11 @@ type CreditError struct {
 
 func (e *CreditError) Error() string {
 	return formatError("credit", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *CreditError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -300,7 +423,7 @@ func (c UnsubscribeCode) String() string {
 // UnsubscribeError is a domain failure of Unsubscribe; Code is one of
 // UnsubscribeSubscriptionNotFound. Other failures of Unsubscribe are
 // *StatusError. errors.Is matches the code's sentinel, such as
-// ErrSubscriptionNotFound.
+// ErrSubscriptionNotFound, and CodeOf returns the code as a Code.
 type UnsubscribeError struct {
 	Code UnsubscribeCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -311,6 +434,11 @@ type UnsubscribeError struct {
 
 func (e *UnsubscribeError) Error() string {
 	return formatError("unsubscribe", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *UnsubscribeError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -340,7 +468,8 @@ func (c AckCode) String() string {
 
 // AckError is a domain failure of Ack; Code is one of AckQueueNotFound,
 // AckMessageNotFound, AckLeaseExpired. Other failures of Ack are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound, and CodeOf
+// returns the code as a Code.
 type AckError struct {
 	Code AckCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -351,6 +480,11 @@ type AckError struct {
 
 func (e *AckError) Error() string {
 	return formatError("ack", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *AckError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -381,7 +515,7 @@ func (c NackCode) String() string {
 // NackError is a domain failure of Nack; Code is one of NackQueueNotFound,
 // NackMessageNotFound, NackLeaseExpired. Other failures of Nack are
 // *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
 type NackError struct {
 	Code NackCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -392,6 +526,11 @@ type NackError struct {
 
 func (e *NackError) Error() string {
 	return formatError("nack", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *NackError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -422,7 +561,7 @@ func (c RetryAfterCode) String() string {
 // RetryAfterError is a domain failure of RetryAfter; Code is one of
 // RetryAfterQueueNotFound, RetryAfterMessageNotFound, RetryAfterLeaseExpired.
 // Other failures of RetryAfter are *StatusError. errors.Is matches the code's
-// sentinel, such as ErrQueueNotFound.
+// sentinel, such as ErrQueueNotFound, and CodeOf returns the code as a Code.
 type RetryAfterError struct {
 	Code RetryAfterCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -433,6 +572,11 @@ type RetryAfterError struct {
 
 func (e *RetryAfterError) Error() string {
 	return formatError("retry after", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *RetryAfterError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -463,7 +607,8 @@ func (c ExtendLeaseCode) String() string {
 // ExtendLeaseError is a domain failure of ExtendLease; Code is one of
 // ExtendLeaseQueueNotFound, ExtendLeaseMessageNotFound,
 // ExtendLeaseLeaseExpired. Other failures of ExtendLease are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound, and CodeOf
+// returns the code as a Code.
 type ExtendLeaseError struct {
 	Code ExtendLeaseCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -474,6 +619,11 @@ type ExtendLeaseError struct {
 
 func (e *ExtendLeaseError) Error() string {
 	return formatError("extend lease", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *ExtendLeaseError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -504,7 +654,7 @@ func (c ReleaseCode) String() string {
 // ReleaseError is a domain failure of Release; Code is one of
 // ReleaseQueueNotFound, ReleaseMessageNotFound, ReleaseLeaseExpired. Other
 // failures of Release are *StatusError. errors.Is matches the code's sentinel,
-// such as ErrQueueNotFound.
+// such as ErrQueueNotFound, and CodeOf returns the code as a Code.
 type ReleaseError struct {
 	Code ReleaseCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -515,6 +665,11 @@ type ReleaseError struct {
 
 func (e *ReleaseError) Error() string {
 	return formatError("release", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *ReleaseError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -541,7 +696,7 @@ func (c CreateQueueCode) String() string {
 // CreateQueueError is a domain failure of CreateQueue; Code is one of
 // CreateQueueQueueExists, CreateQueueScriptError. Other failures of
 // CreateQueue are *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueExists.
+// ErrQueueExists, and CodeOf returns the code as a Code.
 type CreateQueueError struct {
 	Code CreateQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -552,6 +707,11 @@ type CreateQueueError struct {
 
 func (e *CreateQueueError) Error() string {
 	return formatError("create queue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *CreateQueueError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -574,7 +734,8 @@ func (c DeleteQueueCode) String() string {
 
 // DeleteQueueError is a domain failure of DeleteQueue; Code is one of
 // DeleteQueueQueueNotFound. Other failures of DeleteQueue are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound, and CodeOf
+// returns the code as a Code.
 type DeleteQueueError struct {
 	Code DeleteQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -585,6 +746,11 @@ type DeleteQueueError struct {
 
 func (e *DeleteQueueError) Error() string {
 	return formatError("delete queue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *DeleteQueueError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -615,7 +781,7 @@ func (c QueueStatsCode) String() string {
 // QueueStatsError is a domain failure of QueueStats; Code is one of
 // QueueStatsQueueNotFound, QueueStatsQueueSharded. Other failures of
 // QueueStats are *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
 type QueueStatsError struct {
 	Code QueueStatsCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -626,6 +792,11 @@ type QueueStatsError struct {
 
 func (e *QueueStatsError) Error() string {
 	return formatError("queue stats", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *QueueStatsError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -659,7 +830,7 @@ func (c ExplainCode) String() string {
 // ExplainError is a domain failure of Explain; Code is one of
 // ExplainQueueNotFound, ExplainMessageNotFound, ExplainQueueSharded. Other
 // failures of Explain are *StatusError. errors.Is matches the code's sentinel,
-// such as ErrQueueNotFound.
+// such as ErrQueueNotFound, and CodeOf returns the code as a Code.
 type ExplainError struct {
 	Code ExplainCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -670,6 +841,11 @@ type ExplainError struct {
 
 func (e *ExplainError) Error() string {
 	return formatError("explain", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *ExplainError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -694,7 +870,8 @@ func (c SetConfigCode) String() string {
 
 // SetConfigError is a domain failure of SetConfig; Code is one of
 // SetConfigInvalidConfigValue. Other failures of SetConfig are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrInvalidConfigValue.
+// errors.Is matches the code's sentinel, such as ErrInvalidConfigValue, and
+// CodeOf returns the code as a Code.
 type SetConfigError struct {
 	Code SetConfigCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -705,6 +882,11 @@ type SetConfigError struct {
 
 func (e *SetConfigError) Error() string {
 	return formatError("set config", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *SetConfigError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -737,7 +919,7 @@ func (c RedriveCode) String() string {
 // RedriveError is a domain failure of Redrive; Code is one of
 // RedriveQueueNotFound, RedriveNotADLQ, RedriveQueueSharded. Other failures of
 // Redrive are *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
 type RedriveError struct {
 	Code RedriveCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -750,107 +932,130 @@ func (e *RedriveError) Error() string {
 	return formatError("redrive", e.Target, wire.Code(e.Code), e.Message)
 }
 
+// code returns e's code as a Code, for CodeOf.
+func (e *RedriveError) code() Code {
+	return Code(e.Code)
+}
+
 // Is reports whether target is the sentinel of e's code.
 func (e *RedriveError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
-// RevokeApiKeyCode is a domain error code that RevokeApiKey can return.
-type RevokeApiKeyCode uint16
+// RevokeAPIKeyCode is a domain error code that RevokeAPIKey can return.
+type RevokeAPIKeyCode uint16
 
 const (
-	// RevokeApiKeyAPIKeyNotFound no API key has this ID.
-	RevokeApiKeyAPIKeyNotFound RevokeApiKeyCode = 29
+	// RevokeAPIKeyAPIKeyNotFound no API key has this ID.
+	RevokeAPIKeyAPIKeyNotFound RevokeAPIKeyCode = 29
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
-func (c RevokeApiKeyCode) String() string {
+func (c RevokeAPIKeyCode) String() string {
 	return wire.Code(c).String()
 }
 
-// RevokeApiKeyError is a domain failure of RevokeApiKey; Code is one of
-// RevokeApiKeyAPIKeyNotFound. Other failures of RevokeApiKey are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrAPIKeyNotFound.
-type RevokeApiKeyError struct {
-	Code RevokeApiKeyCode
+// RevokeAPIKeyError is a domain failure of RevokeAPIKey; Code is one of
+// RevokeAPIKeyAPIKeyNotFound. Other failures of RevokeAPIKey are *StatusError.
+// errors.Is matches the code's sentinel, such as ErrAPIKeyNotFound, and CodeOf
+// returns the code as a Code.
+type RevokeAPIKeyError struct {
+	Code RevokeAPIKeyCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
 	Target string
 	// Message is the broker's detail.
 	Message string
 }
 
-func (e *RevokeApiKeyError) Error() string {
+func (e *RevokeAPIKeyError) Error() string {
 	return formatError("revoke api key", e.Target, wire.Code(e.Code), e.Message)
 }
 
+// code returns e's code as a Code, for CodeOf.
+func (e *RevokeAPIKeyError) code() Code {
+	return Code(e.Code)
+}
+
 // Is reports whether target is the sentinel of e's code.
-func (e *RevokeApiKeyError) Is(target error) bool {
+func (e *RevokeAPIKeyError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
-// SetAclCode is a domain error code that SetAcl can return.
-type SetAclCode uint16
+// SetACLCode is a domain error code that SetACL can return.
+type SetACLCode uint16
 
 const (
-	// SetAclAPIKeyNotFound no API key has this ID.
-	SetAclAPIKeyNotFound SetAclCode = 29
+	// SetACLAPIKeyNotFound no API key has this ID.
+	SetACLAPIKeyNotFound SetACLCode = 29
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
-func (c SetAclCode) String() string {
+func (c SetACLCode) String() string {
 	return wire.Code(c).String()
 }
 
-// SetAclError is a domain failure of SetAcl; Code is one of
-// SetAclAPIKeyNotFound. Other failures of SetAcl are *StatusError. errors.Is
-// matches the code's sentinel, such as ErrAPIKeyNotFound.
-type SetAclError struct {
-	Code SetAclCode
+// SetACLError is a domain failure of SetACL; Code is one of
+// SetACLAPIKeyNotFound. Other failures of SetACL are *StatusError. errors.Is
+// matches the code's sentinel, such as ErrAPIKeyNotFound, and CodeOf returns
+// the code as a Code.
+type SetACLError struct {
+	Code SetACLCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
 	Target string
 	// Message is the broker's detail.
 	Message string
 }
 
-func (e *SetAclError) Error() string {
+func (e *SetACLError) Error() string {
 	return formatError("set acl", e.Target, wire.Code(e.Code), e.Message)
 }
 
+// code returns e's code as a Code, for CodeOf.
+func (e *SetACLError) code() Code {
+	return Code(e.Code)
+}
+
 // Is reports whether target is the sentinel of e's code.
-func (e *SetAclError) Is(target error) bool {
+func (e *SetACLError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
-// GetAclCode is a domain error code that GetAcl can return.
-type GetAclCode uint16
+// GetACLCode is a domain error code that GetACL can return.
+type GetACLCode uint16
 
 const (
-	// GetAclAPIKeyNotFound no API key has this ID.
-	GetAclAPIKeyNotFound GetAclCode = 29
+	// GetACLAPIKeyNotFound no API key has this ID.
+	GetACLAPIKeyNotFound GetACLCode = 29
 )
 
 // String returns the spec name of the code, such as QUEUE_NOT_FOUND.
-func (c GetAclCode) String() string {
+func (c GetACLCode) String() string {
 	return wire.Code(c).String()
 }
 
-// GetAclError is a domain failure of GetAcl; Code is one of
-// GetAclAPIKeyNotFound. Other failures of GetAcl are *StatusError. errors.Is
-// matches the code's sentinel, such as ErrAPIKeyNotFound.
-type GetAclError struct {
-	Code GetAclCode
+// GetACLError is a domain failure of GetACL; Code is one of
+// GetACLAPIKeyNotFound. Other failures of GetACL are *StatusError. errors.Is
+// matches the code's sentinel, such as ErrAPIKeyNotFound, and CodeOf returns
+// the code as a Code.
+type GetACLError struct {
+	Code GetACLCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
 	Target string
 	// Message is the broker's detail.
 	Message string
 }
 
-func (e *GetAclError) Error() string {
+func (e *GetACLError) Error() string {
 	return formatError("get acl", e.Target, wire.Code(e.Code), e.Message)
 }
 
+// code returns e's code as a Code, for CodeOf.
+func (e *GetACLError) code() Code {
+	return Code(e.Code)
+}
+
 // Is reports whether target is the sentinel of e's code.
-func (e *GetAclError) Is(target error) bool {
+func (e *GetACLError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
@@ -869,7 +1074,8 @@ func (c TopologyCode) String() string {
 
 // TopologyError is a domain failure of Topology; Code is one of
 // TopologyQueueNotFound. Other failures of Topology are *StatusError.
-// errors.Is matches the code's sentinel, such as ErrQueueNotFound.
+// errors.Is matches the code's sentinel, such as ErrQueueNotFound, and CodeOf
+// returns the code as a Code.
 type TopologyError struct {
 	Code TopologyCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -880,6 +1086,11 @@ type TopologyError struct {
 
 func (e *TopologyError) Error() string {
 	return formatError("topology", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *TopologyError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -910,7 +1121,7 @@ func (c MoveQueueCode) String() string {
 // MoveQueueError is a domain failure of MoveQueue; Code is one of
 // MoveQueueQueueNotFound, MoveQueueQueueSharded. Other failures of MoveQueue
 // are *StatusError. errors.Is matches the code's sentinel, such as
-// ErrQueueNotFound.
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
 type MoveQueueError struct {
 	Code MoveQueueCode
 	// Target is what the failure concerns: a queue name, a key ID; may be empty.
@@ -921,6 +1132,11 @@ type MoveQueueError struct {
 
 func (e *MoveQueueError) Error() string {
 	return formatError("move queue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *MoveQueueError) code() Code {
+	return Code(e.Code)
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -1067,29 +1283,29 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 				Target:  target,
 			}
 		}
-	case wire.OpRevokeApiKey:
+	case wire.OpRevokeAPIKey:
 		switch c {
 		case wire.CodeAPIKeyNotFound:
-			return &RevokeApiKeyError{
-				Code:    RevokeApiKeyCode(c),
+			return &RevokeAPIKeyError{
+				Code:    RevokeAPIKeyCode(c),
 				Message: msg,
 				Target:  target,
 			}
 		}
-	case wire.OpSetAcl:
+	case wire.OpSetACL:
 		switch c {
 		case wire.CodeAPIKeyNotFound:
-			return &SetAclError{
-				Code:    SetAclCode(c),
+			return &SetACLError{
+				Code:    SetACLCode(c),
 				Message: msg,
 				Target:  target,
 			}
 		}
-	case wire.OpGetAcl:
+	case wire.OpGetACL:
 		switch c {
 		case wire.CodeAPIKeyNotFound:
-			return &GetAclError{
-				Code:    GetAclCode(c),
+			return &GetACLError{
+				Code:    GetACLCode(c),
 				Message: msg,
 				Target:  target,
 			}
@@ -1167,15 +1383,15 @@ func opVerb(op wire.Opcode) string {
 		return "delete config"
 	case wire.OpRedrive:
 		return "redrive"
-	case wire.OpCreateApiKey:
+	case wire.OpCreateAPIKey:
 		return "create api key"
-	case wire.OpRevokeApiKey:
+	case wire.OpRevokeAPIKey:
 		return "revoke api key"
-	case wire.OpListApiKeys:
+	case wire.OpListAPIKeys:
 		return "list api keys"
-	case wire.OpSetAcl:
+	case wire.OpSetACL:
 		return "set acl"
-	case wire.OpGetAcl:
+	case wire.OpGetACL:
 		return "get acl"
 	case wire.OpTopology:
 		return "topology"

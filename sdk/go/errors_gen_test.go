@@ -4,13 +4,14 @@ package fila
 
 import (
 	"errors"
+	"fmt"
 	wire "github.com/fila-mq/fila/sdk/core/wire"
 	"testing"
 )
 
 // TestOpErrorEveryPair maps every (operation, code) pair of the spec: domain
 // codes to the operation's own error type, status codes to *StatusError, and
-// each to its sentinel with errors.Is.
+// each to its sentinel with errors.Is and to its code with CodeOf.
 func TestOpErrorEveryPair(t *testing.T) {
 	for _, tc := range []struct {
 		op    wire.Opcode
@@ -1807,7 +1808,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
 		code: wire.CodeUnknownOpcode,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrUnknownOpcode,
 	}, {
 		check: func(err error) bool {
@@ -1815,7 +1816,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
 		},
 		code: wire.CodeUnauthorized,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrUnauthorized,
 	}, {
 		check: func(err error) bool {
@@ -1823,7 +1824,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeForbidden
 		},
 		code: wire.CodeForbidden,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrForbidden,
 	}, {
 		check: func(err error) bool {
@@ -1831,7 +1832,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
 		},
 		code: wire.CodeNotLeader,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrNotLeader,
 	}, {
 		check: func(err error) bool {
@@ -1839,7 +1840,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
 		},
 		code: wire.CodeUnavailable,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrUnavailable,
 	}, {
 		check: func(err error) bool {
@@ -1847,7 +1848,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInternal
 		},
 		code: wire.CodeInternal,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrInternal,
 	}, {
 		check: func(err error) bool {
@@ -1855,7 +1856,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
 		},
 		code: wire.CodeNotSupported,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrNotSupported,
 	}, {
 		check: func(err error) bool {
@@ -1863,7 +1864,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
 		},
 		code: wire.CodeInvalidArgument,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrInvalidArgument,
 	}, {
 		check: func(err error) bool {
@@ -1871,15 +1872,15 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
 		},
 		code: wire.CodeResourceExhausted,
-		op:   wire.OpCreateApiKey,
+		op:   wire.OpCreateAPIKey,
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
-			var e *RevokeApiKeyError
-			return errors.As(err, &e) && e.Code == RevokeApiKeyAPIKeyNotFound
+			var e *RevokeAPIKeyError
+			return errors.As(err, &e) && e.Code == RevokeAPIKeyAPIKeyNotFound
 		},
 		code: wire.CodeAPIKeyNotFound,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrAPIKeyNotFound,
 	}, {
 		check: func(err error) bool {
@@ -1887,7 +1888,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
 		code: wire.CodeUnknownOpcode,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrUnknownOpcode,
 	}, {
 		check: func(err error) bool {
@@ -1895,7 +1896,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
 		},
 		code: wire.CodeUnauthorized,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrUnauthorized,
 	}, {
 		check: func(err error) bool {
@@ -1903,7 +1904,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeForbidden
 		},
 		code: wire.CodeForbidden,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrForbidden,
 	}, {
 		check: func(err error) bool {
@@ -1911,7 +1912,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
 		},
 		code: wire.CodeNotLeader,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrNotLeader,
 	}, {
 		check: func(err error) bool {
@@ -1919,7 +1920,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
 		},
 		code: wire.CodeUnavailable,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrUnavailable,
 	}, {
 		check: func(err error) bool {
@@ -1927,7 +1928,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInternal
 		},
 		code: wire.CodeInternal,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrInternal,
 	}, {
 		check: func(err error) bool {
@@ -1935,7 +1936,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
 		},
 		code: wire.CodeNotSupported,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrNotSupported,
 	}, {
 		check: func(err error) bool {
@@ -1943,7 +1944,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
 		},
 		code: wire.CodeInvalidArgument,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrInvalidArgument,
 	}, {
 		check: func(err error) bool {
@@ -1951,7 +1952,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
 		},
 		code: wire.CodeResourceExhausted,
-		op:   wire.OpRevokeApiKey,
+		op:   wire.OpRevokeAPIKey,
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
@@ -1959,7 +1960,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
 		code: wire.CodeUnknownOpcode,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrUnknownOpcode,
 	}, {
 		check: func(err error) bool {
@@ -1967,7 +1968,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
 		},
 		code: wire.CodeUnauthorized,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrUnauthorized,
 	}, {
 		check: func(err error) bool {
@@ -1975,7 +1976,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeForbidden
 		},
 		code: wire.CodeForbidden,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrForbidden,
 	}, {
 		check: func(err error) bool {
@@ -1983,7 +1984,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
 		},
 		code: wire.CodeNotLeader,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrNotLeader,
 	}, {
 		check: func(err error) bool {
@@ -1991,7 +1992,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
 		},
 		code: wire.CodeUnavailable,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrUnavailable,
 	}, {
 		check: func(err error) bool {
@@ -1999,7 +2000,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInternal
 		},
 		code: wire.CodeInternal,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrInternal,
 	}, {
 		check: func(err error) bool {
@@ -2007,7 +2008,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
 		},
 		code: wire.CodeNotSupported,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrNotSupported,
 	}, {
 		check: func(err error) bool {
@@ -2015,7 +2016,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
 		},
 		code: wire.CodeInvalidArgument,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrInvalidArgument,
 	}, {
 		check: func(err error) bool {
@@ -2023,15 +2024,15 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
 		},
 		code: wire.CodeResourceExhausted,
-		op:   wire.OpListApiKeys,
+		op:   wire.OpListAPIKeys,
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
-			var e *SetAclError
-			return errors.As(err, &e) && e.Code == SetAclAPIKeyNotFound
+			var e *SetACLError
+			return errors.As(err, &e) && e.Code == SetACLAPIKeyNotFound
 		},
 		code: wire.CodeAPIKeyNotFound,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrAPIKeyNotFound,
 	}, {
 		check: func(err error) bool {
@@ -2039,7 +2040,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
 		code: wire.CodeUnknownOpcode,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrUnknownOpcode,
 	}, {
 		check: func(err error) bool {
@@ -2047,7 +2048,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
 		},
 		code: wire.CodeUnauthorized,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrUnauthorized,
 	}, {
 		check: func(err error) bool {
@@ -2055,7 +2056,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeForbidden
 		},
 		code: wire.CodeForbidden,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrForbidden,
 	}, {
 		check: func(err error) bool {
@@ -2063,7 +2064,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
 		},
 		code: wire.CodeNotLeader,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrNotLeader,
 	}, {
 		check: func(err error) bool {
@@ -2071,7 +2072,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
 		},
 		code: wire.CodeUnavailable,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrUnavailable,
 	}, {
 		check: func(err error) bool {
@@ -2079,7 +2080,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInternal
 		},
 		code: wire.CodeInternal,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrInternal,
 	}, {
 		check: func(err error) bool {
@@ -2087,7 +2088,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
 		},
 		code: wire.CodeNotSupported,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrNotSupported,
 	}, {
 		check: func(err error) bool {
@@ -2095,7 +2096,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
 		},
 		code: wire.CodeInvalidArgument,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrInvalidArgument,
 	}, {
 		check: func(err error) bool {
@@ -2103,15 +2104,15 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
 		},
 		code: wire.CodeResourceExhausted,
-		op:   wire.OpSetAcl,
+		op:   wire.OpSetACL,
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
-			var e *GetAclError
-			return errors.As(err, &e) && e.Code == GetAclAPIKeyNotFound
+			var e *GetACLError
+			return errors.As(err, &e) && e.Code == GetACLAPIKeyNotFound
 		},
 		code: wire.CodeAPIKeyNotFound,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrAPIKeyNotFound,
 	}, {
 		check: func(err error) bool {
@@ -2119,7 +2120,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},
 		code: wire.CodeUnknownOpcode,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrUnknownOpcode,
 	}, {
 		check: func(err error) bool {
@@ -2127,7 +2128,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
 		},
 		code: wire.CodeUnauthorized,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrUnauthorized,
 	}, {
 		check: func(err error) bool {
@@ -2135,7 +2136,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeForbidden
 		},
 		code: wire.CodeForbidden,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrForbidden,
 	}, {
 		check: func(err error) bool {
@@ -2143,7 +2144,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
 		},
 		code: wire.CodeNotLeader,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrNotLeader,
 	}, {
 		check: func(err error) bool {
@@ -2151,7 +2152,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
 		},
 		code: wire.CodeUnavailable,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrUnavailable,
 	}, {
 		check: func(err error) bool {
@@ -2159,7 +2160,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInternal
 		},
 		code: wire.CodeInternal,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrInternal,
 	}, {
 		check: func(err error) bool {
@@ -2167,7 +2168,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
 		},
 		code: wire.CodeNotSupported,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrNotSupported,
 	}, {
 		check: func(err error) bool {
@@ -2175,7 +2176,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
 		},
 		code: wire.CodeInvalidArgument,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrInvalidArgument,
 	}, {
 		check: func(err error) bool {
@@ -2183,7 +2184,7 @@ func TestOpErrorEveryPair(t *testing.T) {
 			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
 		},
 		code: wire.CodeResourceExhausted,
-		op:   wire.OpGetAcl,
+		op:   wire.OpGetACL,
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
@@ -2720,6 +2721,9 @@ func TestOpErrorEveryPair(t *testing.T) {
 		}
 		if !errors.Is(err, tc.sent) {
 			t.Errorf("errors.Is(opError(%v, %v), %v) = false", tc.op, tc.code, tc.sent)
+		}
+		if got, ok := CodeOf(fmt.Errorf("context: %w", err)); !ok || got != tc.code {
+			t.Errorf("CodeOf(wrapped opError(%v, %v)) = %v, %v; want %v, true", tc.op, tc.code, got, ok, tc.code)
 		}
 	}
 }

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
+	"github.com/fila-mq/fila/sdk/go/internal/testbroker"
 )
 
 // TestReconnectResubscribes kills the broker under a client with an open
 // subscription: the client reconnects to the restarted broker, the
 // subscription keeps its channel, and new messages arrive on it.
 func TestReconnectResubscribes(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr, fila.WithReconnect(10*time.Millisecond, 200*time.Millisecond))
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs"))
@@ -52,7 +52,7 @@ func TestReconnectResubscribes(t *testing.T) {
 // TestGracefulShutdownReconnects stops the broker with SIGTERM (GoAway)
 // and starts it again: the client follows.
 func TestGracefulShutdownReconnects(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr, fila.WithReconnect(10*time.Millisecond, 200*time.Millisecond))
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs"))
@@ -66,7 +66,7 @@ func TestGracefulShutdownReconnects(t *testing.T) {
 // TestConnectionLostWithoutReconnect: with reconnection off, a lost
 // connection ends the client and its subscriptions.
 func TestConnectionLostWithoutReconnect(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr, fila.WithoutReconnect())
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("jobs"))
@@ -90,7 +90,7 @@ func TestConnectionLostWithoutReconnect(t *testing.T) {
 // either returned an ID, and then its message is in the queue, or failed
 // with ErrClosed; nothing else.
 func TestCloseDrains(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	admin := connect(t, srv.Addr).Admin()
 	ctx := testCtx(t)
 	if err := admin.CreateQueue(ctx, fila.NewQueueSpec("jobs")); err != nil {
@@ -152,7 +152,7 @@ func TestCloseDrains(t *testing.T) {
 
 // TestCloseEndsSubscriptions: Close ends open subscriptions with ErrClosed.
 func TestCloseEndsSubscriptions(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	ctx := testCtx(t)
 	c, err := fila.Connect(ctx, srv.Addr)
 	if err != nil {
@@ -173,9 +173,9 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 
 const bootstrapKey = "bootstrap-secret-0123456789"
 
-func startAuth(t *testing.T, extra ...string) *filatest.Server {
+func startAuth(t *testing.T, extra ...string) *testbroker.Server {
 	env := append([]string{"FILA_AUTH_ENABLED=true", "FILA_AUTH_BOOTSTRAP_APIKEY=" + bootstrapKey}, extra...)
-	return filatest.Start(t, filatest.WithEnv(env...))
+	return testbroker.Start(t, testbroker.WithEnv(env...))
 }
 
 func TestAuthKeysACLsAndForbidden(t *testing.T) {
@@ -257,11 +257,11 @@ func TestAuthKeysACLsAndForbidden(t *testing.T) {
 
 	// Unknown key IDs.
 	err = a.SetACL(ctx, "nope", fila.Produce("*"))
-	wantErr[*fila.SetAclError](t, "SetACL(nope)", err, fila.ErrAPIKeyNotFound)
+	wantErr[*fila.SetACLError](t, "SetACL(nope)", err, fila.ErrAPIKeyNotFound)
 	_, err = a.GetACL(ctx, "nope")
-	wantErr[*fila.GetAclError](t, "GetACL(nope)", err, fila.ErrAPIKeyNotFound)
+	wantErr[*fila.GetACLError](t, "GetACL(nope)", err, fila.ErrAPIKeyNotFound)
 	err = a.RevokeAPIKey(ctx, "nope")
-	wantErr[*fila.RevokeApiKeyError](t, "RevokeAPIKey(nope)", err, fila.ErrAPIKeyNotFound)
+	wantErr[*fila.RevokeAPIKeyError](t, "RevokeAPIKey(nope)", err, fila.ErrAPIKeyNotFound)
 
 	// Revocation: the key's next request is unauthorized.
 	if err := a.RevokeAPIKey(ctx, key.ID); err != nil {
@@ -275,13 +275,13 @@ func TestAuthKeysACLsAndForbidden(t *testing.T) {
 // TestTLS connects over TLS with a private CA, then with mTLS.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := filatest.NewCA(t, "fila test CA")
+	ca := testbroker.NewCA(t, "fila test CA")
 	serverCert, serverKey := ca.Issue(t, dir, "server", "fila.test", "::1")
 	clientCert, clientKey := ca.Issue(t, dir, "client")
 	caFile := ca.WriteFile(t, dir, "ca.pem")
 
 	t.Run("server", func(t *testing.T) {
-		srv := filatest.Start(t, filatest.WithEnv("FILA_TLS_CERT_FILE="+serverCert, "FILA_TLS_KEY_FILE="+serverKey))
+		srv := testbroker.Start(t, testbroker.WithEnv("FILA_TLS_CERT_FILE="+serverCert, "FILA_TLS_KEY_FILE="+serverKey))
 		c := connect(t, srv.Addr, fila.WithCAFile(caFile), fila.WithServerName("fila.test"))
 		if _, err := c.Ping(testCtx(t)); err != nil {
 			t.Fatalf("Ping() over TLS = %v", err)
@@ -293,7 +293,7 @@ func TestTLS(t *testing.T) {
 		}
 	})
 	t.Run("mutual", func(t *testing.T) {
-		srv := filatest.Start(t, filatest.WithEnv("FILA_TLS_CERT_FILE="+serverCert, "FILA_TLS_KEY_FILE="+serverKey, "FILA_TLS_CLIENT_CA_FILE="+caFile))
+		srv := testbroker.Start(t, testbroker.WithEnv("FILA_TLS_CERT_FILE="+serverCert, "FILA_TLS_KEY_FILE="+serverKey, "FILA_TLS_CLIENT_CA_FILE="+caFile))
 		c := connect(t, srv.Addr, fila.WithCAFile(caFile), fila.WithServerName("fila.test"), fila.WithClientCertFile(clientCert, clientKey))
 		if _, err := c.Ping(testCtx(t)); err != nil {
 			t.Fatalf("Ping() over mTLS = %v", err)

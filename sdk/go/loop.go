@@ -33,6 +33,10 @@ type loop struct {
 
 	closing bool // Close was called: drain, then stop
 
+	// nodeStatus is the state of the connection to each node that has
+	// been connected, as the status handler was told (see setNode).
+	nodeStatus map[string]ConnStatus
+
 	inflight map[uint32]*inflight
 	subs     map[uint32]*Subscription   // by subscription ID
 	open     map[*Subscription]struct{} // every subscription not ended
@@ -537,8 +541,9 @@ type lostError struct{ err error }
 func (e *lostError) Error() string   { return ErrConnectionLost.Error() + ": " + trimFila(e.err).Error() }
 func (e *lostError) Unwrap() []error { return []error{ErrConnectionLost, e.err} }
 
-// finish ends the client: every op, queued or in flight, fails, and every
-// subscription ends with err (ErrClosed after Close).
+// finish ends the client: every op, queued or in flight, fails, every
+// subscription ends with err (ErrClosed after Close), and the client's
+// status becomes StatusClosed.
 func (l *loop) finish(err error) {
 	if errors.Is(err, errDrained) {
 		err = ErrClosed
@@ -587,4 +592,9 @@ func (l *loop) finish(err error) {
 		l.endSub(s, subErr)
 	}
 	clear(l.subs)
+	var why error // nil after Close
+	if !errors.Is(err, ErrClosed) {
+		why = lost
+	}
+	l.closed(why)
 }

@@ -3,8 +3,8 @@ package fila_test
 import (
 	"testing"
 
-	"github.com/fila-mq/fila/broker/filatest"
 	fila "github.com/fila-mq/fila/sdk/go"
+	"github.com/fila-mq/fila/sdk/go/internal/testbroker"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -15,7 +15,7 @@ import (
 // delivery's consumer span is its child, linked to it, ended by the Ack;
 // the application's Message is left as it was.
 func TestTracing(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	c := connect(t, srv.Addr, fila.WithTracing(tp))
@@ -92,7 +92,7 @@ func TestTracing(t *testing.T) {
 // hands the producer's context to the application through
 // Delivery.Context, and starts no spans.
 func TestDeliveryContextWithoutTracing(t *testing.T) {
-	srv := filatest.Start(t)
+	srv := testbroker.Start(t)
 	c := connect(t, srv.Addr)
 	ctx := testCtx(t)
 	createQueue(t, c, fila.NewQueueSpec("plain"))

@@ -3,12 +3,16 @@
 // It needs no configuration file: every setting has a default, data goes
 // to ./data, and clients connect on port 5555. A fila.toml in the working
 // directory or /etc/fila/fila.toml (or --config) overrides the defaults,
-// and FILA_<SECTION>_<KEY> environment variables override the file. See
+// FILA_<SECTION>_<KEY> environment variables override the file, and the
+// flags --listen, --data-dir and --http override the environment. See
 // docs/configuration.md.
 //
 // Usage:
 //
-//	fila-server [--config PATH] [--print-config]
+//	fila-server [--config PATH] [--listen ADDR] [--data-dir DIR] [--http ADDR]
+//	fila-server --print-config | --version | --help
+//
+// Arguments other than these flags are refused (exit status 2).
 //
 // On SIGINT or SIGTERM it stops accepting, tells clients to go away, waits
 // up to [server] shutdown_timeout for requests in flight, and exits 0.
@@ -54,18 +58,45 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fila-server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (default: ./fila.toml, then /etc/fila/fila.toml, if present)")
+	// Errors and usage are written below, not by the flag package.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	cfgPath := fs.String("config", "", "read the configuration file `PATH` only (default: ./fila.toml, else /etc/fila/fila.toml, if present)")
+	for _, kf := range keyFlags {
+		fs.String(kf.name, "", kf.usage)
+	}
 	printConfig := fs.Bool("print-config", false, "print the effective configuration and where each value came from, then exit")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	showVersion := fs.Bool("version", false, "print the version and the protocol version, then exit")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return 0
+		}
+		return usageError(stderr, flagError(err))
+	}
+	if fs.NArg() > 0 {
+		arg := fs.Arg(0)
+		msg := fmt.Sprintf("unexpected argument %q: fila-server takes flags only", arg)
+		if fs.Lookup(arg) != nil {
+			msg += fmt.Sprintf(" (did you mean --%s?)", arg)
+		}
+		return usageError(stderr, msg)
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, "fila-server", version)
+		fmt.Fprintln(stdout, protocolLine())
 		return 0
 	}
-	cfg, src, err := config.Load(config.LoadOptions{Path: *cfgPath, Dir: "."})
+	// The flags given override the other layers; each sets its own key.
+	var flags []config.FlagValue
+	fs.Visit(func(f *flag.Flag) {
+		for _, kf := range keyFlags {
+			if kf.name == f.Name {
+				flags = append(flags, config.FlagValue{Key: kf.key, Value: f.Value.String(), Flag: "--" + kf.name})
+			}
+		}
+	})
+	cfg, src, err := config.Load(config.LoadOptions{Path: *cfgPath, Dir: ".", Flags: flags})
 	if err != nil {
 		fmt.Fprintf(stderr, "fila-server: configuration: %v\n", err)
 		return 2
@@ -97,6 +128,9 @@ var recoveryPause func()
 
 // serve runs the broker until ctx is done.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if err := checkFirstStart(cfg); err != nil {
+		return err
+	}
 	if limit := cfg.Server.MemoryLimit; limit > 0 {
 		if os.Getenv("GOMEMLIMIT") == "" {
 			debug.SetMemoryLimit(limit)

@@ -78,15 +78,15 @@ func ValidatePattern(p string) error {
 		return nil
 	}
 	if p == "" || len(p) > MaxPatternLen {
-		return fmt.Errorf("auth: pattern %q: %w: want 1 to %d bytes", clip(p), fault.ErrInvalidArgument, MaxPatternLen)
+		return fmt.Errorf("pattern %q: %w: want 1 to %d bytes", clip(p), fault.ErrInvalidArgument, MaxPatternLen)
 	}
 	name := strings.TrimSuffix(p, ".*")
 	if name == "" {
-		return fmt.Errorf("auth: pattern %q: %w: empty prefix (use \"*\" for every queue)", p, fault.ErrInvalidArgument)
+		return fmt.Errorf("pattern %q: %w: empty prefix (use \"*\" for every queue)", p, fault.ErrInvalidArgument)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameByte(name[i]) {
-			return fmt.Errorf("auth: pattern %q: %w: want \"*\", a queue name, or a name prefix followed by \".*\" (names are letters, digits and \"._-:\")",
+			return fmt.Errorf("pattern %q: %w: want \"*\", a queue name, or a name prefix followed by \".*\" (names are letters, digits and \"._-:\")",
 				clip(p), fault.ErrInvalidArgument)
 		}
 	}
@@ -118,11 +118,11 @@ func Match(pattern, queue string) bool {
 // validatePermissions checks an ACL for SetACL and Create.
 func validatePermissions(perms []Permission) error {
 	if len(perms) > MaxPermissions {
-		return fmt.Errorf("auth: %w: %d permissions, over the limit of %d", fault.ErrInvalidArgument, len(perms), MaxPermissions)
+		return fmt.Errorf("%w: %d permissions, over the limit of %d", fault.ErrInvalidArgument, len(perms), MaxPermissions)
 	}
 	for _, p := range perms {
 		if p.Kind != Produce && p.Kind != Consume && p.Kind != Admin {
-			return fmt.Errorf("auth: permission on %q: %w: kind %d is not produce (1), consume (2) or admin (3)",
+			return fmt.Errorf("permission on %q: %w: kind %d is not produce (1), consume (2) or admin (3)",
 				clip(p.Pattern), fault.ErrInvalidArgument, uint8(p.Kind))
 		}
 		if err := ValidatePattern(p.Pattern); err != nil {

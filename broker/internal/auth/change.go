@@ -72,37 +72,37 @@ func (c *Change) AppendTo(b []byte) []byte {
 // would refuse.
 func DecodeChange(b []byte) (Change, error) {
 	if len(b) < 2 {
-		return Change{}, fmt.Errorf("auth: change: %w", errShort)
+		return Change{}, fmt.Errorf("API key change: %w", errShort)
 	}
 	if b[0] != changeVersion {
-		return Change{}, fmt.Errorf("auth: change: version %d, want %d", b[0], changeVersion)
+		return Change{}, fmt.Errorf("API key change: version %d, want %d", b[0], changeVersion)
 	}
 	c := Change{Op: ChangeOp(b[1])}
 	id, rest, err := readString(b[2:])
 	if err != nil {
-		return Change{}, fmt.Errorf("auth: change: %w", err)
+		return Change{}, fmt.Errorf("API key change: %w", err)
 	}
 	if !validID(id) {
-		return Change{}, fmt.Errorf("auth: change: key ID %q", id)
+		return Change{}, fmt.Errorf("API key change: key ID %q", id)
 	}
 	c.KeyID = id
 	switch c.Op {
 	case ChangeCreate:
 		k, err := parseRecord(rest)
 		if err != nil {
-			return Change{}, fmt.Errorf("auth: change: key %s: %w", id, err)
+			return Change{}, fmt.Errorf("API key change: key %s: %w", id, err)
 		}
 		c.Name, c.Created, c.Hash, c.Perms = k.name, k.created, k.hash, k.perms
 	case ChangeSetACL:
 		if c.Perms, err = parsePerms(rest); err != nil {
-			return Change{}, fmt.Errorf("auth: change: key %s: %w", id, err)
+			return Change{}, fmt.Errorf("API key change: key %s: %w", id, err)
 		}
 	case ChangeRevoke:
 		if len(rest) != 0 {
-			return Change{}, fmt.Errorf("auth: change: %d trailing bytes", len(rest))
+			return Change{}, fmt.Errorf("API key change: %d trailing bytes", len(rest))
 		}
 	default:
-		return Change{}, fmt.Errorf("auth: change: op %d", c.Op)
+		return Change{}, fmt.Errorf("API key change: op %d", c.Op)
 	}
 	return c, nil
 }
@@ -124,7 +124,7 @@ func (s *Store) Apply(c Change) error {
 
 func (s *Store) apply(c *Change) error {
 	if !validID(c.KeyID) {
-		return fmt.Errorf("auth: %w: key ID %q", fault.ErrInvalidArgument, c.KeyID)
+		return fmt.Errorf("key ID %q: %w: want %d hex digits", clip(c.KeyID), fault.ErrInvalidArgument, 2*idBytes)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,11 +139,11 @@ func (s *Store) apply(c *Change) error {
 			return err
 		}
 		if cur != nil || old.byHash[c.Hash] != nil {
-			return fmt.Errorf("auth: create key %s: %w: key ID or secret already in use", c.KeyID, fault.ErrInvalidArgument)
+			return fmt.Errorf("%s %s: %w: key ID or secret already in use", OpCreateAPIKey, c.KeyID, fault.ErrInvalidArgument)
 		}
 		key := &apiKey{id: c.KeyID, name: c.Name, created: c.Created.UTC(), hash: c.Hash, perms: clonePerms(c.Perms)}
 		if err := s.kv.Put(storageKey(c.KeyID), encodeRecord(key)); err != nil {
-			return fmt.Errorf("auth: create key %s: %w", c.KeyID, err)
+			return fmt.Errorf("%s %s: %w", OpCreateAPIKey, c.KeyID, err)
 		}
 		s.publish(old, key, "")
 	case ChangeSetACL:
@@ -151,24 +151,24 @@ func (s *Store) apply(c *Change) error {
 			return err
 		}
 		if cur == nil {
-			return notFound("set acl of", c.KeyID)
+			return notFound(OpSetACL, c.KeyID)
 		}
 		key := *cur
 		key.perms = clonePerms(c.Perms)
 		if err := s.kv.Put(storageKey(c.KeyID), encodeRecord(&key)); err != nil {
-			return fmt.Errorf("auth: set acl of key %s: %w", c.KeyID, err)
+			return fmt.Errorf("%s %s: %w", OpSetACL, c.KeyID, err)
 		}
 		s.publish(old, &key, "")
 	case ChangeRevoke:
 		if cur == nil {
-			return notFound("revoke", c.KeyID)
+			return notFound(OpRevokeAPIKey, c.KeyID)
 		}
 		if err := s.kv.Delete(storageKey(c.KeyID)); err != nil {
-			return fmt.Errorf("auth: revoke key %s: %w", c.KeyID, err)
+			return fmt.Errorf("%s %s: %w", OpRevokeAPIKey, c.KeyID, err)
 		}
 		s.publish(old, nil, c.KeyID)
 	default:
-		return fmt.Errorf("auth: %w: change op %d", fault.ErrInvalidArgument, c.Op)
+		return fmt.Errorf("API key change: %w: op %d", fault.ErrInvalidArgument, c.Op)
 	}
 	return nil
 }

@@ -129,14 +129,14 @@ func Open(kv KV, bootstrapSecret string, now func() time.Time) (*Store, error) {
 	s := &Store{kv: kv, now: now}
 	if bootstrapSecret != "" {
 		if len(bootstrapSecret) < MinBootstrapLen {
-			return nil, fmt.Errorf("auth: bootstrap key: %w: shorter than %d bytes", fault.ErrInvalidArgument, MinBootstrapLen)
+			return nil, fmt.Errorf("bootstrap API key: %w: shorter than %d bytes", fault.ErrInvalidArgument, MinBootstrapLen)
 		}
 		s.bootstrap = sha256.Sum256([]byte(bootstrapSecret))
 		s.hasBootstrap = true
 	}
 	st, err := loadState(kv)
 	if err != nil {
-		return nil, fmt.Errorf("auth: open: %w", err)
+		return nil, fmt.Errorf("load API keys: %w", err)
 	}
 	s.state.Store(st)
 	return s, nil
@@ -177,7 +177,7 @@ func loadState(kv KV) (*state, error) {
 func (s *Store) Reload() error {
 	next, err := loadState(s.kv)
 	if err != nil {
-		return fmt.Errorf("auth: reload: %w", err)
+		return fmt.Errorf("reload API keys: %w", err)
 	}
 	s.mu.Lock()
 	old := s.state.Load()
@@ -264,7 +264,7 @@ func (s *Store) SetProposer(fn func(Change) error) { s.proposer.Store(&fn) }
 // configuration instead), or the KV's error, wrapped.
 func (s *Store) Revoke(keyID string) error {
 	if s.state.Load().byID[keyID] == nil {
-		return notFound("revoke", keyID)
+		return notFound(OpRevokeAPIKey, keyID)
 	}
 	return s.propose(Change{Op: ChangeRevoke, KeyID: keyID})
 }
@@ -279,7 +279,7 @@ func (s *Store) SetACL(keyID string, perms []Permission) error {
 		return err
 	}
 	if s.state.Load().byID[keyID] == nil {
-		return notFound("set acl of", keyID)
+		return notFound(OpSetACL, keyID)
 	}
 	return s.propose(Change{Op: ChangeSetACL, KeyID: keyID, Perms: clonePerms(perms)})
 }
@@ -289,7 +289,7 @@ func (s *Store) SetACL(keyID string, perms []Permission) error {
 func (s *Store) GetACL(keyID string) ([]Permission, error) {
 	key := s.state.Load().byID[keyID]
 	if key == nil {
-		return nil, notFound("get acl of", keyID)
+		return nil, notFound(OpGetACL, keyID)
 	}
 	return slices.Clone(key.perms), nil
 }
@@ -352,7 +352,7 @@ func (s *Store) publish(old *state, key *apiKey, removeID string) {
 // about any secret.
 func (s *Store) Authenticate(secret string) (Principal, error) {
 	if secret == "" {
-		return Principal{}, fmt.Errorf("auth: %w: no API key", fault.ErrUnauthorized)
+		return Principal{}, fmt.Errorf("%w: no API key", fault.ErrUnauthorized)
 	}
 	h := sha256.Sum256([]byte(secret))
 	if s.hasBootstrap && subtle.ConstantTimeCompare(h[:], s.bootstrap[:]) == 1 {
@@ -361,7 +361,7 @@ func (s *Store) Authenticate(secret string) (Principal, error) {
 	if key := s.state.Load().byHash[h]; key != nil && subtle.ConstantTimeCompare(h[:], key.hash[:]) == 1 {
 		return Principal{store: s, keyID: key.id}, nil
 	}
-	return Principal{}, fmt.Errorf("auth: %w: unknown or revoked API key", fault.ErrUnauthorized)
+	return Principal{}, fmt.Errorf("%w: unknown or revoked API key", fault.ErrUnauthorized)
 }
 
 // A Principal is the identity of a connection: an API key, the bootstrap
@@ -428,12 +428,18 @@ func (p Principal) Authorize(op Op, queue string) error {
 	}
 	key := p.current()
 	if key == nil {
-		return fmt.Errorf("auth: %s: %w: API key revoked", op, fault.ErrUnauthorized)
+		return fmt.Errorf("%s: %w: API key revoked", op, fault.ErrUnauthorized)
 	}
 	needs, n := Required(op, queue)
 	for _, need := range needs[:n] {
 		if !allows(key.perms, need.Kind, need.Queue) {
-			return fmt.Errorf("auth: %s %s: %w: key %s needs %s on %q", op, clip(queue), fault.ErrForbidden,
+			// An operation on every queue (config, API keys, the
+			// cluster) is named alone: "*" is its permission's
+			// pattern, not its target.
+			if queue == "" || queue == Everything {
+				return fmt.Errorf("%s: %w: key %s needs %s on %q", op, fault.ErrForbidden, key.id, need.Kind, clip(need.Queue))
+			}
+			return fmt.Errorf("%s %s: %w: key %s needs %s on %q", op, clip(queue), fault.ErrForbidden,
 				key.id, need.Kind, clip(need.Queue))
 		}
 	}
@@ -448,8 +454,9 @@ func clonePerms(perms []Permission) []Permission {
 	return slices.Clone(perms)
 }
 
-func notFound(what, keyID string) error {
-	return fmt.Errorf("auth: %s key %q: %w", what, clip(keyID), fault.ErrAPIKeyNotFound)
+// notFound is the error of op on a key ID that no stored key has.
+func notFound(op Op, keyID string) error {
+	return fmt.Errorf("%s %q: %w", op, clip(keyID), fault.ErrAPIKeyNotFound)
 }
 
 func storageKey(id string) []byte { return []byte(KeyPrefix + id) }
@@ -471,11 +478,11 @@ func validID(id string) bool {
 // control characters. The error wraps fault.ErrInvalidArgument.
 func validateName(name string) error {
 	if name == "" || len(name) > MaxNameLen || !utf8.ValidString(name) {
-		return fmt.Errorf("auth: key name %q: %w: want 1 to %d bytes of UTF-8", clip(name), fault.ErrInvalidArgument, MaxNameLen)
+		return fmt.Errorf("key name %q: %w: want 1 to %d bytes of UTF-8", clip(name), fault.ErrInvalidArgument, MaxNameLen)
 	}
 	for _, r := range name {
 		if r < 0x20 || 0x7f <= r && r < 0xa0 {
-			return fmt.Errorf("auth: key name %q: %w: control character %U", clip(name), fault.ErrInvalidArgument, r)
+			return fmt.Errorf("key name %q: %w: control character %U", clip(name), fault.ErrInvalidArgument, r)
 		}
 	}
 	return nil

@@ -338,8 +338,8 @@ func TestOpenCorrupt(t *testing.T) {
 			saved := cloneKV(kv)
 			defer func() { kv.m = saved }()
 			mutate()
-			if _, err := Open(kv, "", nil); err == nil || !strings.HasPrefix(err.Error(), "auth: open: ") {
-				t.Errorf("Open(%s record) = %v; want an auth: open: error", name, err)
+			if _, err := Open(kv, "", nil); err == nil || !strings.HasPrefix(err.Error(), "load API keys: ") {
+				t.Errorf("Open(%s record) = %v; want a load API keys: error", name, err)
 			}
 		})
 	}

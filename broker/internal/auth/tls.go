@@ -23,11 +23,11 @@ import (
 // material.
 func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
-		return nil, errors.New("auth: tls: cert_file and key_file must both be set")
+		return nil, errors.New("TLS: cert_file and key_file must both be set")
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("auth: tls: load certificate %s and key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("TLS: load certificate %s and key %s: %w", certFile, keyFile, err)
 	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
@@ -36,11 +36,11 @@ func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 	if clientCAFile != "" {
 		pem, err := os.ReadFile(clientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("auth: tls: client CA file: %w", err)
+			return nil, fmt.Errorf("TLS: client CA file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("auth: tls: client CA file %s: no PEM certificate", clientCAFile)
+			return nil, fmt.Errorf("TLS: client CA file %s: no PEM certificate", clientCAFile)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert

@@ -120,7 +120,10 @@ type Config struct {
 	Shard shard.Config
 	// Effects are the meta group's effects on this node.
 	Effects Effects
-	Logger  *slog.Logger
+	// Logger receives the node's lines, and those of its peer transport
+	// with subsystem=peer added: the server gives it component=cluster,
+	// which a second component would repeat.
+	Logger *slog.Logger
 	// SnapshotEvery is how many bytes of entries a queue's replica
 	// applies between two images of its state, after which its group's
 	// log is compacted (see shard.Replication.ImageEvery): 0 means 64 MiB,
@@ -279,7 +282,7 @@ type proposal struct {
 }
 
 // ErrStopped is returned by operations on a node that has stopped.
-var ErrStopped = fmt.Errorf("cluster: node stopped: %w", fault.ErrUnavailable)
+var ErrStopped = fmt.Errorf("node stopped: %w", fault.ErrUnavailable)
 
 // Open starts a cluster node over st: it reads the meta state, opens the
 // groups of the queues this node holds, starts the peer transport and
@@ -289,10 +292,10 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.NodeID == 0 {
-		return nil, errors.New("cluster: node ID 0")
+		return nil, errors.New("node ID 0: want 1 or more")
 	}
 	if _, ok := cfg.Peers[cfg.NodeID]; !ok {
-		return nil, fmt.Errorf("cluster: node %d is not among the peers", cfg.NodeID)
+		return nil, fmt.Errorf("node %d is not among the peers", cfg.NodeID)
 	}
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = 100 * time.Millisecond
@@ -402,7 +405,7 @@ func Open(cfg Config, st Storage) (*Node, error) {
 		Down: func(id uint64) {
 			n.post(func() { n.peerDown(id) })
 		},
-		Logger: cfg.Logger.With("component", "peer"),
+		Logger: cfg.Logger.With("subsystem", "peer"),
 	})
 	if err != nil {
 		n.closeGroups()
@@ -562,7 +565,7 @@ func (n *Node) openGroup(g *group) error {
 	gid := g.id
 	l, err := raftlog.Open(n.st, gid)
 	if err != nil {
-		return fmt.Errorf("cluster: group %d: %w", gid, err)
+		return fmt.Errorf("group %d: %w", gid, err)
 	}
 	// The meta group's state is all in the store, and its entries are
 	// applied once; a queue's replica starts empty and replays its log
@@ -574,7 +577,7 @@ func (n *Node) openGroup(g *group) error {
 		}
 		snap := l.Stored()
 		if applied, err = n.recoverMeta(snap.GetMetadata().GetIndex(), snap.GetData(), applied); err != nil {
-			return fmt.Errorf("cluster: group %d: %w", gid, err)
+			return fmt.Errorf("group %d: %w", gid, err)
 		}
 	}
 	l.CommitAtLeast(applied)
@@ -593,7 +596,7 @@ func (n *Node) openGroup(g *group) error {
 		Logger:                    raftLogger{n.log.With("group", gid)},
 	})
 	if err != nil {
-		return fmt.Errorf("cluster: group %d: %w", gid, err)
+		return fmt.Errorf("group %d: %w", gid, err)
 	}
 	if _, cs, err := l.InitialState(); err == nil && len(cs.GetVoters()) > 0 {
 		n.setConf(g, cs)
@@ -608,7 +611,7 @@ func (n *Node) openGroup(g *group) error {
 			peers[i] = raft.Peer{ID: id}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
-			return fmt.Errorf("cluster: group %d: bootstrap: %w", gid, err)
+			return fmt.Errorf("group %d: bootstrap: %w", gid, err)
 		}
 		g.replicas = g.boot
 		// A new queue group's preferred leader, which spreads the
@@ -621,7 +624,7 @@ func (n *Node) openGroup(g *group) error {
 	g.rn, g.log = rn, l
 	if g.sh != nil {
 		if err := n.recoverReplica(g); err != nil {
-			return fmt.Errorf("cluster: group %d: %w", gid, err)
+			return fmt.Errorf("group %d: %w", gid, err)
 		}
 		l.SetSource(n.snapshotSource(g))
 	}
@@ -679,7 +682,7 @@ func (n *Node) openQueueGroup(q *queueInfo) (*group, error) {
 		}
 		if r := <-done; r.Err != nil {
 			sh.Close()
-			return nil, fmt.Errorf("cluster: create queue %s: %w", name, r.Err)
+			return nil, fmt.Errorf("create queue %s: %w", name, r.Err)
 		}
 	}
 	g.sh = sh
@@ -1117,7 +1120,8 @@ func (n *Node) Route(queue string) (*shard.Shard, error) {
 
 // missing returns the error of an operation naming queue, which no group
 // serves: one wrapping fault.ErrQueueSharded for a sharded queue (or its
-// DLQ), else fault.ErrQueueNotFound.
+// DLQ), else fault.ErrQueueNotFound itself: the operation, which the
+// client names with the queue, says the rest.
 func (n *Node) missing(queue string) error {
 	n.mu.RLock()
 	base, cnt, ok := n.meta.shardedOf(queue)
@@ -1125,7 +1129,7 @@ func (n *Node) missing(queue string) error {
 	if ok {
 		return errSharded(base, cnt)
 	}
-	return fmt.Errorf("queue %s: %w", queue, fault.ErrQueueNotFound)
+	return fault.ErrQueueNotFound
 }
 
 // Shards returns the shards of the queue replicas on this node, sorted
@@ -1178,7 +1182,7 @@ func (n *Node) Leader(queue string) (nodeID uint64, addr string, term uint64, er
 		if base, cnt, ok := n.meta.shardedOf(queue); ok {
 			return 0, "", 0, errSharded(base, cnt)
 		}
-		return 0, "", 0, fmt.Errorf("queue %s: %w", queue, fault.ErrQueueNotFound)
+		return 0, "", 0, fault.ErrQueueNotFound
 	}
 	g := n.byQueue[q.spec.Name]
 	if g == nil {
@@ -1259,10 +1263,10 @@ func checkIdentity(st Storage, clusterID string, node uint64) (moved bool, err e
 	}
 	id, k := binary.Uvarint(v)
 	if k <= 0 {
-		return moved, fmt.Errorf("cluster: the data directory's identity record (%d bytes) does not decode", len(v))
+		return moved, fmt.Errorf("the data directory's identity record (%d bytes) does not decode", len(v))
 	}
 	if id != node || string(v[k:]) != clusterID {
-		return moved, fmt.Errorf("cluster: this data directory belongs to node %d of cluster %q, not node %d of cluster %q: "+
+		return moved, fmt.Errorf("this data directory belongs to node %d of cluster %q, not node %d of cluster %q: "+
 			"start each node on its own data directory, or on an empty one to replace a node", id, v[k:], node, clusterID)
 	}
 	return moved, nil

@@ -26,7 +26,7 @@ import (
 // with, when this node was removed from the cluster (RemoveNode). Node
 // IDs are never reused: a machine comes back under a new ID, with an
 // empty data directory, added with AddNode.
-var ErrRemoved = errors.New("cluster: this node was removed from the cluster; node IDs are never reused: start it with an empty data directory under a new node ID, and add it with fila cluster add-node")
+var ErrRemoved = errors.New("this node was removed from the cluster; node IDs are never reused: start it with an empty data directory under a new node ID, and add it with fila cluster add-node")
 
 func memberKey(id uint64) []byte  { return binary.BigEndian.AppendUint64([]byte("m/m/"), id) }
 func removedKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte("m/x/"), id) }

@@ -100,7 +100,7 @@ func (m *metaState) load(st Storage) error {
 	} {
 		err := st.Scan([]byte(s.prefix), prefixEnd(s.prefix), func(k, v []byte) error {
 			if len(k) != len(s.prefix)+8 {
-				return fmt.Errorf("cluster: meta: %s key of %d bytes", s.prefix, len(k))
+				return fmt.Errorf("meta state: %s key of %d bytes", s.prefix, len(k))
 			}
 			s.fn(binary.BigEndian.Uint64(k[len(s.prefix):]), v)
 			return nil
@@ -112,7 +112,7 @@ func (m *metaState) load(st Storage) error {
 	m.nextGroup = MetaGroup + 1
 	err := st.Scan([]byte("m/n/"), []byte("m/n0"), func(k, v []byte) error {
 		if len(k) != 4+8 {
-			return fmt.Errorf("cluster: meta: node key of %d bytes", len(k))
+			return fmt.Errorf("meta state: node key of %d bytes", len(k))
 		}
 		m.nodes[binary.BigEndian.Uint64(k[4:])] = string(v)
 		return nil
@@ -123,7 +123,7 @@ func (m *metaState) load(st Storage) error {
 	err = st.Scan([]byte("m/q/"), []byte("m/q0"), func(k, v []byte) error {
 		q, err := decodeQueueInfo(v)
 		if err != nil {
-			return fmt.Errorf("cluster: meta: queue %s: %w", k[4:], err)
+			return fmt.Errorf("meta state: queue %s: %w", k[4:], err)
 		}
 		m.queues[q.spec.Name] = q
 		return nil
@@ -137,7 +137,7 @@ func (m *metaState) load(st Storage) error {
 			return nil // deleted with its queue; a stale record is harmless
 		}
 		if err := decodePlacement(v, q); err != nil {
-			return fmt.Errorf("cluster: meta: placement of queue %s: %w", k[4:], err)
+			return fmt.Errorf("meta state: placement of queue %s: %w", k[4:], err)
 		}
 		return nil
 	})
@@ -146,7 +146,7 @@ func (m *metaState) load(st Storage) error {
 	}
 	err = st.Scan([]byte("m/d/"), []byte("m/d0"), func(k, v []byte) error {
 		if len(k) != 4+8 {
-			return fmt.Errorf("cluster: meta: drain key of %d bytes", len(k))
+			return fmt.Errorf("meta state: drain key of %d bytes", len(k))
 		}
 		m.draining[binary.BigEndian.Uint64(k[4:])] = true
 		return nil
@@ -160,7 +160,7 @@ func (m *metaState) load(st Storage) error {
 	m.pending = nil
 	if v, err := st.Get(rebalanceKey); err == nil {
 		if m.pending, err = decodeMoves(v); err != nil {
-			return fmt.Errorf("cluster: meta: rebalance moves: %w", err)
+			return fmt.Errorf("meta state: rebalance moves: %w", err)
 		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -283,7 +283,7 @@ func (n *Node) proposeMeta(ctx context.Context, kind byte, body []byte) (metaRes
 		select {
 		case n.propc <- proposal{group: MetaGroup, data: data, dropped: func() { dropped <- struct{}{} }}:
 		case <-ctx.Done():
-			return metaResult{}, fmt.Errorf("cluster: no meta leader: %w", fault.ErrUnavailable)
+			return metaResult{}, fmt.Errorf("no leader of the meta group: %w", fault.ErrUnavailable)
 		case <-n.stop:
 			return metaResult{}, ErrStopped
 		}
@@ -301,7 +301,7 @@ func (n *Node) proposeMeta(ctx context.Context, kind byte, body []byte) (metaRes
 		case <-wait.C:
 		case <-ctx.Done():
 			wait.Stop()
-			return metaResult{}, fmt.Errorf("cluster: meta proposal not applied: %w", fault.ErrUnavailable)
+			return metaResult{}, fmt.Errorf("meta group proposal not applied: %w", fault.ErrUnavailable)
 		case <-n.stop:
 			wait.Stop()
 			return metaResult{}, ErrStopped
@@ -325,13 +325,13 @@ func (n *Node) applyMeta(e *pb.Entry) error {
 			seq, k2 = binary.Uvarint(rest[k1:])
 		}
 		if k1 <= 0 || k2 <= 0 {
-			return fmt.Errorf("cluster: meta entry %d: bad header", idx)
+			return fmt.Errorf("meta group entry %d: bad header", idx)
 		}
 		body := rest[k1+k2:]
 		var err error
 		res, err = n.applyMetaCommand(&b, kind, body)
 		if err != nil {
-			return fmt.Errorf("cluster: meta entry %d: %w", idx, err)
+			return fmt.Errorf("meta group entry %d: %w", idx, err)
 		}
 	}
 	var v [8]byte

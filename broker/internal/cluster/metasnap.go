@@ -178,7 +178,7 @@ func (n *Node) writeMeta(index uint64, data []byte) error {
 
 // ErrCorruptSnapshot is the error of a meta snapshot whose data does not
 // decode: the node stops taking part rather than apply it.
-var ErrCorruptSnapshot = errors.New("cluster: corrupt snapshot")
+var ErrCorruptSnapshot = errors.New("corrupt meta snapshot")
 
 // installMeta installs a snapshot of the meta group received from its
 // leader and made durable in the log: the state is replaced with the

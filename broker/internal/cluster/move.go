@@ -80,7 +80,7 @@ func (n *Node) checkMove(queue string, replicas []uint64) ([]uint64, error) {
 	case dlq:
 		return nil, fmt.Errorf("move queue %s: a dead-letter queue moves with its queue: %w", queue, fault.ErrInvalidArgument)
 	case q == nil:
-		return nil, fmt.Errorf("move queue: %w", n.missing(queue))
+		return nil, fmt.Errorf("move queue %s: %w", queue, n.missing(queue))
 	case len(replicas) == 0 || len(replicas) > maxReplicas:
 		return nil, fmt.Errorf("move queue %s: %d replicas, want 1 to %d: %w", queue, len(replicas), maxReplicas, fault.ErrInvalidArgument)
 	}

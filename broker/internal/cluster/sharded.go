@@ -27,7 +27,7 @@ func (m *metaState) loadSharded(st Storage) error {
 	return st.Scan([]byte("m/s/"), []byte("m/s0"), func(k, v []byte) error {
 		cnt, n := binary.Uvarint(v)
 		if n <= 0 || n != len(v) || cnt < 2 || cnt > sched.MaxShards {
-			return fmt.Errorf("cluster: meta: sharded queue %s: bad shard count", k[4:])
+			return fmt.Errorf("meta state: sharded queue %s: bad shard count", k[4:])
 		}
 		m.sharded[string(k[4:])] = int(cnt)
 		return nil

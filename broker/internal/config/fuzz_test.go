@@ -22,7 +22,7 @@ func FuzzLoad(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// load is Load without the file system, so that the fuzzer runs
 		// (and minimizes) fast.
-		c, src, err := load(FileName, data, nil, hostname)
+		c, src, err := load(FileName, data, nil, nil, hostname)
 		if err != nil {
 			return
 		}
@@ -34,7 +34,7 @@ func FuzzLoad(f *testing.F) {
 		if c.Auth.BootstrapAPIKey != "" {
 			printed = strings.Replace(printed, `"<redacted>"`, quote(string(c.Auth.BootstrapAPIKey)), 1)
 		}
-		back, _, err := load(FileName, []byte(printed), nil, hostname)
+		back, _, err := load(FileName, []byte(printed), nil, nil, hostname)
 		if err != nil {
 			t.Fatalf("Load(Print(c)) error = %v\nprinted:\n%s", err, printed)
 		}

@@ -45,6 +45,22 @@ type LoadOptions struct {
 	Env []string
 	// Hostname supplies the default server.node_id; nil means os.Hostname.
 	Hostname func() (string, error)
+	// Flags are the values given on the command line, which override the
+	// environment, the file and the defaults. Later ones override earlier
+	// ones for the same key.
+	Flags []FlagValue
+}
+
+// A FlagValue is the value of one key given by a command-line flag.
+type FlagValue struct {
+	// Key is the key the flag sets, "section.name", such as
+	// "server.listen_addr".
+	Key string
+	// Value is the value as written, in the form an environment variable
+	// takes: "127.0.0.1:5555", "30s", "true".
+	Value string
+	// Flag is the flag as Sources names it, such as "--listen".
+	Flag string
 }
 
 // An Origin is the layer a value came from.
@@ -55,13 +71,14 @@ const (
 	FromDefault Origin = iota // built in
 	FromFile                  // fila.toml
 	FromEnv                   // a FILA_<SECTION>_<KEY> variable
+	FromFlag                  // a command-line flag
 )
 
 // A Source says where one value came from.
 type Source struct {
 	Origin Origin
-	// Name is the file's path for FromFile and the variable's name for
-	// FromEnv. For FromDefault it is empty, or says what the default was
+	// Name is the file's path for FromFile, the variable's name for
+	// FromEnv and the flag, such as "--listen", for FromFlag. For FromDefault it is empty, or says what the default was
 	// derived from: "hostname" for a node ID or an advertised address
 	// taken from the host name, "server.listen_addr" for an advertised
 	// address that is the client listener's, "a quarter of
@@ -69,14 +86,16 @@ type Source struct {
 	Name string
 }
 
-// String returns "default", "default (hostname)", "file <path>" or
-// "env <NAME>".
+// String returns "default", "default (hostname)", "file <path>",
+// "env <NAME>" or "flag <--name>".
 func (s Source) String() string {
 	switch s.Origin {
 	case FromFile:
 		return "file " + s.Name
 	case FromEnv:
 		return "env " + s.Name
+	case FromFlag:
+		return "flag " + s.Name
 	}
 	if s.Name != "" {
 		return "default (" + s.Name + ")"
@@ -135,8 +154,8 @@ func (e *KeyError) Error() string {
 }
 
 // Load returns the effective configuration: the defaults, overridden by the
-// configuration file, overridden by the environment, and where each value
-// came from.
+// configuration file, overridden by the environment, overridden by the
+// command-line flags (opts.Flags), and where each value came from.
 //
 // The file is opts.Path when set; otherwise the first of FileName in
 // opts.Dir and opts.SystemPath that exists; with none, only defaults and
@@ -146,7 +165,7 @@ func (e *KeyError) Error() string {
 // their first word names a section.
 //
 // Load fails with one joined error listing every problem: a *KeyError for
-// each unknown section, key or variable and each value of the wrong form or
+// each unknown section, key, variable or flag key and each value of the wrong form or
 // out of range (each names the key, the value as written and the accepted
 // form; secrets are shown as "<redacted>"), or an error for a file that
 // cannot be read or parsed.
@@ -163,11 +182,11 @@ func Load(opts LoadOptions) (Config, *Sources, error) {
 	if hostname == nil {
 		hostname = os.Hostname
 	}
-	return load(path, data, env, hostname)
+	return load(path, data, env, opts.Flags, hostname)
 }
 
 // load is Load after the file, if any, was read: path is "" for none.
-func load(path string, data []byte, env []string, hostname func() (string, error)) (Config, *Sources, error) {
+func load(path string, data []byte, env []string, flags []FlagValue, hostname func() (string, error)) (Config, *Sources, error) {
 	l := &loader{
 		c:       Default(),
 		src:     &Sources{file: path, keys: make(map[string]Source, len(fields))},
@@ -180,6 +199,7 @@ func load(path string, data []byte, env []string, hostname func() (string, error
 		}
 	}
 	l.applyEnv(env)
+	l.applyFlags(flags)
 
 	var hostOnce struct {
 		name string
@@ -397,6 +417,34 @@ func (l *loader) applyEnv(env []string) {
 			text = quote(redacted)
 		}
 		v, want := parseString(f.kind, vars[name])
+		if want != "" {
+			l.failed[f.key()] = true
+			l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: want})
+			continue
+		}
+		l.set(f, v, from, text)
+	}
+}
+
+// applyFlags applies the command-line values of flags to l.c, in order.
+func (l *loader) applyFlags(flags []FlagValue) {
+	for _, fv := range flags {
+		from := Source{Origin: FromFlag, Name: fv.Flag}
+		section, name, _ := strings.Cut(fv.Key, ".")
+		f := lookupField(section, name)
+		text := strconv.Quote(fv.Value)
+		if f == nil {
+			if mayBeSecret(name) {
+				text = quote(redacted)
+			}
+			l.errs = append(l.errs, &KeyError{Key: fv.Key, Value: text, Source: from, Unknown: true,
+				Want: "a configuration key, section.name"})
+			continue
+		}
+		if f.kind == kindSecret {
+			text = quote(redacted)
+		}
+		v, want := parseString(f.kind, fv.Value)
 		if want != "" {
 			l.failed[f.key()] = true
 			l.errs = append(l.errs, &KeyError{Key: f.key(), Value: text, Source: from, Want: want})

@@ -9,15 +9,19 @@ import (
 // Print writes c as TOML that Load reads back to the same configuration,
 // for `fila-server --print-config`: every section and key, in the order of
 // the documentation, each followed by a comment naming its source from src
-// ("# default", "# file /etc/fila/fila.toml", "# env FILA_LOG_LEVEL"). A nil
-// src omits the comments. A set bootstrap_apikey is written as
-// "<redacted>". Print returns the first error of w.
+// ("# default", "# file /etc/fila/fila.toml", "# env FILA_LOG_LEVEL",
+// "# flag --listen"). A nil src omits the comments. A set bootstrap_apikey
+// is written as "<redacted>". Print returns the first error of w.
 func (c Config) Print(w io.Writer, src *Sources) error {
 	bw := bufio.NewWriter(w)
 	bw.WriteString("# Effective configuration of fila-server.\n")
 	if src != nil {
+		layers := " and the environment"
+		if src.fromFlags() {
+			layers = ", the environment and flags"
+		}
 		if src.file != "" {
-			bw.WriteString("# Read from " + src.file + " and the environment; each value names its source.\n")
+			bw.WriteString("# Read from " + src.file + layers + "; each value names its source.\n")
 		} else {
 			bw.WriteString("# No configuration file was found; each value names its source.\n")
 		}
@@ -48,4 +52,14 @@ func (c Config) Print(w io.Writer, src *Sources) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// fromFlags reports whether any value came from a command-line flag.
+func (s *Sources) fromFlags() bool {
+	for _, src := range s.keys {
+		if src.Origin == FromFlag {
+			return true
+		}
+	}
+	return false
 }

@@ -40,7 +40,7 @@ type Program struct {
 // name.
 //
 // The error wraps fault.ErrScriptError and names the script and, for a
-// syntax or compile error, the line: "hook: compile on_enqueue: line 3
+// syntax or compile error, the line: "compile on_enqueue: line 3
 // near 'end': syntax error: script error". A script whose top level
 // fails, or that does not define its function, fails the same way.
 func Compile(onEnqueue, onFailure string) (*Program, error) {
@@ -72,7 +72,7 @@ func compileScript(name, src string) (*lua.FunctionProto, error) {
 	lim := DefaultLimits()
 	lim.Timeout = defineTimeout
 	if err := st.define(context.Background(), &lim, proto, name); err != nil {
-		return nil, fmt.Errorf("hook: compile %s: %w: %w", name, err, fault.ErrScriptError)
+		return nil, fmt.Errorf("compile %s: %w: %w", name, err, fault.ErrScriptError)
 	}
 	return proto, nil
 }
@@ -81,7 +81,7 @@ func compileScript(name, src string) (*lua.FunctionProto, error) {
 // error positions.
 func compileChunk(name, src string) (proto *lua.FunctionProto, err error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("hook: compile %s: %s: %w", name, fmt.Sprintf(format, args...), fault.ErrScriptError)
+		return fmt.Errorf("compile %s: %s: %w", name, fmt.Sprintf(format, args...), fault.ErrScriptError)
 	}
 	defer func() {
 		// The parser and compiler report errors by panicking; a panic

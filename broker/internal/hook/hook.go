@@ -159,7 +159,7 @@ var ErrNoHook = errors.New("no hook")
 //
 // A hook call that fails returns the defaults (the producer's values, or
 // for on_failure a zero Decision the caller must ignore) and an error
-// saying why: "hook: on_enqueue orders: on_enqueue:3: attempt to index a
+// saying why: "on_enqueue orders: on_enqueue:3: attempt to index a
 // nil value". Errors wrapping ErrTimeout and ErrMemoryLimit are limits
 // hit. The error of a call whose context ended wraps the context's error;
 // that call does not count as a failure of the hook.
@@ -183,9 +183,10 @@ type hookState struct {
 
 // NewRunner returns a runner of p's hooks, one per queue. cfg serves
 // fila.get (nil: every key is unset), limits bound every call (zero fields
-// take the defaults), logger receives circuit breaker transitions (nil:
-// discarded), and now is the clock of the breaker's cooldown (nil:
-// time.Now); tests pass a fake one.
+// take the defaults), logger receives circuit breaker transitions, whose
+// lines name the hook and the queue themselves (nil: discarded), and now
+// is the clock of the breaker's cooldown (nil: time.Now); tests pass a
+// fake one.
 func NewRunner(p *Program, cfg ConfigReader, limits Limits, logger *slog.Logger, now func() time.Time) *Runner {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -310,7 +311,7 @@ func (r *Runner) release(st *state, h *hookState, queue string, cerr *callError)
 }
 
 func hookError(h *hookState, queue string, err error) error {
-	return fmt.Errorf("hook: %s %s: %w", h.name, queue, err)
+	return fmt.Errorf("%s %s: %w", h.name, queue, err)
 }
 
 // Stats returns the runner's counters.

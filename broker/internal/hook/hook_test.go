@@ -179,7 +179,7 @@ func TestOnEnqueueBadResults(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("OnEnqueue() error = %v; want one containing %q", err, tt.want)
 			}
-			if !strings.HasPrefix(fmt.Sprint(err), "hook: on_enqueue orders: ") {
+			if !strings.HasPrefix(fmt.Sprint(err), "on_enqueue orders: ") {
 				t.Errorf("OnEnqueue() error = %v; want it to start with the hook and queue", err)
 			}
 			if !reflect.DeepEqual(out, producerOutput) {

@@ -56,7 +56,7 @@ func buildLibrary() (*library, error) {
 	defer L.Close()
 	for _, open := range []lua.LGFunction{lua.OpenBase, lua.OpenMath} {
 		if err := L.CallByParam(lua.P{Fn: L.NewFunction(open), Protect: true}); err != nil {
-			return nil, fmt.Errorf("hook: open library: %w", err)
+			return nil, fmt.Errorf("open the Lua library: %w", err)
 		}
 	}
 	opened := L.G.Global

@@ -10,11 +10,11 @@ import (
 )
 
 // ErrTimeout is wrapped by the error of a call stopped at its time limit
-// (Limits.Timeout): "hook: on_enqueue orders: timeout after 10ms".
+// (Limits.Timeout): "on_enqueue orders: timeout after 10ms".
 var ErrTimeout = errors.New("timeout")
 
 // ErrMemoryLimit is wrapped by the error of a call stopped at its memory
-// limit (Limits.MemoryLimit): "hook: on_enqueue orders: memory limit 8MB
+// limit (Limits.MemoryLimit): "on_enqueue orders: memory limit 8MB
 // exceeded".
 var ErrMemoryLimit = errors.New("memory limit")
 

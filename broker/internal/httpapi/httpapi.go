@@ -66,7 +66,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("http: listen: %w", err)
+		return nil, fmt.Errorf("admin HTTP listener: %w", err)
 	}
 	s := &Server{cfg: cfg, ln: ln, open: !cfg.RequireAuth || loopback(ln.Addr())}
 	mux := http.NewServeMux()

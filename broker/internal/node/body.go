@@ -26,7 +26,7 @@ import (
 const bodyVersion = 1
 
 // ErrBody is wrapped by the errors of a body that does not decode.
-var ErrBody = errors.New("node: malformed message body")
+var ErrBody = errors.New("malformed message body")
 
 // EncodeBody appends the body of a message (headers, each key and value
 // at most 65535 bytes, and payload) to dst.

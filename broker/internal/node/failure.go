@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fila-mq/fila/broker/internal/hook"
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -17,7 +16,7 @@ func FailureHook(h *Hooks) func(ctx context.Context, f sched.Failure, record []b
 	return func(ctx context.Context, f sched.Failure, record []byte) (sched.Decision, error) {
 		r := h.Runner(f.Queue)
 		if r == nil || !r.HasOnFailure() {
-			return sched.Decision{}, errors.New("node: no on_failure hook")
+			return sched.Decision{}, errors.New("no on_failure hook")
 		}
 		headers, _, err := decodeRecord(record)
 		if err != nil {
@@ -38,7 +37,7 @@ func FailureHook(h *Hooks) func(ctx context.Context, f sched.Failure, record []b
 		}
 		d, err := r.OnFailure(ctx, in)
 		if err != nil {
-			return sched.Decision{}, fmt.Errorf("node: on_failure %s: %w", f.Queue, err)
+			return sched.Decision{}, err // names the hook and the queue
 		}
 		if d.DeadLetter {
 			return sched.DeadLetter(), nil

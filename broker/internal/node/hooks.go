@@ -40,7 +40,8 @@ func (h *Hooks) Compile(onEnqueue, onFailure string) (*hook.Program, error) {
 func (h *Hooks) Add(queue string, p *hook.Program) {
 	var r *hook.Runner
 	if p != nil {
-		r = hook.NewRunner(p, h.cfg, h.limits, h.log.With("queue", queue), time.Now)
+		// The runner's lines name the queue themselves.
+		r = hook.NewRunner(p, h.cfg, h.limits, h.log, time.Now)
 	}
 	h.mu.Lock()
 	old := h.queues[queue]

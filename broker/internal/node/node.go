@@ -220,7 +220,7 @@ func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (
 		}
 	}
 	if size > n.cfg.MaxMessageSize {
-		return Message{}, fmt.Errorf("%s: message of %d bytes exceeds %d: %w", m.Queue, size, n.cfg.MaxMessageSize, fault.ErrMessageTooLarge)
+		return Message{}, fmt.Errorf("enqueue %s: message of %d bytes exceeds %d: %w", m.Queue, size, n.cfg.MaxMessageSize, fault.ErrMessageTooLarge)
 	}
 	if len(m.Headers) > 1024 {
 		return Message{}, fmt.Errorf("%d headers: at most 1024: %w", len(m.Headers), fault.ErrInvalidArgument)

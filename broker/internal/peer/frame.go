@@ -129,10 +129,10 @@ func appendEntry(b []byte, group uint64, m *pb.Message, size int) ([]byte, error
 	start := len(b)
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
 	if err != nil {
-		return b, fmt.Errorf("peer: marshal message: %w", err)
+		return b, fmt.Errorf("marshal message: %w", err)
 	}
 	if n := len(b) - start; n != size {
-		return b, fmt.Errorf("peer: message changed after Send: %d bytes, was %d", n, size)
+		return b, fmt.Errorf("message changed after Send: %d bytes, was %d", n, size)
 	}
 	return b, nil
 }
@@ -151,14 +151,14 @@ func decodeBatch(body []byte, dst []Message) ([]Message, error) {
 	n := 0
 	for rest := body; len(rest) > 0; n++ {
 		if n == maxFrameEntries {
-			return dst, fmt.Errorf("peer: batch of more than %d entries", maxFrameEntries)
+			return dst, fmt.Errorf("batch of more than %d entries", maxFrameEntries)
 		}
 		group, _, m, err := nextEntry(rest)
 		if err != nil {
-			return dst, fmt.Errorf("peer: batch entry %d: %w", n, err)
+			return dst, fmt.Errorf("batch entry %d: %w", n, err)
 		}
 		if group == chunkGroup {
-			return dst, fmt.Errorf("peer: batch entry %d: a chunk among other entries", n)
+			return dst, fmt.Errorf("batch entry %d: a chunk among other entries", n)
 		}
 		rest = rest[m:]
 	}
@@ -170,7 +170,7 @@ func decodeBatch(body []byte, dst []Message) ([]Message, error) {
 	for i, rest := 0, body; len(rest) > 0; i++ {
 		group, data, m, _ := nextEntry(rest)
 		if err := proto.Unmarshal(data, &msgs[i]); err != nil {
-			return dst, fmt.Errorf("peer: batch entry %d (group %d): %w", i, group, err)
+			return dst, fmt.Errorf("batch entry %d (group %d): %w", i, group, err)
 		}
 		out = append(out, Message{Group: group, Msg: &msgs[i]})
 		rest = rest[m:]
@@ -208,7 +208,7 @@ type reassembly struct {
 // run past the entry's end or the entry exceeds MaxMessageSize.
 func (r *reassembly) add(chunk []byte) ([]byte, error) {
 	if len(r.buf)+len(chunk) > MaxMessageSize+2*binary.MaxVarintLen64 {
-		return nil, fmt.Errorf("peer: chunked message over the limit of %d bytes", MaxMessageSize)
+		return nil, fmt.Errorf("chunked message over the limit of %d bytes", MaxMessageSize)
 	}
 	r.buf = append(r.buf, chunk...)
 	_, g := binary.Uvarint(r.buf)
@@ -216,21 +216,21 @@ func (r *reassembly) add(chunk []byte) ([]byte, error) {
 		return nil, nil // the group's uvarint is not whole yet
 	}
 	if g < 0 {
-		return nil, errors.New("peer: chunked message: bad group uvarint")
+		return nil, errors.New("chunked message: bad group uvarint")
 	}
 	size, s := binary.Uvarint(r.buf[g:])
 	if s == 0 {
 		return nil, nil
 	}
 	if s < 0 || size > MaxMessageSize {
-		return nil, fmt.Errorf("peer: chunked message: bad size, or over the limit of %d bytes", MaxMessageSize)
+		return nil, fmt.Errorf("chunked message: bad size, or over the limit of %d bytes", MaxMessageSize)
 	}
 	total := uint64(g+s) + size
 	switch {
 	case uint64(len(r.buf)) < total:
 		return nil, nil
 	case uint64(len(r.buf)) > total:
-		return nil, fmt.Errorf("peer: chunked message of %d bytes followed by %d more", total, uint64(len(r.buf))-total)
+		return nil, fmt.Errorf("chunked message of %d bytes followed by %d more", total, uint64(len(r.buf))-total)
 	}
 	out := r.buf
 	r.buf = nil
@@ -245,7 +245,7 @@ func chunkEntry(body []byte) (chunk []byte, ok bool, err error) {
 		return nil, false, nil // decodeBatch reports the error
 	}
 	if n != len(body) {
-		return nil, false, errors.New("peer: a chunk entry shares its frame")
+		return nil, false, errors.New("a chunk entry shares its frame")
 	}
 	return data, true, nil
 }

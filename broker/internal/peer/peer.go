@@ -567,7 +567,7 @@ func (p *peer) readFrames(c *conn) error {
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n > MaxFrameSize {
-			return fmt.Errorf("peer: frame of %d bytes, over the limit of %d", n, MaxFrameSize)
+			return fmt.Errorf("frame of %d bytes, over the limit of %d", n, MaxFrameSize)
 		}
 		if cap(buf) < int(n) {
 			buf = make([]byte, n)

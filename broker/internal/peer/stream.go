@@ -56,16 +56,16 @@ var (
 	// stream's layout: a frame or a reason over its bound, a header that
 	// is not a message, a bad uvarint, a bad status. The connection closes
 	// without a reply and the event is logged at Warn.
-	errStreamProtocol = errors.New("peer: stream protocol error")
+	errStreamProtocol = errors.New("stream protocol error")
 	// errStreamCorrupt is wrapped by the error of an end frame whose
 	// checksum or length does not match the data that came.
-	errStreamCorrupt = errors.New("peer: stream data corrupt")
+	errStreamCorrupt = errors.New("stream data corrupt")
 	// errStreamIsolated is wrapped by the errors of a stream cut because
 	// its peer is isolated (Isolate).
-	errStreamIsolated = errors.New("peer: peer isolated")
+	errStreamIsolated = errors.New("peer isolated")
 	// errTransportClosed is the error of SendStream after Close, or when
 	// Close or RemovePeer aborts it.
-	errTransportClosed = errors.New("peer: transport closed or peer removed")
+	errTransportClosed = errors.New("transport closed or peer removed")
 )
 
 // SendStream sends m, and the data that data writes, to the peer to over a
@@ -96,7 +96,7 @@ var (
 // fail.
 func (t *Transport) SendStream(ctx context.Context, to uint64, m Message, data func(w io.Writer) error) (int64, error) {
 	if m.Msg == nil {
-		return 0, errors.New("peer: stream of a nil message")
+		return 0, errors.New("stream of a nil message")
 	}
 	hdr, err := appendStreamHeader(nil, m)
 	if err != nil {
@@ -112,14 +112,14 @@ func (t *Transport) SendStream(ctx context.Context, to uint64, m Message, data f
 	case closed:
 		return 0, errTransportClosed
 	case p == nil:
-		return 0, fmt.Errorf("peer: stream to node %d: not a peer", to)
+		return 0, fmt.Errorf("stream to node %d: not a peer", to)
 	}
 	defer t.wg.Done()
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("peer: stream to node %d: %w", to, err)
+		return 0, fmt.Errorf("stream to node %d: %w", to, err)
 	}
 	if t.isIsolated(to) {
-		return 0, fmt.Errorf("peer: stream to node %d: %w", to, errStreamIsolated)
+		return 0, fmt.Errorf("stream to node %d: %w", to, errStreamIsolated)
 	}
 
 	// Close and RemovePeer cancel p.ctx; either, or the caller's ctx,
@@ -132,7 +132,7 @@ func (t *Transport) SendStream(ctx context.Context, to uint64, m Message, data f
 		case p.ctx.Err() != nil:
 			return errTransportClosed
 		case ctx.Err() != nil:
-			return fmt.Errorf("peer: stream to node %d: %w", to, ctx.Err())
+			return fmt.Errorf("stream to node %d: %w", to, ctx.Err())
 		}
 		return err
 	}
@@ -142,7 +142,7 @@ func (t *Transport) SendStream(ctx context.Context, to uint64, m Message, data f
 	p.mu.Unlock()
 	nc, err := t.dial(sctx, to, addr, streamMagic)
 	if err != nil {
-		return 0, cause(fmt.Errorf("peer: stream to node %d at %s: %w", to, addr, err))
+		return 0, cause(fmt.Errorf("stream to node %d at %s: %w", to, addr, err))
 	}
 	raw := rawConn(nc)
 	defer raw.Close() // no TLS close_notify: the reply is in, or nothing is due
@@ -164,7 +164,7 @@ func (t *Transport) SendStream(ctx context.Context, to uint64, m Message, data f
 func (t *Transport) sendStream(p *peer, nc net.Conn, hdr []byte, data func(w io.Writer) error) (int64, error) {
 	before := func() error {
 		if t.isIsolated(p.id) {
-			return fmt.Errorf("peer: stream to node %d: %w", p.id, errStreamIsolated)
+			return fmt.Errorf("stream to node %d: %w", p.id, errStreamIsolated)
 		}
 		return nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
@@ -172,7 +172,7 @@ func (t *Transport) sendStream(p *peer, nc net.Conn, hdr []byte, data func(w io.
 		return 0, err
 	}
 	if _, err := nc.Write(hdr); err != nil {
-		return 0, fmt.Errorf("peer: stream to node %d: write: %w", p.id, err)
+		return 0, fmt.Errorf("stream to node %d: write: %w", p.id, err)
 	}
 	w := newStreamWriter(nc, before)
 	var err error
@@ -193,7 +193,7 @@ func (t *Transport) sendStream(p *peer, nc net.Conn, hdr []byte, data func(w io.
 		return w.n, err
 	}
 	if t.isIsolated(p.id) {
-		return w.n, fmt.Errorf("peer: stream to node %d: %w", p.id, errStreamIsolated)
+		return w.n, fmt.Errorf("stream to node %d: %w", p.id, errStreamIsolated)
 	}
 	refused, reason, err := t.readStreamReply(p, nc)
 	switch {
@@ -208,7 +208,7 @@ func (t *Transport) sendStream(p *peer, nc net.Conn, hdr []byte, data func(w io.
 // refusal is SendStream's error when node id refused the stream for
 // reason.
 func refusal(id uint64, reason string) error {
-	return fmt.Errorf("peer: node %d refused the stream: %s", id, reason)
+	return fmt.Errorf("node %d refused the stream: %s", id, reason)
 }
 
 // timedOut says whether err is a deadline's.
@@ -226,7 +226,7 @@ func (t *Transport) readStreamReply(p *peer, nc net.Conn) (refused bool, reason 
 		p.log.Warn("closing a stream connection", "err", err)
 	}
 	if err != nil {
-		return false, "", fmt.Errorf("peer: stream to node %d: reply: %w", p.id, err)
+		return false, "", fmt.Errorf("stream to node %d: reply: %w", p.id, err)
 	}
 	return refused, reason, nil
 }
@@ -236,18 +236,18 @@ func (t *Transport) readStreamReply(p *peer, nc net.Conn) (refused bool, reason 
 // would exceed MaxFrameSize, or when m.Msg does not marshal.
 func appendStreamHeader(b []byte, m Message) ([]byte, error) {
 	if n := uvarintLen(m.Group) + proto.Size(m.Msg); n > MaxFrameSize {
-		return nil, fmt.Errorf("peer: stream header of %d bytes, over the limit of %d", n, MaxFrameSize)
+		return nil, fmt.Errorf("stream header of %d bytes, over the limit of %d", n, MaxFrameSize)
 	}
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
 	b = binary.AppendUvarint(b, m.Group)
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, m.Msg)
 	if err != nil {
-		return nil, fmt.Errorf("peer: marshal stream message: %w", err)
+		return nil, fmt.Errorf("marshal stream message: %w", err)
 	}
 	n := len(b) - start - frameHeaderLen
 	if n > MaxFrameSize { // changed while marshaled
-		return nil, fmt.Errorf("peer: stream header of %d bytes, over the limit of %d", n, MaxFrameSize)
+		return nil, fmt.Errorf("stream header of %d bytes, over the limit of %d", n, MaxFrameSize)
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(n))
 	return b, nil
@@ -341,7 +341,7 @@ func (s *streamWriter) flush() {
 	}
 	binary.BigEndian.PutUint32(s.buf, uint32(len(body)))
 	if _, err := s.w.Write(s.buf); err != nil {
-		s.err = fmt.Errorf("peer: stream: write: %w", err)
+		s.err = fmt.Errorf("stream: write: %w", err)
 		return
 	}
 	s.crc = crc32.Update(s.crc, castagnoli, body)
@@ -363,11 +363,11 @@ func (s *streamWriter) end() error {
 	}
 	b := appendStreamEnd(s.buf[:0], s.crc, s.n)
 	if _, err := s.w.Write(b); err != nil {
-		s.err = fmt.Errorf("peer: stream: write: %w", err)
+		s.err = fmt.Errorf("stream: write: %w", err)
 		return s.err
 	}
 	s.buf = nil
-	s.err = errors.New("peer: stream: write after the end")
+	s.err = errors.New("stream: write after the end")
 	return nil
 }
 
@@ -418,7 +418,7 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	s.left -= n
 	s.n += int64(n)
 	if err != nil {
-		s.err = fmt.Errorf("peer: stream: read: %w", noEOF(err))
+		s.err = fmt.Errorf("stream: read: %w", noEOF(err))
 		return n, s.err
 	}
 	return n, nil
@@ -434,7 +434,7 @@ func (s *streamReader) next() error {
 	}
 	var hdr [frameHeaderLen]byte
 	if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
-		return fmt.Errorf("peer: stream: read: %w", noEOF(err))
+		return fmt.Errorf("stream: read: %w", noEOF(err))
 	}
 	switch n := binary.BigEndian.Uint32(hdr[:]); {
 	case n > streamChunk:
@@ -445,7 +445,7 @@ func (s *streamReader) next() error {
 	}
 	var sum [4]byte
 	if _, err := io.ReadFull(s.r, sum[:]); err != nil {
-		return fmt.Errorf("peer: stream: read: %w", noEOF(err))
+		return fmt.Errorf("stream: read: %w", noEOF(err))
 	}
 	total, err := readUvarint(s.r)
 	if err != nil {
@@ -468,7 +468,7 @@ func readUvarint(r io.ByteReader) (uint64, error) {
 	for i := range b {
 		c, err := r.ReadByte()
 		if err != nil {
-			return 0, fmt.Errorf("peer: stream: read: %w", noEOF(err))
+			return 0, fmt.Errorf("stream: read: %w", noEOF(err))
 		}
 		b[i] = c
 		if c < 0x80 {
@@ -571,7 +571,7 @@ func (t *Transport) receiveStream(p *peer, nc net.Conn) {
 	ir.idle = streamIdleTimeout
 	data := &streamReader{r: r, before: func() error {
 		if t.isIsolated(p.id) {
-			return fmt.Errorf("peer: stream from node %d: %w", p.id, errStreamIsolated)
+			return fmt.Errorf("stream from node %d: %w", p.id, errStreamIsolated)
 		}
 		return nil
 	}}

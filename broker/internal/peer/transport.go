@@ -176,14 +176,14 @@ type Transport struct {
 func New(cfg Config) (*Transport, error) {
 	switch {
 	case cfg.NodeID == 0:
-		return nil, errors.New("peer: node ID must not be 0")
+		return nil, errors.New("node ID must not be 0")
 	case cfg.ClusterID == "" || len(cfg.ClusterID) > maxClusterID:
-		return nil, fmt.Errorf("peer: cluster ID must be 1 to %d bytes, not %d", maxClusterID, len(cfg.ClusterID))
+		return nil, fmt.Errorf("cluster ID must be 1 to %d bytes, not %d", maxClusterID, len(cfg.ClusterID))
 	case cfg.Handler == nil:
-		return nil, errors.New("peer: no Handler")
+		return nil, errors.New("no Handler")
 	}
 	if _, ok := cfg.Peers[0]; ok {
-		return nil, errors.New("peer: peer ID must not be 0")
+		return nil, errors.New("peer ID must not be 0")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -191,7 +191,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("peer: listen: %w", err)
+		return nil, fmt.Errorf("peer listener: %w", err)
 	}
 	if cfg.TLS != nil {
 		ln = tls.NewListener(ln, cfg.TLS)
@@ -367,7 +367,7 @@ func (t *Transport) Close() error {
 	close(t.stop)
 	t.wg.Wait()
 	if err != nil {
-		return fmt.Errorf("peer: close listener: %w", err)
+		return fmt.Errorf("close the peer listener: %w", err)
 	}
 	return nil
 }

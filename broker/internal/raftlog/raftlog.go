@@ -57,7 +57,7 @@ type KV interface {
 
 // ErrCorrupt is wrapped by the errors of a group whose stored log does not
 // hold together: an entry that does not decode, or a gap in the indexes.
-var ErrCorrupt = errors.New("raftlog: corrupt group log")
+var ErrCorrupt = errors.New("corrupt group log")
 
 // Log is one group's Raft storage. It implements raft.Storage.
 type Log struct {
@@ -299,7 +299,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		if e == nil {
 			v, err := l.kv.Get(l.entryKey(i))
 			if err != nil {
-				return nil, fmt.Errorf("raftlog: entry %d: %w", i, err)
+				return nil, fmt.Errorf("group log entry %d: %w", i, err)
 			}
 			typ, term, data, err := decodeEntryValue(v)
 			if err != nil {
@@ -398,11 +398,11 @@ func (l *Log) Append(b *store.Batch, ents []*pb.Entry) error {
 	}
 	from := ents[0].GetIndex()
 	if from > l.last()+1 {
-		return fmt.Errorf("raftlog: append at %d after last %d: a gap", from, l.last())
+		return fmt.Errorf("group log: append at %d after last %d: a gap", from, l.last())
 	}
 	for i, e := range ents {
 		if e.GetIndex() != from+uint64(i) {
-			return fmt.Errorf("raftlog: append: entry %d at position %d of a run from %d", e.GetIndex(), i, from)
+			return fmt.Errorf("group log: append: entry %d at position %d of a run from %d", e.GetIndex(), i, from)
 		}
 	}
 	// Drop the replaced tail.
@@ -527,7 +527,7 @@ func (l *Log) DropStaged(b *store.Batch, index uint64, count int) {
 // chunk limit.
 func (l *Log) ApplyStaged(b *store.Batch, snap *pb.Snapshot, count int, size int64) error {
 	if count <= 0 || count > maxChunks {
-		return fmt.Errorf("raftlog: a staged snapshot of %d chunks", count)
+		return fmt.Errorf("group log: a staged snapshot of %d chunks", count)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -604,7 +604,7 @@ func (l *Log) Compact(b *store.Batch, i uint64, cs *pb.ConfState, data []byte) e
 		return raft.ErrSnapOutOfDate
 	}
 	if i > l.last() {
-		return fmt.Errorf("raftlog: compact at %d beyond last %d", i, l.last())
+		return fmt.Errorf("group log: compact at %d beyond last %d", i, l.last())
 	}
 	snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
 		ConfState: proto.CloneOf(cs), Index: proto.Uint64(i), Term: proto.Uint64(l.terms[i-l.first()]),

@@ -42,7 +42,7 @@ func (c *Change) AppendTo(b []byte) []byte {
 	return b
 }
 
-var errShortChange = errors.New("rtconf: change: truncated")
+var errShortChange = errors.New("config change: truncated")
 
 // DecodeChange decodes what AppendTo wrote. It fails on any other version
 // or op, short or trailing bytes, an invalid key, and a value Set would
@@ -52,7 +52,7 @@ func DecodeChange(b []byte) (Change, error) {
 		return Change{}, errShortChange
 	}
 	if b[0] != changeVersion {
-		return Change{}, fmt.Errorf("rtconf: change: version %d, want %d", b[0], changeVersion)
+		return Change{}, fmt.Errorf("config change: version %d, want %d", b[0], changeVersion)
 	}
 	c := Change{Op: ChangeOp(b[1])}
 	n := int(binary.BigEndian.Uint16(b[2:]))
@@ -62,7 +62,7 @@ func DecodeChange(b []byte) (Change, error) {
 	}
 	c.Key, b = string(b[:n]), b[n:]
 	if err := ValidateKey(c.Key); err != nil {
-		return Change{}, fmt.Errorf("rtconf: change: %w", err)
+		return Change{}, fmt.Errorf("config change: %w", err)
 	}
 	switch c.Op {
 	case ChangeSet:
@@ -76,14 +76,14 @@ func DecodeChange(b []byte) (Change, error) {
 		}
 		c.Value, b = string(b[:n]), b[n:]
 		if err := validateValue(c.Key, c.Value); err != nil {
-			return Change{}, fmt.Errorf("rtconf: change: %w", err)
+			return Change{}, fmt.Errorf("config change: %w", err)
 		}
 	case ChangeDelete:
 	default:
-		return Change{}, fmt.Errorf("rtconf: change: op %d", c.Op)
+		return Change{}, fmt.Errorf("config change: op %d", c.Op)
 	}
 	if len(b) != 0 {
-		return Change{}, fmt.Errorf("rtconf: change: %d trailing bytes", len(b))
+		return Change{}, fmt.Errorf("config change: %d trailing bytes", len(b))
 	}
 	return c, nil
 }

@@ -121,7 +121,7 @@ func Open(kv KV) (*Store, error) {
 	s := &Store{kv: kv, seed: maphash.MakeSeed()}
 	snap, err := s.load()
 	if err != nil {
-		return nil, fmt.Errorf("rtconf: open: %w", err)
+		return nil, fmt.Errorf("load runtime config: %w", err)
 	}
 	s.snap.Store(snap)
 	return s, nil
@@ -165,7 +165,7 @@ func (s *Store) load() (*snapshot, error) {
 func (s *Store) Reload() error {
 	next, err := s.load()
 	if err != nil {
-		return fmt.Errorf("rtconf: reload: %w", err)
+		return fmt.Errorf("reload runtime config: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -244,13 +244,13 @@ func (s *Store) Set(key, value string) error {
 		covered = true
 		if err := v.fn(key, value); err != nil {
 			if errors.Is(err, fault.ErrInvalidConfigValue) {
-				return fmt.Errorf("rtconf: set %s: %w", key, err)
+				return fmt.Errorf("set config %s: %w", key, err)
 			}
-			return fmt.Errorf("rtconf: set %s: %w: %w", key, fault.ErrInvalidConfigValue, err)
+			return fmt.Errorf("set config %s: %w: %w", key, fault.ErrInvalidConfigValue, err)
 		}
 	}
 	if !covered && strings.HasPrefix(key, BrokerPrefix) {
-		return fmt.Errorf("rtconf: set %s: %w: the prefix %q is reserved for the broker's own settings",
+		return fmt.Errorf("set config %s: %w: the prefix %q is reserved for the broker's own settings",
 			key, fault.ErrInvalidArgument, BrokerPrefix)
 	}
 
@@ -324,7 +324,7 @@ func (s *Store) applyLocked(c Change) (bool, error) {
 			return false, nil
 		}
 		if err := s.kv.Put(storageKey(c.Key), []byte(c.Value)); err != nil {
-			return false, fmt.Errorf("rtconf: set %s: %w", c.Key, err)
+			return false, fmt.Errorf("set config %s: %w", c.Key, err)
 		}
 		next.shards[shard] = maps.Clone(old.shards[shard])
 		next.shards[shard][c.Key] = c.Value
@@ -337,14 +337,14 @@ func (s *Store) applyLocked(c Change) (bool, error) {
 			return false, nil
 		}
 		if err := s.kv.Delete(storageKey(c.Key)); err != nil {
-			return false, fmt.Errorf("rtconf: delete %s: %w", c.Key, err)
+			return false, fmt.Errorf("delete config %s: %w", c.Key, err)
 		}
 		next.shards[shard] = maps.Clone(old.shards[shard])
 		delete(next.shards[shard], c.Key)
 		i, _ := slices.BinarySearch(old.keys, c.Key)
 		next.keys = slices.Delete(slices.Clone(old.keys), i, i+1) // old.keys is shared
 	default:
-		return false, fmt.Errorf("rtconf: %w: change op %d", fault.ErrInvalidArgument, c.Op)
+		return false, fmt.Errorf("config change: %w: op %d", fault.ErrInvalidArgument, c.Op)
 	}
 	s.snap.Store(&next)
 	s.notify(c.Key, c.Value, c.Op == ChangeDelete)
@@ -407,16 +407,16 @@ func storageKey(key string) []byte {
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("rtconf: key: %w: empty", fault.ErrInvalidArgument)
+		return fmt.Errorf("key: %w: empty", fault.ErrInvalidArgument)
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("rtconf: key %s: %w: %d bytes, over the limit of %d",
+		return fmt.Errorf("key %s: %w: %d bytes, over the limit of %d",
 			show(key), fault.ErrInvalidArgument, len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("rtconf: key %s: %w: not valid UTF-8", show(key), fault.ErrInvalidArgument)
+		return fmt.Errorf("key %s: %w: not valid UTF-8", show(key), fault.ErrInvalidArgument)
 	}
 	for _, r := range key {
 		if r < 0x20 || 0x7f <= r && r < 0xa0 {
-			return fmt.Errorf("rtconf: key %s: %w: control character %U", show(key), fault.ErrInvalidArgument, r)
+			return fmt.Errorf("key %s: %w: control character %U", show(key), fault.ErrInvalidArgument, r)
 		}
 	}
 	return nil
@@ -426,11 +426,11 @@ func ValidateKey(key string) error {
 // fault.ErrInvalidArgument.
 func validateValue(key, value string) error {
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("rtconf: value of %s: %w: %d bytes, over the limit of %d",
+		return fmt.Errorf("value of %s: %w: %d bytes, over the limit of %d",
 			show(key), fault.ErrInvalidArgument, len(value), MaxValueLen)
 	}
 	if !utf8.ValidString(value) {
-		return fmt.Errorf("rtconf: value of %s: %w: not valid UTF-8", show(key), fault.ErrInvalidArgument)
+		return fmt.Errorf("value of %s: %w: not valid UTF-8", show(key), fault.ErrInvalidArgument)
 	}
 	return nil
 }

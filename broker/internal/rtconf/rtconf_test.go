@@ -364,8 +364,8 @@ func TestOpenErrors(t *testing.T) {
 	for _, bad := range []struct{ key, value string }{{"c/", "v"}, {"c/a\x00", "v"}, {"c/k", "\xff"}} {
 		kv := newMemKV()
 		kv.m[bad.key] = bad.value
-		if _, err := Open(kv); err == nil || !strings.HasPrefix(err.Error(), "rtconf: open: ") {
-			t.Errorf("Open(stored %q=%q) = %v; want an rtconf: open: error", bad.key, bad.value, err)
+		if _, err := Open(kv); err == nil || !strings.HasPrefix(err.Error(), "load runtime config: ") {
+			t.Errorf("Open(stored %q=%q) = %v; want a load runtime config: error", bad.key, bad.value, err)
 		}
 	}
 }

@@ -120,8 +120,8 @@ const imageVersion = 3
 
 // ErrBadImage is wrapped by LoadImage's errors. Their text names the
 // byte of the image where decoding stopped and why, as in
-// "sched: bad image: byte 1234: message 0190...: zero or repeated".
-var ErrBadImage = errors.New("sched: bad image")
+// "bad scheduler image: byte 1234: message 0190...: zero or repeated".
+var ErrBadImage = errors.New("bad scheduler image")
 
 // Message record header bits.
 const (

@@ -792,7 +792,7 @@ func TestLoadImageErrors(t *testing.T) {
 	}
 	bad := slices.Clone(img)
 	bad[0] = imageVersion + 1
-	if _, err := LoadImage(Config{}, bad); err == nil || err.Error() != fmt.Sprintf("sched: bad image: byte 0: unknown version %d", imageVersion+1) {
+	if _, err := LoadImage(Config{}, bad); err == nil || err.Error() != fmt.Sprintf("bad scheduler image: byte 0: unknown version %d", imageVersion+1) {
 		t.Fatalf("version %d: error %v", imageVersion+1, err)
 	}
 	rng := rand.New(rand.NewPCG(8, 9))

@@ -460,7 +460,7 @@ var errTruncated = errors.New("truncated")
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("sched: %s: byte %d: %s", d.what, d.off, fmt.Sprintf(format, args...))
+		d.err = fmt.Errorf("%s: byte %d: %s", d.what, d.off, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -469,7 +469,7 @@ func (d *decoder) take(n int) []byte {
 		return nil
 	}
 	if n < 0 || n > len(d.b)-d.off {
-		d.err = fmt.Errorf("sched: %s: byte %d: need %d more bytes, have %d: %w", d.what, d.off, n, len(d.b)-d.off, errTruncated)
+		d.err = fmt.Errorf("%s: byte %d: need %d more bytes, have %d: %w", d.what, d.off, n, len(d.b)-d.off, errTruncated)
 		return nil
 	}
 	p := d.b[d.off : d.off+n]

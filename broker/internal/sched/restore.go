@@ -31,7 +31,7 @@ func (s *Sched) Restore(key, value []byte) error {
 		err = fmt.Errorf("unknown record kind")
 	}
 	if err != nil {
-		return fmt.Errorf("sched: restore %q: %w", key, err)
+		return fmt.Errorf("restore record %q: %w", key, err)
 	}
 	return nil
 }

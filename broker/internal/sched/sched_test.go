@@ -395,7 +395,7 @@ func TestRestoreOrphansAndErrors(t *testing.T) {
 		s := New(Config{})
 		s.Restore(appendQueueKey(nil, "q"), appendQueueRecord(nil, &QueueSpec{Name: "q"}))
 		err := s.Restore([]byte(tt.key), []byte(tt.value))
-		if err == nil || !strings.Contains(err.Error(), "sched: restore") {
+		if err == nil || !strings.Contains(err.Error(), "restore record") {
 			t.Errorf("Restore(%q, %q) = %v; want an error naming the key", tt.key, tt.value, err)
 		}
 	}

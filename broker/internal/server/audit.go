@@ -9,13 +9,15 @@ import (
 // Audit events. Each is logged at INFO as one line with the message
 // "audit" and the attribute event set to one of these names, plus:
 //
-//	every event        remote (the client's address), and for events
-//	                   of an authenticated connection principal (the
-//	                   acting key's ID: "bootstrap", or "" with auth
-//	                   off) and client (its Handshake client name)
-//	api_key.created    key_id, name, permissions
-//	api_key.revoked    key_id
-//	acl.set            key_id, permissions
+//	every event        conn (the connection's number) and remote (the
+//	                   client's address), from the connection's logger;
+//	                   for events of a connection past its handshake,
+//	                   client (its Handshake client name) and, with auth
+//	                   on, key_id (the acting key's ID: "bootstrap" for
+//	                   the bootstrap key)
+//	api_key.created    target_key_id, name, permissions
+//	api_key.revoked    target_key_id
+//	acl.set            target_key_id, permissions
 //	queue.created      queue
 //	queue.deleted      queue
 //	queue.move_planned queue, replicas (the node IDs it moves to)
@@ -26,7 +28,8 @@ import (
 //	cluster.rebalance_planned  moves, leads (how many of each it planned)
 //	config.set         config_key, value_bytes (never the value)
 //	config.deleted     config_key, existed
-//	auth.failed        client, reason (rate-limited)
+//	auth.failed        client, reason, and key_id when the key was
+//	                   revoked during the handshake (rate-limited)
 //	tls.handshake_failed  reason (rate-limited)
 //
 // A rate-limited event is logged at most once per second across all
@@ -63,7 +66,7 @@ const auditInterval = time.Second
 // anyone who can reach the port may cause go through a limitedAudit
 // instead.
 func (c *conn) audit(event string, attrs ...any) {
-	c.log.Info("audit", append([]any{"event", event, "principal", c.principal.KeyID()}, attrs...)...)
+	c.log.Info("audit", append([]any{"event", event}, attrs...)...)
 }
 
 // A limitedAudit logs one audit event that unauthenticated clients can

@@ -44,6 +44,7 @@ const (
 type conn struct {
 	s   *Server
 	nc  net.Conn
+	id  uint64 // the log's conn attribute: the server's count of connections
 	log *slog.Logger
 	ctx context.Context // canceled when the connection ends
 	end context.CancelFunc
@@ -148,11 +149,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if _, isTLS := nc.(*tls.Conn); !isTLS {
 		nc = &plainConn{Conn: nc}
 	}
+	id := s.connID.Add(1)
 	c := &conn{
 		s:        s,
 		flow:     flow{p: &s.producers},
 		nc:       nc,
-		log:      s.log.With("remote", nc.RemoteAddr().String()),
+		id:       id,
+		log:      s.log.With("conn", id, "remote", nc.RemoteAddr().String()),
 		ctx:      ctx,
 		end:      cancel,
 		fr:       wire.NewFrameReader(maxHandshakeFrame, maxHandshakeFrame),
@@ -407,7 +410,7 @@ func answerReserve(f wire.Frame) int64 {
 		return base + 64*int64(len(f.Items))
 	case *wire.ExtendLease:
 		return base + 64*int64(len(f.Items))
-	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListApiKeys, *wire.GetAcl, *wire.Explain:
+	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListAPIKeys, *wire.GetACL, *wire.Explain:
 		return 64 << 10
 	}
 	return base

@@ -120,13 +120,13 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 	if a := c.s.cfg.Auth; a != nil && c.s.cfg.RequireAuth {
 		p, err := a.Authenticate(hs.APIKey)
 		if err != nil {
-			c.s.authFailed.record("remote", c.remote(), "client", clip(hs.ClientName), "reason", err.Error())
+			c.s.authFailed.record("conn", c.id, "remote", c.remote(), "client", clip(hs.ClientName), "reason", err.Error())
 			c.failQuiet(h.RequestID, wire.CodeUnauthorized, err.Error())
 			return false
 		}
 		c.principal = p
 		if !c.s.register(c) {
-			c.s.authFailed.record("remote", c.remote(), "client", clip(hs.ClientName), "reason", "API key revoked during the handshake")
+			c.s.authFailed.record("conn", c.id, "remote", c.remote(), "client", clip(hs.ClientName), "key_id", p.KeyID(), "reason", "API key revoked during the handshake")
 			c.failQuiet(h.RequestID, wire.CodeUnauthorized, fmt.Sprintf("API key %s was revoked", p.KeyID()))
 			return false
 		}
@@ -153,7 +153,11 @@ func (c *conn) handshake(h wire.Header, body []byte) bool {
 	c.fr.SetLimits(c.s.cfg.MaxFrameSize, 0)
 	c.nc.SetReadDeadline(time.Time{})
 	c.clientName = clip(hs.ClientName)
-	c.log = c.log.With("client", c.clientName)
+	if id := c.principal.KeyID(); id != "" {
+		c.log = c.log.With("client", c.clientName, "key_id", id)
+	} else {
+		c.log = c.log.With("client", c.clientName)
+	}
 	c.push(outItem{reqID: h.RequestID, frame: &wire.HandshakeOk{
 		Version:      version,
 		Capabilities: caps,
@@ -283,7 +287,7 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 		})
 	case *wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig:
 		return c.config(id, f)
-	case *wire.CreateApiKey, *wire.RevokeApiKey, *wire.ListApiKeys, *wire.SetAcl, *wire.GetAcl:
+	case *wire.CreateAPIKey, *wire.RevokeAPIKey, *wire.ListAPIKeys, *wire.SetACL, *wire.GetACL:
 		return c.keys(id, f)
 	case *wire.Topology:
 		addr := c.s.cfg.AdvertiseAddr
@@ -1042,47 +1046,47 @@ func (c *conn) config(id uint32, f wire.Frame) error {
 func (c *conn) keys(id uint32, f wire.Frame) error {
 	n, p := c.s.n, c.principal
 	switch f := f.(type) {
-	case *wire.CreateApiKey:
+	case *wire.CreateAPIKey:
 		perms := toAuth(f.Permissions)
 		kid, secret, err := n.CreateKey(p, f.Name, perms)
 		if err != nil {
 			return err
 		}
-		c.audit(auditKeyCreated, "key_id", kid, "name", f.Name, "permissions", permStrings(perms))
-		c.respond(id, &wire.CreateApiKeyResult{KeyID: kid, Secret: secret})
-	case *wire.RevokeApiKey:
+		c.audit(auditKeyCreated, "target_key_id", kid, "name", f.Name, "permissions", permStrings(perms))
+		c.respond(id, &wire.CreateAPIKeyResult{KeyID: kid, Secret: secret})
+	case *wire.RevokeAPIKey:
 		// Revoking closes the key's connections before it returns (see
 		// Server.keyChanged).
 		if err := n.RevokeKey(p, f.KeyID); err != nil {
 			return err
 		}
-		c.audit(auditKeyRevoked, "key_id", f.KeyID)
-		c.respond(id, &wire.RevokeApiKeyOk{})
-	case *wire.ListApiKeys:
+		c.audit(auditKeyRevoked, "target_key_id", f.KeyID)
+		c.respond(id, &wire.RevokeAPIKeyOk{})
+	case *wire.ListAPIKeys:
 		keys, err := n.ListKeys(p)
 		if err != nil {
 			return err
 		}
-		var ks []wire.ApiKeyInfo
+		var ks []wire.APIKeyInfo
 		for _, k := range keys {
-			ks = append(ks, wire.ApiKeyInfo{KeyID: k.ID, Name: k.Name, CreatedAtMS: uint64(k.CreatedAt.UnixMilli()), Permissions: fromAuth(k.Permissions)})
+			ks = append(ks, wire.APIKeyInfo{KeyID: k.ID, Name: k.Name, CreatedAtMS: uint64(k.CreatedAt.UnixMilli()), Permissions: fromAuth(k.Permissions)})
 		}
-		c.respond(id, &wire.ListApiKeysResult{Keys: ks})
-	case *wire.SetAcl:
+		c.respond(id, &wire.ListAPIKeysResult{Keys: ks})
+	case *wire.SetACL:
 		// Setting an ACL ends the subscriptions it does not allow before
 		// it returns (see Server.keyChanged).
 		perms := toAuth(f.Permissions)
 		if err := n.SetACL(p, f.KeyID, perms); err != nil {
 			return err
 		}
-		c.audit(auditACLSet, "key_id", f.KeyID, "permissions", permStrings(perms))
-		c.respond(id, &wire.SetAclOk{})
-	case *wire.GetAcl:
+		c.audit(auditACLSet, "target_key_id", f.KeyID, "permissions", permStrings(perms))
+		c.respond(id, &wire.SetACLOk{})
+	case *wire.GetACL:
 		ps, err := n.GetACL(p, f.KeyID)
 		if err != nil {
 			return err
 		}
-		c.respond(id, &wire.GetAclResult{Permissions: fromAuth(ps)})
+		c.respond(id, &wire.GetACLResult{Permissions: fromAuth(ps)})
 	}
 	return nil
 }

@@ -206,6 +206,9 @@ type Server struct {
 	n     *node.Node
 	log   *slog.Logger
 	subID atomic.Uint64
+	// connID numbers the client connections from 1, for the log's conn
+	// attribute.
+	connID atomic.Uint64
 	// reassembling is the bytes charged to Config.ReassemblyBudget.
 	reassembling atomic.Int64
 	adm          *admission
@@ -254,7 +257,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
-		return errors.New("server: shutting down")
+		return errors.New("server shutting down")
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
@@ -275,7 +278,7 @@ func (s *Server) Serve(ln net.Listener) error {
 				time.Sleep(backoff)
 				continue
 			}
-			return fmt.Errorf("server: accept: %w", err)
+			return fmt.Errorf("accept: %w", err)
 		}
 		backoff = 0
 		if addr, ok := addrKey(nc.RemoteAddr()); ok {

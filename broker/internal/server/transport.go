@@ -43,7 +43,7 @@ func (c *conn) handshakeTLS(tc *tls.Conn) bool {
 	switch {
 	case errors.As(err, &rhe) && rhe.Conn != nil:
 		// The first bytes are not a TLS record: a plaintext client.
-		c.s.tlsFailed.record("remote", c.remote(), "reason", "plaintext client on the TLS port")
+		c.s.tlsFailed.record("conn", c.id, "remote", c.remote(), "reason", "plaintext client on the TLS port")
 		c.s.cfg.Metrics.HandshakeFailed("tls")
 		c.s.adm.failed(c)
 		refuseMismatch(rhe.Conn, msgTLSRequired)
@@ -52,7 +52,7 @@ func (c *conn) handshakeTLS(tc *tls.Conn) bool {
 		// check), or by Shutdown: nothing was attempted.
 		c.log.Debug("tls handshake", "err", err)
 	default:
-		c.s.tlsFailed.record("remote", c.remote(), "reason", err.Error())
+		c.s.tlsFailed.record("conn", c.id, "remote", c.remote(), "reason", err.Error())
 		c.s.cfg.Metrics.HandshakeFailed("tls")
 		c.s.adm.failed(c)
 	}
@@ -86,7 +86,7 @@ type plainConn struct {
 }
 
 // errTLSClient ends the read loop of a TLS client on the plaintext port.
-var errTLSClient = errors.New("server: TLS client on the plaintext port")
+var errTLSClient = errors.New("TLS client on the plaintext port")
 
 func (p *plainConn) Read(b []byte) (int, error) {
 	n, err := p.Conn.Read(b)
@@ -95,7 +95,7 @@ func (p *plainConn) Read(b []byte) (int, error) {
 	}
 	p.checked = true
 	if b[0] == 0x16 && (n < 2 || b[1] == 0x03) {
-		p.c.s.tlsFailed.record("remote", p.c.remote(), "reason", "TLS client on the plaintext port")
+		p.c.s.tlsFailed.record("conn", p.c.id, "remote", p.c.remote(), "reason", "TLS client on the plaintext port")
 		p.c.s.cfg.Metrics.HandshakeFailed("tls")
 		p.c.s.adm.failed(p.c)
 		refuseMismatch(p.Conn, msgTLSRefused)

@@ -32,7 +32,7 @@ import (
 
 // ErrBadCommand is wrapped by DecodeCommand's errors: the bytes are not a
 // command this version encodes.
-var ErrBadCommand = errors.New("shard: malformed command")
+var ErrBadCommand = errors.New("malformed replicated command")
 
 // AppendCommand appends c's encoding to b and returns the extended slice.
 func AppendCommand(b []byte, c Command) []byte {

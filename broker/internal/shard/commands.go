@@ -161,7 +161,7 @@ func (sh *Shard) prepare(o op) (func(Result), bool) {
 	case *Enqueue:
 		if sh.st.Health().Full {
 			if done != nil {
-				done(Result{Err: fmt.Errorf("shard: enqueue of %d messages refused: %w", len(c.Items), store.ErrNoSpace)})
+				done(Result{Err: fmt.Errorf("enqueue of %d messages refused: %w", len(c.Items), store.ErrNoSpace)})
 			}
 			return nil, false
 		}

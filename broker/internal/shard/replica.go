@@ -229,7 +229,7 @@ func Applied(st Storage, key []byte) (uint64, error) {
 		return 0, err
 	}
 	if len(v) != 8 {
-		return 0, fmt.Errorf("shard: applied index of %d bytes", len(v))
+		return 0, fmt.Errorf("applied index of %d bytes", len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
@@ -382,7 +382,7 @@ func (sh *Shard) applyEntry(e Entry) {
 	proposer, seq, cmds, err := DecodeEntry(e.Data)
 	if err != nil {
 		// A committed entry every replica has: a bug, not bad input.
-		err = fmt.Errorf("shard: entry %d of %s: %w", e.Index, r.cfg.Queue, err)
+		err = fmt.Errorf("entry %d of queue %s: %w", e.Index, r.cfg.Queue, err)
 		sh.storageFailed(err)
 		sh.log.Error("cannot apply a committed entry; the replica stops", "err", err)
 		return

@@ -232,12 +232,12 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 		if r.ImageKey != nil {
 			index, image, found, err := LoadImage(st, r.ImageKey)
 			if err != nil {
-				return nil, fmt.Errorf("shard: recover %s: %w", r.Queue, err)
+				return nil, fmt.Errorf("recover queue %s: %w", r.Queue, err)
 			}
 			if found {
 				s, err := sched.LoadImage(cfg.Sched, image)
 				if err != nil {
-					return nil, fmt.Errorf("shard: recover %s from its image at %d: %w", r.Queue, index, err)
+					return nil, fmt.Errorf("recover queue %s from its image at %d: %w", r.Queue, index, err)
 				}
 				sh.s = s
 				sh.rep.applied = index
@@ -249,7 +249,7 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 	} else {
 		end := prefixEnd([]byte(sched.Prefix))
 		if err := st.Scan([]byte(sched.Prefix), end, restore); err != nil {
-			return nil, fmt.Errorf("shard: recover: %w", err)
+			return nil, fmt.Errorf("recover the queues: %w", err)
 		}
 		// Lease tokens must never repeat across restarts: start above any
 		// token of an earlier boot by counting from the boot time.
@@ -350,7 +350,7 @@ func (sh *Shard) do(ctx context.Context, o op) error {
 	case sh.cmds <- o:
 		return nil
 	case <-sh.done:
-		return fmt.Errorf("shard: stopped: %w", fault.ErrUnavailable)
+		return fmt.Errorf("scheduler stopped: %w", fault.ErrUnavailable)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -576,7 +576,7 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 		r.batch = nil
 		if err != nil {
 			sh.storageFailed(err)
-			err = fmt.Errorf("shard: storage: %w", fault.ErrUnavailable)
+			err = fmt.Errorf("storage failed: %w", fault.ErrUnavailable)
 			for _, rp := range r.replies {
 				rp.cb(Result{Err: err})
 			}
@@ -671,7 +671,7 @@ func (sh *Shard) decide(f sched.Failure, d sched.Decision) {
 func (sh *Shard) ReadRecord(key []byte) ([]byte, error) {
 	v, err := sh.st.Get(key)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("shard: record: %w", fault.ErrMessageNotFound)
+		return nil, fmt.Errorf("stored record: %w", fault.ErrMessageNotFound)
 	}
 	return v, err
 }
@@ -680,7 +680,7 @@ func (sh *Shard) ReadRecord(key []byte) ([]byte, error) {
 func NewID() ([16]byte, error) {
 	u, err := uuid.NewV7()
 	if err != nil {
-		return [16]byte{}, fmt.Errorf("shard: new id: %w", err)
+		return [16]byte{}, fmt.Errorf("new message ID: %w", err)
 	}
 	return u, nil
 }

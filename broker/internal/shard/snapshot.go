@@ -32,7 +32,7 @@ import (
 
 // ErrBadSnapshot is wrapped by the errors of a snapshot's data that does
 // not decode, or that holds a record outside its queue's key ranges.
-var ErrBadSnapshot = errors.New("shard: bad snapshot")
+var ErrBadSnapshot = errors.New("bad queue snapshot")
 
 // snapshotVersion is the first byte of a snapshot's data:
 //
@@ -262,7 +262,7 @@ func (sh *Shard) install(e Entry) {
 		return
 	}
 	if err := sh.installSnapshot(e); err != nil {
-		err = fmt.Errorf("shard: snapshot %d of %s: %w", e.Index, r.cfg.Queue, err)
+		err = fmt.Errorf("snapshot %d of queue %s: %w", e.Index, r.cfg.Queue, err)
 		sh.storageFailed(err)
 		sh.log.Error("cannot install a snapshot; the replica stops", "err", err)
 	}
@@ -295,7 +295,7 @@ func (sh *Shard) installSnapshot(e Entry) error {
 		sh.st.ApplyAsync(b, func(err error) {
 			sh.inflight.release(size)
 			if err != nil {
-				sh.storageFailed(fmt.Errorf("shard: snapshot %d of %s: %w", snap.index, r.cfg.Queue, err))
+				sh.storageFailed(fmt.Errorf("snapshot %d of queue %s: %w", snap.index, r.cfg.Queue, err))
 			}
 		})
 		b = &store.Batch{}
@@ -368,7 +368,7 @@ func (sh *Shard) applyImage(b *store.Batch, index uint64) {
 	sh.st.ApplyAsync(b, func(err error) {
 		sh.inflight.release(size)
 		if err != nil {
-			sh.storageFailed(fmt.Errorf("shard: image %d of %s: %w", index, r.cfg.Queue, err))
+			sh.storageFailed(fmt.Errorf("image %d of queue %s: %w", index, r.cfg.Queue, err))
 			return
 		}
 		if r.cfg.Imaged != nil {

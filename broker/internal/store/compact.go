@@ -123,7 +123,7 @@ func (d *Disk) compactPass() (bool, error) {
 	for _, s := range prefix {
 		if s.live != 0 {
 			d.mu.RUnlock()
-			return false, fmt.Errorf("store: compact: segment %s still holds %d live bytes after copying", s.name(), s.live)
+			return false, fmt.Errorf("compact: segment %s still holds %d live bytes after copying", s.name(), s.live)
 		}
 	}
 	d.mu.RUnlock()
@@ -131,11 +131,11 @@ func (d *Disk) compactPass() (bool, error) {
 	err = d.log.TruncateFront(last.lastIndex())
 	d.logMu.RUnlock()
 	if err != nil {
-		return false, fmt.Errorf("store: compact: truncate log before %d: %w", last.lastIndex(), err)
+		return false, fmt.Errorf("compact: truncate log before %d: %w", last.lastIndex(), err)
 	}
 	if !d.opts.UnsafeNoSync {
 		if err := syncDir(d.dir); err != nil {
-			return false, fmt.Errorf("store: compact: sync directory: %w", err)
+			return false, fmt.Errorf("compact: sync directory: %w", err)
 		}
 		d.stats.syncs.Add(1)
 	}
@@ -250,7 +250,7 @@ func (d *Disk) copyLive(s *segment) error {
 			_, body, err = verifyRecord(rec)
 		}
 		if err != nil {
-			return fmt.Errorf("store: compact: segment %s offset %d: %w", s.name(), off, err)
+			return fmt.Errorf("compact: segment %s offset %d: %w", s.name(), off, err)
 		}
 		recOff := off + int64(hdr)
 		d.mu.RLock()

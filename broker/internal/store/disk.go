@@ -16,11 +16,11 @@ import (
 )
 
 // ErrNotFound is returned by Get for a key that holds no value.
-var ErrNotFound = errors.New("store: not found")
+var ErrNotFound = errors.New("record not found")
 
 // ErrClosed is returned by every method called after Close. It wraps
 // fault.ErrUnavailable.
-var ErrClosed = fmt.Errorf("store: closed: %w", fault.ErrUnavailable)
+var ErrClosed = fmt.Errorf("storage closed: %w", fault.ErrUnavailable)
 
 // Defaults of Options.
 const (
@@ -304,7 +304,7 @@ type Disk struct {
 // state of the last durable group: it replays the log, cuts a torn final
 // commit (logging it), and fails on corruption before it unless
 // opts.Repair is set. Errors name the segment file and byte offset, as in
-// "store: open data: segment 00000000000000000012 offset 4096: bad record:
+// "open data directory /var/lib/fila: segment 00000000000000000012 offset 4096: bad record:
 // checksum mismatch". Only one Disk may have dir open at a time.
 func Open(dir string, opts Options) (*Disk, error) {
 	d, err := open(dir, opts, true)
@@ -317,11 +317,11 @@ func Open(dir string, opts Options) (*Disk, error) {
 func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		return nil, fmt.Errorf("open data directory %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		return nil, fmt.Errorf("open data directory %s: %w", dir, err)
 	}
 	d := &Disk{
 		dir:         dir,
@@ -357,7 +357,7 @@ func open(dir string, opts Options, autoCompact bool) (*Disk, error) {
 			s.release()
 		}
 		lock.Close()
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		return nil, fmt.Errorf("open data directory %s: %w", dir, err)
 	}
 	if err := d.recover(); err != nil {
 		return fail(err)
@@ -580,7 +580,7 @@ func (d *Disk) sticky() error {
 // fail makes err the sticky error that stops every write and closes the
 // Failed channel. The owner of the store logs it (Failed).
 func (d *Disk) fail(err error) error {
-	err = fmt.Errorf("store: %w: %w", err, fault.ErrUnavailable)
+	err = fmt.Errorf("%w: %w", err, fault.ErrUnavailable)
 	if d.failed.CompareAndSwap(nil, &err) {
 		d.failOnce.Do(func() { close(d.failedc) })
 	}
@@ -645,7 +645,7 @@ func (d *Disk) commit(reqs []request) {
 			return
 		}
 		if !d.waitSpace(need, err) {
-			d.finish(reqs, fmt.Errorf("store: closed while waiting for free space: %w", ErrNoSpace))
+			d.finish(reqs, fmt.Errorf("storage closed while waiting for free space: %w", ErrNoSpace))
 			return
 		}
 	}
@@ -1006,7 +1006,7 @@ func (d *Disk) readValue(v []byte, s *segment, off uint32) error {
 	}
 	d.stats.cacheMisses.Add(1)
 	if _, err := s.f.ReadAt(v, int64(off)); err != nil {
-		return fmt.Errorf("store: read segment %s offset %d: %w", s.name(), off, err)
+		return fmt.Errorf("read segment %s offset %d: %w", s.name(), off, err)
 	}
 	return nil
 }

@@ -225,7 +225,7 @@ func describeRecord(rec []byte) (commit uint64, mutations int, ok bool) {
 // ErrTooLarge is returned by Apply and ApplyAsync for a group holding a key,
 // value or total size over MaxKeySize, MaxValueSize or MaxGroupSize. Nothing
 // of such a group is written.
-var ErrTooLarge = errors.New("store: mutation group too large")
+var ErrTooLarge = errors.New("mutation group too large")
 
 // A Batch is a mutation group: a sequence of puts and deletes that Apply
 // makes durable and visible atomically, all or none, after every group

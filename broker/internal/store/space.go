@@ -54,7 +54,7 @@ import (
 // the data disk is full: a group marked RefuseWhenFull while the store is
 // full, or any group still waiting for space at Close. Nothing of the
 // group was written. It wraps fault.ErrResourceExhausted.
-var ErrNoSpace = fmt.Errorf("store: no space left on the data disk: %w", fault.ErrResourceExhausted)
+var ErrNoSpace = fmt.Errorf("no space left on the data disk: %w", fault.ErrResourceExhausted)
 
 // Health describes whether the store takes writes. Reading it costs two
 // atomic loads.

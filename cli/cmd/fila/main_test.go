@@ -353,8 +353,8 @@ func TestEnqueueAndConsume(t *testing.T) {
 		t.Fatalf("enqueue - -o json = exit %d, %q; want one result", r.code, r.stdout)
 	}
 	c.fails(3, "queue not found", "enqueue", "nope", "x")
-	if r := c.runIn("x\n", "enqueue", "nope", "-"); r.code != 1 || !strings.Contains(r.stderr, "queue not found") {
-		t.Errorf("enqueue nope - = exit %d, %q; want 1 and queue not found", r.code, r.stderr)
+	if r := c.runIn("x\n", "enqueue", "nope", "-"); r.code != 3 || !strings.Contains(r.stderr, "queue not found") {
+		t.Errorf("enqueue nope - = exit %d, %q; want 3 and queue not found", r.code, r.stderr)
 	}
 	c.fails(2, "key=value", "enqueue", "jobs", "x", "--header", "novalue")
 	c.fails(2, "duplicate", "enqueue", "jobs", "-", "--idempotency-key", "k")
@@ -452,9 +452,7 @@ func TestRedriveAndConfig(t *testing.T) {
 	if gone["existed"] != true {
 		t.Errorf("config delete = %v; want existed", gone)
 	}
-	if out := c.ok("config", "delete", "routing.region"); !strings.Contains(out, "was not set") {
-		t.Errorf("config delete again = %q", out)
-	}
+	c.fails(3, "fila: config delete routing.region: not set", "config", "delete", "routing.region")
 }
 
 func TestAuthCommands(t *testing.T) {

@@ -416,3 +416,19 @@ func (e UsageError) Unwrap() error { return e.Err }
 func usagef(format string, args ...any) error {
 	return UsageError{fmt.Errorf(format, args...)}
 }
+
+// during says what the bench was doing when the SDK returned err:
+// during("bench: replay", err) reads "bench: replay: enqueue jobs: queue
+// not found", without the SDK's own "fila: ", which the CLI puts once at
+// the start of the line. errors.Is and errors.As see err.
+func during(what string, err error) error {
+	return &duringError{what + ": " + strings.TrimPrefix(err.Error(), "fila: "), err}
+}
+
+type duringError struct {
+	msg string
+	err error
+}
+
+func (e *duringError) Error() string { return e.msg }
+func (e *duringError) Unwrap() error { return e.err }

@@ -164,7 +164,7 @@ func measureLatency(ctx context.Context, e *env, q string, size, count int, offe
 		binary.LittleEndian.PutUint64(payload, uint64(now()))
 		if _, err := p.Send(ctx, fila.NewMessage(q, payload)); err != nil {
 			stop()
-			return nil, fmt.Errorf("bench: latency: %w", err)
+			return nil, during("bench: latency", err)
 		}
 		select {
 		case <-arrived:
@@ -228,7 +228,7 @@ func measureLatency(ctx context.Context, e *env, q string, size, count int, offe
 	wg.Wait()
 	if err := failure.Load(); err != nil {
 		stop()
-		return nil, fmt.Errorf("bench: latency: %w", *err)
+		return nil, during("bench: latency", *err)
 	}
 	want := base + int64(total)
 	deadline := time.Now().Add(time.Minute)

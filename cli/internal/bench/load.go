@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,7 +236,7 @@ func produce(ctx context.Context, e *env, spec produceSpec, sent *atomic.Int64) 
 		Request:    summarize(merge(samplers)),
 	}
 	if failure != nil {
-		return p, fmt.Errorf("bench: produce: %w", failure)
+		return p, during("bench: produce", failure)
 	}
 	return p, nil
 }
@@ -351,7 +350,7 @@ func consume(ctx context.Context, e *env, spec consumeSpec, got *atomic.Int64) (
 						err := con.AckAll(actx, batch)
 						acancel()
 						if err != nil {
-							fail(fmt.Errorf("bench: ack: %w", err))
+							fail(during("bench", err))
 							continue
 						}
 						var nb int64

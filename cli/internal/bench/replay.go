@@ -798,11 +798,11 @@ func replayProducer(ctx context.Context, e *env, cfg *replayConfig, tr *trace, r
 		}
 		res, err := p.SendBatch(ctx, msgs[i:j])
 		if err != nil {
-			return fmt.Errorf("bench: replay: enqueue: %w", err)
+			return during("bench: replay", err)
 		}
 		for _, res := range res {
 			if res.Err != nil {
-				return fmt.Errorf("bench: replay: enqueue: %w", res.Err)
+				return during("bench: replay", res.Err)
 			}
 		}
 		done := now()
@@ -841,7 +841,7 @@ func replaySampler(e *env, r *replayRun) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("bench: replay: queue stats: %w", err)
+			return during("bench: replay", err)
 		}
 		after := now()
 		ready := int64(st.Ready)
@@ -942,7 +942,7 @@ func replayConsumer(e *env, cfg *replayConfig, tr *trace, r *replayRun, subscrib
 		}()
 	}
 	if p := ackErr.Load(); p != nil {
-		return fmt.Errorf("bench: replay: ack: %w", *p)
+		return during("bench: replay", *p)
 	}
 	return nil
 }

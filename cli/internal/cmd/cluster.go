@@ -298,7 +298,7 @@ func (w *drainWatch) undone(views map[uint64]*fila.ClusterStatus, st drainJSON) 
 
 // gaveUp is the error of a wait that ctx ended.
 func (w *drainWatch) gaveUp(ctx context.Context) error {
-	return fmt.Errorf("fila: cluster drain %d: %s before the node was drained; the drain goes on in the background (fila cluster status shows it): %w", w.node, w.why(ctx), ctx.Err())
+	return &renamedError{msg: fmt.Sprintf("fila: cluster drain %d: %s before the node was drained; the drain goes on in the background (fila cluster status shows it)", w.node, w.why(ctx)), err: ctx.Err()}
 }
 
 // stateRank orders a node's states from the least advanced in a drain:
@@ -541,7 +541,7 @@ func (w *statusWatch) close() {
 
 // gaveUp is the error of a wait that ctx ended.
 func (w *moveWatch) gaveUp(ctx context.Context) error {
-	return fmt.Errorf("fila: cluster move %s: %s before the move was done; it goes on in the background (fila cluster status shows it): %w", w.queue, w.why(ctx), ctx.Err())
+	return &renamedError{msg: fmt.Sprintf("fila: cluster move %s: %s before the move was done; it goes on in the background (fila cluster status shows it)", w.queue, w.why(ctx)), err: ctx.Err()}
 }
 
 // why says why ctx ended a wait: the --timeout, or an interrupt.

@@ -161,7 +161,7 @@ func (g *globals) waitRebalance(ctx context.Context, a *fila.Administrator) erro
 		st := rebalanceProgress(views, unreachable)
 		return rebalanceLine(st), st, st.Done, nil
 	}, func(ctx context.Context) error {
-		return fmt.Errorf("fila: cluster rebalance: %s before the rebalance was done; it goes on in the background (fila cluster status shows it): %w", w.why(ctx), ctx.Err())
+		return &renamedError{msg: fmt.Sprintf("fila: cluster rebalance: %s before the rebalance was done; it goes on in the background (fila cluster status shows it)", w.why(ctx)), err: ctx.Err()}
 	})
 }
 

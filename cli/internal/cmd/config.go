@@ -46,7 +46,7 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 					return err
 				}
 				if !ok {
-					return fmt.Errorf("config key %s is not set: %w", args[0], errNotFound)
+					return fmt.Errorf("config get %s: %w", args[0], errNotSet)
 				}
 				if g.output == "json" {
 					return g.printJSON(map[string]string{"key": args[0], "value": v})
@@ -90,7 +90,7 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 	list.Flags().StringVar(&prefix, "prefix", "", `only keys starting with this, such as "throttle."`)
 	del := &cobra.Command{
 		Use:   "delete KEY",
-		Short: "Delete a runtime config key (deleting throttle.K lifts the limit on K)",
+		Short: "Delete a runtime config key (exit code 3 when unset; deleting throttle.K lifts the limit on K)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.admin(cmd, "delete config", func(ctx context.Context, a *fila.Administrator) error {
@@ -98,14 +98,13 @@ fila.get(key). Keys under "throttle." are rate limits: throttle.K = "rate,burst"
 				if err != nil {
 					return err
 				}
+				if !existed {
+					return fmt.Errorf("config delete %s: %w", args[0], errNotSet)
+				}
 				if g.output == "json" {
-					return g.printJSON(map[string]any{"key": args[0], "existed": existed})
+					return g.printJSON(map[string]any{"key": args[0], "existed": true})
 				}
-				if existed {
-					fmt.Fprintf(g.stdout, "deleted %s\n", args[0])
-				} else {
-					fmt.Fprintf(g.stdout, "%s was not set\n", args[0])
-				}
+				fmt.Fprintf(g.stdout, "deleted %s\n", args[0])
 				return nil
 			})
 		},

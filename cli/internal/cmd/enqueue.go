@@ -3,7 +3,6 @@ package cmd
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,7 +28,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 		Long: `Enqueue PAYLOAD to QUEUE and print the message ID once it is durable.
 With - as PAYLOAD, every line of stdin is a message, sent in batches of
 1000; the IDs are printed in order, and the exit code is 1 if any line
-was rejected.`,
+was rejected, 3 if the queue does not exist.`,
 		Example: `  fila enqueue orders '{"id": 42}' --fairness-key acme --header tenant=acme
   fila enqueue emails hello --throttle-key provider:sendgrid --delay 30s
   seq 1 100 | fila enqueue jobs - --fairness-key batch-7`,
@@ -114,7 +113,7 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 		Error     string `json:"error,omitempty"`
 	}
 	var out []line
-	failed := 0
+	var rejected rejectedError
 	sent := 0 // lines sent so far: the next batch starts at line sent+1
 	send := func(batch []*fila.Message) error {
 		if len(batch) == 0 {
@@ -132,7 +131,7 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 			l := line{ID: r.ID.String(), Duplicate: r.Duplicate}
 			if r.Err != nil {
 				l = line{Error: r.Err.Error()}
-				failed++
+				rejected.add(r.Err)
 			}
 			if g.output == "json" {
 				out = append(out, l)
@@ -175,10 +174,40 @@ func (g *globals) enqueueLines(ctx context.Context, build func([]byte) *fila.Mes
 			return err
 		}
 	}
-	if failed > 0 {
-		return errors.New(plural(failed, "message was", "messages were") + " rejected")
+	if rejected.n > 0 {
+		return &rejected
 	}
 	return nil
+}
+
+// rejectedError counts the lines of enqueue - that the broker rejected.
+// When every rejection has the same code, as when the queue does not
+// exist, it unwraps to the first, so that the exit code and the JSON
+// error code are that code's; rejections for different reasons exit 1.
+type rejectedError struct {
+	n     int
+	first error
+	mixed bool
+}
+
+func (e *rejectedError) add(err error) {
+	e.n++
+	if e.first == nil {
+		e.first = err
+	} else if errorCode(err) != errorCode(e.first) {
+		e.mixed = true
+	}
+}
+
+func (e *rejectedError) Error() string {
+	return plural(e.n, "message was", "messages were") + " rejected"
+}
+
+func (e *rejectedError) Unwrap() error {
+	if e.mixed {
+		return nil
+	}
+	return e.first
 }
 
 func plural(n int, one, many string) string {

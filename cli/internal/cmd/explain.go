@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,10 @@ permission on the queue, as queue inspect does.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := fila.ParseID(args[1])
 			if err != nil {
+				// The SDK's error names the ID again: keep only its cause.
+				if cause := errors.Unwrap(err); cause != nil {
+					err = cause
+				}
 				return usagef("message ID %q: %v", args[1], err)
 			}
 			return g.admin(cmd, "explain", func(ctx context.Context, a *fila.Administrator) error {

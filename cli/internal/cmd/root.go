@@ -29,7 +29,7 @@ const (
 	ExitOK       = 0 // success
 	ExitFailure  = 1 // the command failed: broker error, connection, I/O
 	ExitUsage    = 2 // bad flags or arguments
-	ExitNotFound = 3 // the queue, key, message or config key does not exist
+	ExitNotFound = 3 // the queue, message, API key or config key does not exist
 )
 
 // globals are the flags every command shares.
@@ -88,18 +88,20 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case isNotFound(err):
 		code = ExitNotFound
 	}
+	// The SDK's errors start with "fila: "; the CLI's own get it here,
+	// so that every error reads the same, once.
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "fila: ") {
+		msg = "fila: " + msg
+	}
 	if g.output == "json" {
-		e := map[string]string{"error": err.Error()}
+		e := map[string]string{"error": msg}
 		if c := errorCode(err); c != "" {
 			e["code"] = c
 		}
 		b, _ := json.Marshal(e)
 		fmt.Fprintln(stderr, string(b))
 	} else {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "fila: ") {
-			msg = "fila: " + msg
-		}
 		fmt.Fprintln(stderr, msg)
 	}
 	return code
@@ -112,12 +114,13 @@ func (e usageError) Unwrap() error { return e.error }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// errNotFound marks a lookup that found nothing without a protocol error,
-// such as an unset config key.
-var errNotFound = errors.New("not found")
+// errNotSet marks a lookup that found nothing without a protocol error:
+// an unset config key. It exits ExitNotFound, with the JSON code
+// NOT_FOUND.
+var errNotSet = errors.New("not set")
 
 func isNotFound(err error) bool {
-	for _, target := range []error{errNotFound, fila.ErrQueueNotFound, fila.ErrAPIKeyNotFound, fila.ErrMessageNotFound} {
+	for _, target := range []error{errNotSet, fila.ErrQueueNotFound, fila.ErrAPIKeyNotFound, fila.ErrMessageNotFound} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -145,7 +148,7 @@ func errorCode(err error) string {
 		{"INVALID_CONFIG_VALUE", fila.ErrInvalidConfigValue},
 		{"SCRIPT_ERROR", fila.ErrScriptError},
 		{"API_KEY_NOT_FOUND", fila.ErrAPIKeyNotFound},
-		{"NOT_FOUND", errNotFound},
+		{"NOT_FOUND", errNotSet},
 		{"CONNECTION_LOST", fila.ErrConnectionLost},
 	} {
 		if errors.Is(err, c.err) {
@@ -162,9 +165,14 @@ func newRoot(g *globals) *cobra.Command {
 		Long: `fila administers a Fila broker and moves messages through it.
 
 It is a thin client over the Go SDK. Output is a table for people, or
-JSON for scripts (--output json). Errors go to stderr; the exit code is
-0 on success, 1 when the command failed, 2 for a usage error, and 3 when
-the queue, API key or config key does not exist.`,
+JSON for scripts (--output json). Errors go to stderr, as one line
+"fila: ...", or with --output json as {"error": ..., "code": ...}.
+
+Exit codes, the same for every command:
+  0  success
+  1  the command failed: the broker refused it, or a connection or I/O error
+  2  usage error: an unknown command or flag, a bad argument or flag value
+  3  not found: the queue, message, API key or config key does not exist`,
 		Version:       fila.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -202,7 +210,7 @@ the queue, API key or config key does not exist.`,
 		c.GroupID = "msg"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newQueueCmd(g), newConfigCmd(g), newRedriveCmd(g), newExplainCmd(g), newAuthCmd(g), newClusterCmd(g), newPingCmd(g)} {
+	for _, c := range []*cobra.Command{newQueueCmd(g), newConfigCmd(g), newRedriveCmd(g), newExplainCmd(g), newDashboardCmd(g), newAuthCmd(g), newClusterCmd(g), newPingCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
@@ -366,8 +374,9 @@ func (g *globals) connect(ctx context.Context, reconnect bool) (*fila.Client, er
 }
 
 // connectTo opens a client of addr (host:port, or several, comma
-// separated) with the global flags other than --addr, as connect does.
-func (g *globals) connectTo(ctx context.Context, addr string, reconnect bool) (*fila.Client, error) {
+// separated) with the global flags other than --addr, as connect does,
+// and the extra options after them.
+func (g *globals) connectTo(ctx context.Context, addr string, reconnect bool, extra ...fila.Option) (*fila.Client, error) {
 	opts := []fila.Option{fila.WithDialTimeout(g.timeout), fila.WithClientName("fila-cli/" + fila.Version)}
 	apiKey, err := g.resolveAPIKey()
 	if err != nil {
@@ -394,7 +403,7 @@ func (g *globals) connectTo(ctx context.Context, addr string, reconnect bool) (*
 	if !reconnect {
 		opts = append(opts, fila.WithoutReconnect())
 	}
-	return fila.Connect(ctx, addr, opts...)
+	return fila.Connect(ctx, addr, append(opts, extra...)...)
 }
 
 // admin runs fn with an admin handle, bounded by --timeout. op is the SDK
@@ -434,7 +443,9 @@ func renameOp(err error, op string, cmd *cobra.Command) error {
 	return &renamedError{msg: "fila: " + name + rest, err: err}
 }
 
-// renamedError is an error with its message rewritten by renameOp.
+// renamedError is an error with a message of its own over err: renameOp's,
+// or one that says its cause in words ("--timeout 30s ran out"), which
+// err's text would repeat. errors.Is and errors.As see err.
 type renamedError struct {
 	msg string
 	err error
@@ -485,21 +496,6 @@ func (g *globals) completeQueues(dlqOnly bool) cobra.CompletionFunc {
 			}
 		}
 		return names, cobra.ShellCompDirectiveNoFileComp
-	}
-}
-
-func newVersionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the CLI's version",
-		Args:  cobra.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if g.output == "json" {
-				return g.printJSON(map[string]string{"version": fila.Version})
-			}
-			fmt.Fprintln(g.stdout, "fila", fila.Version)
-			return nil
-		},
 	}
 }
 

@@ -105,15 +105,24 @@ func Broker(s *spec.Spec) map[string]*File {
 }
 
 // SDK renders sdk/go's errors_gen.go and errors_gen_test.go: the sentinel
-// error of every non-OK code ("fila: " and the code's text), one error
-// type per operation that has domain codes, carrying only those codes, and
-// the mapping from wire codes to the sentinels.
+// error of every non-OK code ("fila: " and the code's text), every code
+// as a constant of the SDK's Code type, one error type per operation that
+// has domain codes, carrying only those codes, and the mapping from wire
+// codes to the sentinels.
 func SDK(s *spec.Spec) map[string]*File {
 	f := newFile("fila")
 
 	errorValues(f, s, "Sentinels of ", func(c spec.Code) Code {
 		return Qual("errors", "New").Call(Lit("fila: " + c.Text))
 	})
+
+	var codeDefs []Code
+	for _, c := range s.Codes {
+		id := "Code" + spec.GoName(c.Name)
+		codeDefs = append(codeDefs, comments(fmt.Sprintf("%s is code %d, %s, %s scope. %s", id, c.Value, c.Name, c.Scope, c.Doc)), Id(id).Op("=").Qual(WirePath, id))
+	}
+	f.Add(comments("The protocol's error codes, as Code values, so that a program reads and compares an error's code (CodeOf, StatusError.Code) without importing the codec package."))
+	f.Const().Defs(codeDefs...)
 
 	var sentCases []Code
 	for _, c := range s.Codes {
@@ -133,17 +142,18 @@ func SDK(s *spec.Spec) map[string]*File {
 		if len(op.Codes) == 0 {
 			continue
 		}
-		codeType := op.Name + "Code"
-		errType := op.Name + "Error"
+		goOp := spec.GoName(op.Name)
+		codeType := goOp + "Code"
+		errType := goOp + "Error"
 		verb := opVerb(op.Name)
 
-		f.Comment(fmt.Sprintf("%s is a domain error code that %s can return.", codeType, op.Name))
+		f.Comment(fmt.Sprintf("%s is a domain error code that %s can return.", codeType, goOp))
 		f.Type().Id(codeType).Uint16()
 		var defs []Code
 		var names []string
 		for _, name := range op.Codes {
 			c := s.Code(name)
-			id := op.Name + spec.GoName(name)
+			id := goOp + spec.GoName(name)
 			names = append(names, id)
 			defs = append(defs, docComment(id, c.Doc), Id(id).Id(codeType).Op("=").Lit(c.Value))
 		}
@@ -153,8 +163,8 @@ func SDK(s *spec.Spec) map[string]*File {
 			Return(Qual(WirePath, "Code").Parens(Id("c")).Dot("String").Call()),
 		)
 
-		f.Add(comments(fmt.Sprintf("%s is a domain failure of %s; Code is one of %s. Other failures of %s are *StatusError. errors.Is matches the code's sentinel, such as Err%s.",
-			errType, op.Name, strings.Join(names, ", "), op.Name, spec.GoName(op.Codes[0]))))
+		f.Add(comments(fmt.Sprintf("%s is a domain failure of %s; Code is one of %s. Other failures of %s are *StatusError. errors.Is matches the code's sentinel, such as Err%s, and CodeOf returns the code as a Code.",
+			errType, goOp, strings.Join(names, ", "), goOp, spec.GoName(op.Codes[0]))))
 		f.Type().Id(errType).Struct(
 			Id("Code").Id(codeType),
 			Comment("Target is what the failure concerns: a queue name, a key ID; may be empty."),
@@ -165,6 +175,10 @@ func SDK(s *spec.Spec) map[string]*File {
 		f.Func().Params(Id("e").Op("*").Id(errType)).Id("Error").Params().String().Block(
 			Return(Id("formatError").Call(Lit(verb), Id("e").Dot("Target"), Qual(WirePath, "Code").Parens(Id("e").Dot("Code")), Id("e").Dot("Message"))),
 		)
+		f.Comment("code returns e's code as a Code, for CodeOf.")
+		f.Func().Params(Id("e").Op("*").Id(errType)).Id("code").Params().Id("Code").Block(
+			Return(Id("Code").Parens(Id("e").Dot("Code"))),
+		)
 		f.Comment("Is reports whether target is the sentinel of e's code.")
 		f.Func().Params(Id("e").Op("*").Id(errType)).Id("Is").Params(Id("target").Error()).Bool().Block(
 			Return(Id("target").Op("==").Id("sentinel").Call(Qual(WirePath, "Code").Parens(Id("e").Dot("Code")))),
@@ -174,7 +188,7 @@ func SDK(s *spec.Spec) map[string]*File {
 		for _, name := range op.Codes {
 			codeCases = append(codeCases, Qual(WirePath, "Code"+spec.GoName(name)))
 		}
-		opCases = append(opCases, Case(Qual(WirePath, "Op"+op.Request)).Block(
+		opCases = append(opCases, Case(Qual(WirePath, opName(op.Request))).Block(
 			Switch(Id("c")).Block(
 				Case(codeCases...).Block(Return(Op("&").Id(errType).Values(Dict{
 					Id("Code"):    Id(codeType).Parens(Id("c")),
@@ -199,7 +213,7 @@ func SDK(s *spec.Spec) map[string]*File {
 
 	var verbCases []Code
 	for _, op := range s.Operations {
-		verbCases = append(verbCases, Case(Qual(WirePath, "Op"+op.Request)).Block(Return(Lit(opVerb(op.Name)))))
+		verbCases = append(verbCases, Case(Qual(WirePath, opName(op.Request))).Block(Return(Lit(opVerb(op.Name)))))
 	}
 	f.Comment("opVerb names a request's operation in error messages, such as \"enqueue\".")
 	f.Func().Id("opVerb").Params(Id("op").Qual(WirePath, "Opcode")).String().Block(
@@ -213,18 +227,18 @@ func SDK(s *spec.Spec) map[string]*File {
 	for _, op := range s.Operations {
 		for _, name := range op.Codes {
 			rows = append(rows, Values(Dict{
-				Id("op"):   Qual(WirePath, "Op"+op.Request),
+				Id("op"):   Qual(WirePath, opName(op.Request)),
 				Id("code"): Qual(WirePath, "Code"+spec.GoName(name)),
 				Id("sent"): Id("Err" + spec.GoName(name)),
 				Id("check"): Func().Params(Id("err").Error()).Bool().Block(
-					Var().Id("e").Op("*").Id(op.Name+"Error"),
-					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Id(op.Name+spec.GoName(name))),
+					Var().Id("e").Op("*").Id(spec.GoName(op.Name)+"Error"),
+					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Id(spec.GoName(op.Name)+spec.GoName(name))),
 				),
 			}))
 		}
 		for _, c := range s.CodesByScope(spec.ScopeStatus) {
 			rows = append(rows, Values(Dict{
-				Id("op"):   Qual(WirePath, "Op"+op.Request),
+				Id("op"):   Qual(WirePath, opName(op.Request)),
 				Id("code"): Qual(WirePath, "Code"+spec.GoName(c.Name)),
 				Id("sent"): Id("Err" + spec.GoName(c.Name)),
 				Id("check"): Func().Params(Id("err").Error()).Bool().Block(
@@ -236,7 +250,7 @@ func SDK(s *spec.Spec) map[string]*File {
 	}
 	t.Comment("TestOpErrorEveryPair maps every (operation, code) pair of the spec: domain")
 	t.Comment("codes to the operation's own error type, status codes to *StatusError, and")
-	t.Comment("each to its sentinel with errors.Is.")
+	t.Comment("each to its sentinel with errors.Is and to its code with CodeOf.")
 	t.Func().Id("TestOpErrorEveryPair").Params(Id("t").Op("*").Qual("testing", "T")).Block(
 		For(List(Id("_"), Id("tc")).Op(":=").Range().Index().Struct(
 			Id("op").Qual(WirePath, "Opcode"),
@@ -250,6 +264,9 @@ func SDK(s *spec.Spec) map[string]*File {
 			),
 			If(Op("!").Qual("errors", "Is").Call(Id("err"), Id("tc").Dot("sent"))).Block(
 				Id("t").Dot("Errorf").Call(Lit("errors.Is(opError(%v, %v), %v) = false"), Id("tc").Dot("op"), Id("tc").Dot("code"), Id("tc").Dot("sent")),
+			),
+			If(List(Id("got"), Id("ok")).Op(":=").Id("CodeOf").Call(Qual("fmt", "Errorf").Call(Lit("context: %w"), Id("err"))), Op("!").Id("ok").Op("||").Id("got").Op("!=").Id("tc").Dot("code")).Block(
+				Id("t").Dot("Errorf").Call(Lit("CodeOf(wrapped opError(%v, %v)) = %v, %v; want %v, true"), Id("tc").Dot("op"), Id("tc").Dot("code"), Id("got"), Id("ok"), Id("tc").Dot("code")),
 			),
 		),
 	)

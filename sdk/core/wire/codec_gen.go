@@ -518,7 +518,7 @@ func (m *Permission) decodeFields(r *reader, prev *Permission) {
 	m.Pattern = r.strLike("pattern", prev.Pattern)
 }
 
-func (m *ApiKeyInfo) appendTo(dst []byte) []byte {
+func (m *APIKeyInfo) appendTo(dst []byte) []byte {
 	dst, at := beginStruct(dst)
 	dst = appendString(dst, m.KeyID)
 	dst = appendString(dst, m.Name)
@@ -532,14 +532,14 @@ func (m *ApiKeyInfo) appendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *ApiKeyInfo) decodeFields(r *reader, prev *ApiKeyInfo) {
+func (m *APIKeyInfo) decodeFields(r *reader, prev *APIKeyInfo) {
 	if prev == nil {
-		prev = &ApiKeyInfo{}
+		prev = &APIKeyInfo{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
 	m.Name = r.strLike("name", prev.Name)
 	m.CreatedAtMS = r.u64("created_at_ms")
-	if n := r.count("permissions", 7, MaxApiKeyInfoPermissions); n > 0 {
+	if n := r.count("permissions", 7, MaxAPIKeyInfoPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2630,7 +2630,7 @@ func (m *RedriveResult) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *CreateApiKey) AppendTo(dst []byte) []byte {
+func (m *CreateAPIKey) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Name)
 	dst = appendU32(dst, uint32(len(m.Permissions)))
 	for i := range m.Permissions {
@@ -2641,12 +2641,12 @@ func (m *CreateApiKey) AppendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *CreateApiKey) decodeFields(r *reader, prev *CreateApiKey) {
+func (m *CreateAPIKey) decodeFields(r *reader, prev *CreateAPIKey) {
 	if prev == nil {
-		prev = &CreateApiKey{}
+		prev = &CreateAPIKey{}
 	}
 	m.Name = r.strLike("name", prev.Name)
-	if n := r.count("permissions", 7, MaxCreateApiKeyPermissions); n > 0 {
+	if n := r.count("permissions", 7, MaxCreateAPIKeyPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2682,7 +2682,7 @@ func (m *CreateApiKey) decodeFields(r *reader, prev *CreateApiKey) {
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *CreateApiKey) Decode(body []byte) error {
+func (m *CreateAPIKey) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "CreateApiKey")
 	r.strs = &strs
@@ -2691,7 +2691,7 @@ func (m *CreateApiKey) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *CreateApiKeyResult) AppendTo(dst []byte) []byte {
+func (m *CreateAPIKeyResult) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.KeyID)
 	dst = appendString(dst, m.Secret)
 	return dst
@@ -2699,16 +2699,16 @@ func (m *CreateApiKeyResult) AppendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *CreateApiKeyResult) decodeFields(r *reader, prev *CreateApiKeyResult) {
+func (m *CreateAPIKeyResult) decodeFields(r *reader, prev *CreateAPIKeyResult) {
 	if prev == nil {
-		prev = &CreateApiKeyResult{}
+		prev = &CreateAPIKeyResult{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
 	m.Secret = r.strLike("secret", prev.Secret)
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *CreateApiKeyResult) Decode(body []byte) error {
+func (m *CreateAPIKeyResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "CreateApiKeyResult")
 	r.strs = &strs
@@ -2717,22 +2717,22 @@ func (m *CreateApiKeyResult) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *RevokeApiKey) AppendTo(dst []byte) []byte {
+func (m *RevokeAPIKey) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.KeyID)
 	return dst
 }
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *RevokeApiKey) decodeFields(r *reader, prev *RevokeApiKey) {
+func (m *RevokeAPIKey) decodeFields(r *reader, prev *RevokeAPIKey) {
 	if prev == nil {
-		prev = &RevokeApiKey{}
+		prev = &RevokeAPIKey{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *RevokeApiKey) Decode(body []byte) error {
+func (m *RevokeAPIKey) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "RevokeApiKey")
 	r.strs = &strs
@@ -2741,18 +2741,18 @@ func (m *RevokeApiKey) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *RevokeApiKeyOk) AppendTo(dst []byte) []byte {
+func (m *RevokeAPIKeyOk) AppendTo(dst []byte) []byte {
 	return dst
 }
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *RevokeApiKeyOk) decodeFields(r *reader, prev *RevokeApiKeyOk) {
+func (m *RevokeAPIKeyOk) decodeFields(r *reader, prev *RevokeAPIKeyOk) {
 	_ = prev
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *RevokeApiKeyOk) Decode(body []byte) error {
+func (m *RevokeAPIKeyOk) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "RevokeApiKeyOk")
 	r.strs = &strs
@@ -2761,18 +2761,18 @@ func (m *RevokeApiKeyOk) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *ListApiKeys) AppendTo(dst []byte) []byte {
+func (m *ListAPIKeys) AppendTo(dst []byte) []byte {
 	return dst
 }
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *ListApiKeys) decodeFields(r *reader, prev *ListApiKeys) {
+func (m *ListAPIKeys) decodeFields(r *reader, prev *ListAPIKeys) {
 	_ = prev
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *ListApiKeys) Decode(body []byte) error {
+func (m *ListAPIKeys) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "ListApiKeys")
 	r.strs = &strs
@@ -2781,7 +2781,7 @@ func (m *ListApiKeys) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *ListApiKeysResult) AppendTo(dst []byte) []byte {
+func (m *ListAPIKeysResult) AppendTo(dst []byte) []byte {
 	dst = appendU32(dst, uint32(len(m.Keys)))
 	for i := range m.Keys {
 		dst = m.Keys[i].appendTo(dst)
@@ -2791,13 +2791,13 @@ func (m *ListApiKeysResult) AppendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *ListApiKeysResult) decodeFields(r *reader, prev *ListApiKeysResult) {
+func (m *ListAPIKeysResult) decodeFields(r *reader, prev *ListAPIKeysResult) {
 	_ = prev
 	if n := r.count("keys", 20, 0); n > 0 {
-		m.Keys = make([]ApiKeyInfo, n)
+		m.Keys = make([]APIKeyInfo, n)
 		for i := range m.Keys {
 			s, base := r.sub("keys")
-			var p *ApiKeyInfo
+			var p *APIKeyInfo
 			if i > 0 {
 				p = &m.Keys[i-1]
 			}
@@ -2813,7 +2813,7 @@ func (m *ListApiKeysResult) decodeFields(r *reader, prev *ListApiKeysResult) {
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *ListApiKeysResult) Decode(body []byte) error {
+func (m *ListAPIKeysResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "ListApiKeysResult")
 	r.strs = &strs
@@ -2822,7 +2822,7 @@ func (m *ListApiKeysResult) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *SetAcl) AppendTo(dst []byte) []byte {
+func (m *SetACL) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.KeyID)
 	dst = appendU32(dst, uint32(len(m.Permissions)))
 	for i := range m.Permissions {
@@ -2833,12 +2833,12 @@ func (m *SetAcl) AppendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *SetAcl) decodeFields(r *reader, prev *SetAcl) {
+func (m *SetACL) decodeFields(r *reader, prev *SetACL) {
 	if prev == nil {
-		prev = &SetAcl{}
+		prev = &SetACL{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
-	if n := r.count("permissions", 7, MaxSetAclPermissions); n > 0 {
+	if n := r.count("permissions", 7, MaxSetACLPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2874,7 +2874,7 @@ func (m *SetAcl) decodeFields(r *reader, prev *SetAcl) {
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *SetAcl) Decode(body []byte) error {
+func (m *SetACL) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "SetAcl")
 	r.strs = &strs
@@ -2883,18 +2883,18 @@ func (m *SetAcl) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *SetAclOk) AppendTo(dst []byte) []byte {
+func (m *SetACLOk) AppendTo(dst []byte) []byte {
 	return dst
 }
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *SetAclOk) decodeFields(r *reader, prev *SetAclOk) {
+func (m *SetACLOk) decodeFields(r *reader, prev *SetACLOk) {
 	_ = prev
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *SetAclOk) Decode(body []byte) error {
+func (m *SetACLOk) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "SetAclOk")
 	r.strs = &strs
@@ -2903,22 +2903,22 @@ func (m *SetAclOk) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *GetAcl) AppendTo(dst []byte) []byte {
+func (m *GetACL) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.KeyID)
 	return dst
 }
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *GetAcl) decodeFields(r *reader, prev *GetAcl) {
+func (m *GetACL) decodeFields(r *reader, prev *GetACL) {
 	if prev == nil {
-		prev = &GetAcl{}
+		prev = &GetACL{}
 	}
 	m.KeyID = r.strLike("key_id", prev.KeyID)
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *GetAcl) Decode(body []byte) error {
+func (m *GetACL) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "GetAcl")
 	r.strs = &strs
@@ -2927,7 +2927,7 @@ func (m *GetAcl) Decode(body []byte) error {
 }
 
 // AppendTo appends m's encoded body to dst.
-func (m *GetAclResult) AppendTo(dst []byte) []byte {
+func (m *GetACLResult) AppendTo(dst []byte) []byte {
 	dst = appendU32(dst, uint32(len(m.Permissions)))
 	for i := range m.Permissions {
 		dst = m.Permissions[i].appendTo(dst)
@@ -2937,11 +2937,11 @@ func (m *GetAclResult) AppendTo(dst []byte) []byte {
 
 // decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
 // the list m belongs to: strings equal to prev's are shared instead of copied.
-func (m *GetAclResult) decodeFields(r *reader, prev *GetAclResult) {
+func (m *GetACLResult) decodeFields(r *reader, prev *GetACLResult) {
 	if prev == nil {
-		prev = &GetAclResult{}
+		prev = &GetACLResult{}
 	}
-	if n := r.count("permissions", 7, MaxGetAclResultPermissions); n > 0 {
+	if n := r.count("permissions", 7, MaxGetACLResultPermissions); n > 0 {
 		var out []Permission
 		for i := 0; i < n; i++ {
 			s, base := r.sub("permissions")
@@ -2977,7 +2977,7 @@ func (m *GetAclResult) decodeFields(r *reader, prev *GetAclResult) {
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
-func (m *GetAclResult) Decode(body []byte) error {
+func (m *GetACLResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "GetAclResult")
 	r.strs = &strs

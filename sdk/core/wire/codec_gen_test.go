@@ -189,8 +189,8 @@ func drawPermission(t *rapid.T) *Permission {
 	}
 }
 
-func drawApiKeyInfo(t *rapid.T) *ApiKeyInfo {
-	return &ApiKeyInfo{
+func drawAPIKeyInfo(t *rapid.T) *APIKeyInfo {
+	return &APIKeyInfo{
 		CreatedAtMS: rapid.Uint64().Draw(t, "created_at_ms"),
 		KeyID:       rapid.StringN(0, 12, -1).Draw(t, "key_id"),
 		Name:        rapid.StringN(0, 12, -1).Draw(t, "name"),
@@ -308,7 +308,7 @@ func drawGoAway(t *rapid.T) *GoAway {
 	}
 }
 
-func drawError(t *rapid.T) *ErrorFrame {
+func drawErrorFrame(t *rapid.T) *ErrorFrame {
 	return &ErrorFrame{
 		Code:       Code(rapid.Uint16().Draw(t, "code")),
 		LeaderHint: rapid.StringN(0, 12, -1).Draw(t, "leader_hint"),
@@ -568,8 +568,8 @@ func drawRedriveResult(t *rapid.T) *RedriveResult {
 	return &RedriveResult{Moved: rapid.Uint64().Draw(t, "moved")}
 }
 
-func drawCreateApiKey(t *rapid.T) *CreateApiKey {
-	return &CreateApiKey{
+func drawCreateAPIKey(t *rapid.T) *CreateAPIKey {
+	return &CreateAPIKey{
 		Name: rapid.StringN(0, 12, -1).Draw(t, "name"),
 		Permissions: drawList(t, "permissions", 3, func(t *rapid.T, label string) Permission {
 			return *drawPermission(t)
@@ -577,33 +577,33 @@ func drawCreateApiKey(t *rapid.T) *CreateApiKey {
 	}
 }
 
-func drawCreateApiKeyResult(t *rapid.T) *CreateApiKeyResult {
-	return &CreateApiKeyResult{
+func drawCreateAPIKeyResult(t *rapid.T) *CreateAPIKeyResult {
+	return &CreateAPIKeyResult{
 		KeyID:  rapid.StringN(0, 12, -1).Draw(t, "key_id"),
 		Secret: rapid.StringN(0, 12, -1).Draw(t, "secret"),
 	}
 }
 
-func drawRevokeApiKey(t *rapid.T) *RevokeApiKey {
-	return &RevokeApiKey{KeyID: rapid.StringN(0, 12, -1).Draw(t, "key_id")}
+func drawRevokeAPIKey(t *rapid.T) *RevokeAPIKey {
+	return &RevokeAPIKey{KeyID: rapid.StringN(0, 12, -1).Draw(t, "key_id")}
 }
 
-func drawRevokeApiKeyOk(t *rapid.T) *RevokeApiKeyOk {
-	return &RevokeApiKeyOk{}
+func drawRevokeAPIKeyOk(t *rapid.T) *RevokeAPIKeyOk {
+	return &RevokeAPIKeyOk{}
 }
 
-func drawListApiKeys(t *rapid.T) *ListApiKeys {
-	return &ListApiKeys{}
+func drawListAPIKeys(t *rapid.T) *ListAPIKeys {
+	return &ListAPIKeys{}
 }
 
-func drawListApiKeysResult(t *rapid.T) *ListApiKeysResult {
-	return &ListApiKeysResult{Keys: drawList(t, "keys", 3, func(t *rapid.T, label string) ApiKeyInfo {
-		return *drawApiKeyInfo(t)
+func drawListAPIKeysResult(t *rapid.T) *ListAPIKeysResult {
+	return &ListAPIKeysResult{Keys: drawList(t, "keys", 3, func(t *rapid.T, label string) APIKeyInfo {
+		return *drawAPIKeyInfo(t)
 	})}
 }
 
-func drawSetAcl(t *rapid.T) *SetAcl {
-	return &SetAcl{
+func drawSetACL(t *rapid.T) *SetACL {
+	return &SetACL{
 		KeyID: rapid.StringN(0, 12, -1).Draw(t, "key_id"),
 		Permissions: drawList(t, "permissions", 3, func(t *rapid.T, label string) Permission {
 			return *drawPermission(t)
@@ -611,16 +611,16 @@ func drawSetAcl(t *rapid.T) *SetAcl {
 	}
 }
 
-func drawSetAclOk(t *rapid.T) *SetAclOk {
-	return &SetAclOk{}
+func drawSetACLOk(t *rapid.T) *SetACLOk {
+	return &SetACLOk{}
 }
 
-func drawGetAcl(t *rapid.T) *GetAcl {
-	return &GetAcl{KeyID: rapid.StringN(0, 12, -1).Draw(t, "key_id")}
+func drawGetACL(t *rapid.T) *GetACL {
+	return &GetACL{KeyID: rapid.StringN(0, 12, -1).Draw(t, "key_id")}
 }
 
-func drawGetAclResult(t *rapid.T) *GetAclResult {
-	return &GetAclResult{Permissions: drawList(t, "permissions", 3, func(t *rapid.T, label string) Permission {
+func drawGetACLResult(t *rapid.T) *GetACLResult {
+	return &GetACLResult{Permissions: drawList(t, "permissions", 3, func(t *rapid.T, label string) Permission {
 		return *drawPermission(t)
 	})}
 }
@@ -769,7 +769,7 @@ var roundTripCases = []struct {
 	name: "GoAway",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawError(t)
+		return drawErrorFrame(t)
 	},
 	name: "Error",
 }, {
@@ -959,52 +959,52 @@ var roundTripCases = []struct {
 	name: "RedriveResult",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawCreateApiKey(t)
+		return drawCreateAPIKey(t)
 	},
 	name: "CreateApiKey",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawCreateApiKeyResult(t)
+		return drawCreateAPIKeyResult(t)
 	},
 	name: "CreateApiKeyResult",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawRevokeApiKey(t)
+		return drawRevokeAPIKey(t)
 	},
 	name: "RevokeApiKey",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawRevokeApiKeyOk(t)
+		return drawRevokeAPIKeyOk(t)
 	},
 	name: "RevokeApiKeyOk",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawListApiKeys(t)
+		return drawListAPIKeys(t)
 	},
 	name: "ListApiKeys",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawListApiKeysResult(t)
+		return drawListAPIKeysResult(t)
 	},
 	name: "ListApiKeysResult",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawSetAcl(t)
+		return drawSetACL(t)
 	},
 	name: "SetAcl",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawSetAclOk(t)
+		return drawSetACLOk(t)
 	},
 	name: "SetAclOk",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawGetAcl(t)
+		return drawGetACL(t)
 	},
 	name: "GetAcl",
 }, {
 	draw: func(t *rapid.T) Frame {
-		return drawGetAclResult(t)
+		return drawGetACLResult(t)
 	},
 	name: "GetAclResult",
 }, {

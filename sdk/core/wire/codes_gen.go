@@ -293,16 +293,16 @@ var (
 	DeleteConfigCodes = CodeSet{}
 	// RedriveCodes are the domain codes Redrive can return.
 	RedriveCodes = CodeSet{CodeQueueNotFound, CodeNotADLQ, CodeQueueSharded}
-	// CreateApiKeyCodes are the domain codes CreateApiKey can return.
-	CreateApiKeyCodes = CodeSet{}
-	// RevokeApiKeyCodes are the domain codes RevokeApiKey can return.
-	RevokeApiKeyCodes = CodeSet{CodeAPIKeyNotFound}
-	// ListApiKeysCodes are the domain codes ListApiKeys can return.
-	ListApiKeysCodes = CodeSet{}
-	// SetAclCodes are the domain codes SetAcl can return.
-	SetAclCodes = CodeSet{CodeAPIKeyNotFound}
-	// GetAclCodes are the domain codes GetAcl can return.
-	GetAclCodes = CodeSet{CodeAPIKeyNotFound}
+	// CreateAPIKeyCodes are the domain codes CreateAPIKey can return.
+	CreateAPIKeyCodes = CodeSet{}
+	// RevokeAPIKeyCodes are the domain codes RevokeAPIKey can return.
+	RevokeAPIKeyCodes = CodeSet{CodeAPIKeyNotFound}
+	// ListAPIKeysCodes are the domain codes ListAPIKeys can return.
+	ListAPIKeysCodes = CodeSet{}
+	// SetACLCodes are the domain codes SetACL can return.
+	SetACLCodes = CodeSet{CodeAPIKeyNotFound}
+	// GetACLCodes are the domain codes GetACL can return.
+	GetACLCodes = CodeSet{CodeAPIKeyNotFound}
 	// TopologyCodes are the domain codes Topology can return.
 	TopologyCodes = CodeSet{CodeQueueNotFound}
 	// ClusterStatusCodes are the domain codes ClusterStatus can return.
@@ -364,16 +364,16 @@ func (o Opcode) Codes() CodeSet {
 		return DeleteConfigCodes
 	case OpRedrive:
 		return RedriveCodes
-	case OpCreateApiKey:
-		return CreateApiKeyCodes
-	case OpRevokeApiKey:
-		return RevokeApiKeyCodes
-	case OpListApiKeys:
-		return ListApiKeysCodes
-	case OpSetAcl:
-		return SetAclCodes
-	case OpGetAcl:
-		return GetAclCodes
+	case OpCreateAPIKey:
+		return CreateAPIKeyCodes
+	case OpRevokeAPIKey:
+		return RevokeAPIKeyCodes
+	case OpListAPIKeys:
+		return ListAPIKeysCodes
+	case OpSetACL:
+		return SetACLCodes
+	case OpGetACL:
+		return GetACLCodes
 	case OpTopology:
 		return TopologyCodes
 	case OpClusterStatus:

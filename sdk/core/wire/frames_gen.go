@@ -35,8 +35,8 @@ const (
 	MaxDeliveredMessageHeaders = 1026
 	// MaxDeliveredMessageThrottleKeys is the most items DeliveredMessage.ThrottleKeys may hold; decoders refuse more.
 	MaxDeliveredMessageThrottleKeys = 64
-	// MaxApiKeyInfoPermissions is the most items ApiKeyInfo.Permissions may hold; decoders refuse more.
-	MaxApiKeyInfoPermissions = 1000
+	// MaxAPIKeyInfoPermissions is the most items APIKeyInfo.Permissions may hold; decoders refuse more.
+	MaxAPIKeyInfoPermissions = 1000
 	// MaxClusterGroupReplicas is the most items ClusterGroup.Replicas may hold; decoders refuse more.
 	MaxClusterGroupReplicas = 1000
 	// MaxClusterGroupTarget is the most items ClusterGroup.Target may hold; decoders refuse more.
@@ -71,12 +71,12 @@ const (
 	MaxReleaseItems = 65536
 	// MaxReleaseResultResults is the most items ReleaseResult.Results may hold; decoders refuse more.
 	MaxReleaseResultResults = 65536
-	// MaxCreateApiKeyPermissions is the most items CreateApiKey.Permissions may hold; decoders refuse more.
-	MaxCreateApiKeyPermissions = 1000
-	// MaxSetAclPermissions is the most items SetAcl.Permissions may hold; decoders refuse more.
-	MaxSetAclPermissions = 1000
-	// MaxGetAclResultPermissions is the most items GetAclResult.Permissions may hold; decoders refuse more.
-	MaxGetAclResultPermissions = 1000
+	// MaxCreateAPIKeyPermissions is the most items CreateAPIKey.Permissions may hold; decoders refuse more.
+	MaxCreateAPIKeyPermissions = 1000
+	// MaxSetACLPermissions is the most items SetACL.Permissions may hold; decoders refuse more.
+	MaxSetACLPermissions = 1000
+	// MaxGetACLResultPermissions is the most items GetACLResult.Permissions may hold; decoders refuse more.
+	MaxGetACLResultPermissions = 1000
 	// MaxExplainResultThrottleKeys is the most items ExplainResult.ThrottleKeys may hold; decoders refuse more.
 	MaxExplainResultThrottleKeys = 64
 	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
@@ -211,26 +211,26 @@ const (
 	OpRedrive Opcode = 0x0211
 	// OpRedriveResult is the opcode of RedriveResult (response).
 	OpRedriveResult Opcode = 0x0212
-	// OpCreateApiKey is the opcode of CreateApiKey (request).
-	OpCreateApiKey Opcode = 0x0213
-	// OpCreateApiKeyResult is the opcode of CreateApiKeyResult (response).
-	OpCreateApiKeyResult Opcode = 0x0214
-	// OpRevokeApiKey is the opcode of RevokeApiKey (request).
-	OpRevokeApiKey Opcode = 0x0215
-	// OpRevokeApiKeyOk is the opcode of RevokeApiKeyOk (response).
-	OpRevokeApiKeyOk Opcode = 0x0216
-	// OpListApiKeys is the opcode of ListApiKeys (request).
-	OpListApiKeys Opcode = 0x0217
-	// OpListApiKeysResult is the opcode of ListApiKeysResult (response).
-	OpListApiKeysResult Opcode = 0x0218
-	// OpSetAcl is the opcode of SetAcl (request).
-	OpSetAcl Opcode = 0x0219
-	// OpSetAclOk is the opcode of SetAclOk (response).
-	OpSetAclOk Opcode = 0x021A
-	// OpGetAcl is the opcode of GetAcl (request).
-	OpGetAcl Opcode = 0x021B
-	// OpGetAclResult is the opcode of GetAclResult (response).
-	OpGetAclResult Opcode = 0x021C
+	// OpCreateAPIKey is the opcode of CreateAPIKey (request).
+	OpCreateAPIKey Opcode = 0x0213
+	// OpCreateAPIKeyResult is the opcode of CreateAPIKeyResult (response).
+	OpCreateAPIKeyResult Opcode = 0x0214
+	// OpRevokeAPIKey is the opcode of RevokeAPIKey (request).
+	OpRevokeAPIKey Opcode = 0x0215
+	// OpRevokeAPIKeyOk is the opcode of RevokeAPIKeyOk (response).
+	OpRevokeAPIKeyOk Opcode = 0x0216
+	// OpListAPIKeys is the opcode of ListAPIKeys (request).
+	OpListAPIKeys Opcode = 0x0217
+	// OpListAPIKeysResult is the opcode of ListAPIKeysResult (response).
+	OpListAPIKeysResult Opcode = 0x0218
+	// OpSetACL is the opcode of SetACL (request).
+	OpSetACL Opcode = 0x0219
+	// OpSetACLOk is the opcode of SetACLOk (response).
+	OpSetACLOk Opcode = 0x021A
+	// OpGetACL is the opcode of GetACL (request).
+	OpGetACL Opcode = 0x021B
+	// OpGetACLResult is the opcode of GetACLResult (response).
+	OpGetACLResult Opcode = 0x021C
 	// OpExplain is the opcode of Explain (request).
 	OpExplain Opcode = 0x021D
 	// OpExplainResult is the opcode of ExplainResult (response).
@@ -265,7 +265,8 @@ const (
 	OpRemoveNodeResult Opcode = 0x030E
 )
 
-// String returns the frame name, such as "Enqueue", or "Opcode(0x1234)".
+// String returns the frame's name in the spec, such as "Enqueue" or
+// "CreateApiKey", or "Opcode(0x1234)".
 func (o Opcode) String() string {
 	switch o {
 	case OpHandshake:
@@ -354,25 +355,25 @@ func (o Opcode) String() string {
 		return "Redrive"
 	case OpRedriveResult:
 		return "RedriveResult"
-	case OpCreateApiKey:
+	case OpCreateAPIKey:
 		return "CreateApiKey"
-	case OpCreateApiKeyResult:
+	case OpCreateAPIKeyResult:
 		return "CreateApiKeyResult"
-	case OpRevokeApiKey:
+	case OpRevokeAPIKey:
 		return "RevokeApiKey"
-	case OpRevokeApiKeyOk:
+	case OpRevokeAPIKeyOk:
 		return "RevokeApiKeyOk"
-	case OpListApiKeys:
+	case OpListAPIKeys:
 		return "ListApiKeys"
-	case OpListApiKeysResult:
+	case OpListAPIKeysResult:
 		return "ListApiKeysResult"
-	case OpSetAcl:
+	case OpSetACL:
 		return "SetAcl"
-	case OpSetAclOk:
+	case OpSetACLOk:
 		return "SetAclOk"
-	case OpGetAcl:
+	case OpGetACL:
 		return "GetAcl"
-	case OpGetAclResult:
+	case OpGetACLResult:
 		return "GetAclResult"
 	case OpExplain:
 		return "Explain"
@@ -515,25 +516,25 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpRedriveResult:
 		return KindResponse
-	case OpCreateApiKey:
+	case OpCreateAPIKey:
 		return KindRequest
-	case OpCreateApiKeyResult:
+	case OpCreateAPIKeyResult:
 		return KindResponse
-	case OpRevokeApiKey:
+	case OpRevokeAPIKey:
 		return KindRequest
-	case OpRevokeApiKeyOk:
+	case OpRevokeAPIKeyOk:
 		return KindResponse
-	case OpListApiKeys:
+	case OpListAPIKeys:
 		return KindRequest
-	case OpListApiKeysResult:
+	case OpListAPIKeysResult:
 		return KindResponse
-	case OpSetAcl:
+	case OpSetACL:
 		return KindRequest
-	case OpSetAclOk:
+	case OpSetACLOk:
 		return KindResponse
-	case OpGetAcl:
+	case OpGetACL:
 		return KindRequest
-	case OpGetAclResult:
+	case OpGetACLResult:
 		return KindResponse
 	case OpExplain:
 		return KindRequest
@@ -614,16 +615,16 @@ func (o Opcode) Response() Opcode {
 		return OpDeleteConfigOk
 	case OpRedrive:
 		return OpRedriveResult
-	case OpCreateApiKey:
-		return OpCreateApiKeyResult
-	case OpRevokeApiKey:
-		return OpRevokeApiKeyOk
-	case OpListApiKeys:
-		return OpListApiKeysResult
-	case OpSetAcl:
-		return OpSetAclOk
-	case OpGetAcl:
-		return OpGetAclResult
+	case OpCreateAPIKey:
+		return OpCreateAPIKeyResult
+	case OpRevokeAPIKey:
+		return OpRevokeAPIKeyOk
+	case OpListAPIKeys:
+		return OpListAPIKeysResult
+	case OpSetACL:
+		return OpSetACLOk
+	case OpGetACL:
+		return OpGetACLResult
 	case OpTopology:
 		return OpTopologyResult
 	case OpClusterStatus:
@@ -731,26 +732,26 @@ func New(op Opcode) Frame {
 		return new(Redrive)
 	case OpRedriveResult:
 		return new(RedriveResult)
-	case OpCreateApiKey:
-		return new(CreateApiKey)
-	case OpCreateApiKeyResult:
-		return new(CreateApiKeyResult)
-	case OpRevokeApiKey:
-		return new(RevokeApiKey)
-	case OpRevokeApiKeyOk:
-		return new(RevokeApiKeyOk)
-	case OpListApiKeys:
-		return new(ListApiKeys)
-	case OpListApiKeysResult:
-		return new(ListApiKeysResult)
-	case OpSetAcl:
-		return new(SetAcl)
-	case OpSetAclOk:
-		return new(SetAclOk)
-	case OpGetAcl:
-		return new(GetAcl)
-	case OpGetAclResult:
-		return new(GetAclResult)
+	case OpCreateAPIKey:
+		return new(CreateAPIKey)
+	case OpCreateAPIKeyResult:
+		return new(CreateAPIKeyResult)
+	case OpRevokeAPIKey:
+		return new(RevokeAPIKey)
+	case OpRevokeAPIKeyOk:
+		return new(RevokeAPIKeyOk)
+	case OpListAPIKeys:
+		return new(ListAPIKeys)
+	case OpListAPIKeysResult:
+		return new(ListAPIKeysResult)
+	case OpSetACL:
+		return new(SetACL)
+	case OpSetACLOk:
+		return new(SetACLOk)
+	case OpGetACL:
+		return new(GetACL)
+	case OpGetACLResult:
+		return new(GetACLResult)
 	case OpExplain:
 		return new(Explain)
 	case OpExplainResult:
@@ -1101,8 +1102,8 @@ type Permission struct {
 	Pattern string
 }
 
-// ApiKeyInfo is an API key as listed; never its secret.
-type ApiKeyInfo struct {
+// APIKeyInfo is an API key as listed; never its secret.
+type APIKeyInfo struct {
 	// KeyID (string) Key ID.
 	KeyID string
 	// Name (string) Name given at creation.
@@ -2010,129 +2011,129 @@ func (*RedriveResult) Opcode() Opcode {
 	return OpRedriveResult
 }
 
-// CreateApiKey is the body of a CreateApiKey frame (opcode 0x0213, request).
+// CreateAPIKey is the body of a CreateApiKey frame (opcode 0x0213, request).
 // Mint an API key. The secret is in the result and nowhere else: the broker
 // keeps only its SHA-256 hash.
-type CreateApiKey struct {
+type CreateAPIKey struct {
 	// Name (string) A label for people, 1 to 200 bytes.
 	Name string
 	// Permissions ([]Permission) Initial ACL; may be empty.
 	Permissions []Permission
 }
 
-// Opcode returns OpCreateApiKey.
-func (*CreateApiKey) Opcode() Opcode {
-	return OpCreateApiKey
+// Opcode returns OpCreateAPIKey.
+func (*CreateAPIKey) Opcode() Opcode {
+	return OpCreateAPIKey
 }
 
-// CreateApiKeyResult is the body of a CreateApiKeyResult frame (opcode 0x0214,
+// CreateAPIKeyResult is the body of a CreateApiKeyResult frame (opcode 0x0214,
 // response). The new key.
-type CreateApiKeyResult struct {
+type CreateAPIKeyResult struct {
 	// KeyID (string) Key ID, used to revoke it and manage its ACL.
 	KeyID string
 	// Secret (string) The secret to present at handshake. Shown once.
 	Secret string
 }
 
-// Opcode returns OpCreateApiKeyResult.
-func (*CreateApiKeyResult) Opcode() Opcode {
-	return OpCreateApiKeyResult
+// Opcode returns OpCreateAPIKeyResult.
+func (*CreateAPIKeyResult) Opcode() Opcode {
+	return OpCreateAPIKeyResult
 }
 
-// RevokeApiKey is the body of a RevokeApiKey frame (opcode 0x0215, request).
+// RevokeAPIKey is the body of a RevokeApiKey frame (opcode 0x0215, request).
 // Revoke an API key. Before the answer, every connection authenticated with it
 // is sent an Error UNAUTHORIZED on request ID 0 and closed, and the messages
 // leased to its subscriptions return to their queues (each attempt counted as
 // failed, as on a disconnect).
-type RevokeApiKey struct {
+type RevokeAPIKey struct {
 	// KeyID (string) Key ID.
 	KeyID string
 }
 
-// Opcode returns OpRevokeApiKey.
-func (*RevokeApiKey) Opcode() Opcode {
-	return OpRevokeApiKey
+// Opcode returns OpRevokeAPIKey.
+func (*RevokeAPIKey) Opcode() Opcode {
+	return OpRevokeAPIKey
 }
 
-// RevokeApiKeyOk is the body of a RevokeApiKeyOk frame (opcode 0x0216,
+// RevokeAPIKeyOk is the body of a RevokeApiKeyOk frame (opcode 0x0216,
 // response). The key is revoked.
-type RevokeApiKeyOk struct{}
+type RevokeAPIKeyOk struct{}
 
-// Opcode returns OpRevokeApiKeyOk.
-func (*RevokeApiKeyOk) Opcode() Opcode {
-	return OpRevokeApiKeyOk
+// Opcode returns OpRevokeAPIKeyOk.
+func (*RevokeAPIKeyOk) Opcode() Opcode {
+	return OpRevokeAPIKeyOk
 }
 
-// ListApiKeys is the body of a ListApiKeys frame (opcode 0x0217, request).
+// ListAPIKeys is the body of a ListApiKeys frame (opcode 0x0217, request).
 // List API keys (never their secrets).
-type ListApiKeys struct{}
+type ListAPIKeys struct{}
 
-// Opcode returns OpListApiKeys.
-func (*ListApiKeys) Opcode() Opcode {
-	return OpListApiKeys
+// Opcode returns OpListAPIKeys.
+func (*ListAPIKeys) Opcode() Opcode {
+	return OpListAPIKeys
 }
 
-// ListApiKeysResult is the body of a ListApiKeysResult frame (opcode 0x0218,
+// ListAPIKeysResult is the body of a ListApiKeysResult frame (opcode 0x0218,
 // response). The keys, sorted by ID.
-type ListApiKeysResult struct {
+type ListAPIKeysResult struct {
 	// Keys ([]ApiKeyInfo) Keys.
-	Keys []ApiKeyInfo
+	Keys []APIKeyInfo
 }
 
-// Opcode returns OpListApiKeysResult.
-func (*ListApiKeysResult) Opcode() Opcode {
-	return OpListApiKeysResult
+// Opcode returns OpListAPIKeysResult.
+func (*ListAPIKeysResult) Opcode() Opcode {
+	return OpListAPIKeysResult
 }
 
-// SetAcl is the body of a SetAcl frame (opcode 0x0219, request). Replace an
+// SetACL is the body of a SetAcl frame (opcode 0x0219, request). Replace an
 // API key's permissions. Open connections of the key are checked against the
 // new ACL from their next request on; before the answer, each of their
 // subscriptions whose queue the key may no longer consume ends with an Error
 // FORBIDDEN on its request ID, and the messages leased to it return to the
 // queue (each attempt counted as failed).
-type SetAcl struct {
+type SetACL struct {
 	// KeyID (string) Key ID.
 	KeyID string
 	// Permissions ([]Permission) The complete new ACL.
 	Permissions []Permission
 }
 
-// Opcode returns OpSetAcl.
-func (*SetAcl) Opcode() Opcode {
-	return OpSetAcl
+// Opcode returns OpSetACL.
+func (*SetACL) Opcode() Opcode {
+	return OpSetACL
 }
 
-// SetAclOk is the body of a SetAclOk frame (opcode 0x021a, response). The ACL
+// SetACLOk is the body of a SetAclOk frame (opcode 0x021a, response). The ACL
 // is replaced and in effect.
-type SetAclOk struct{}
+type SetACLOk struct{}
 
-// Opcode returns OpSetAclOk.
-func (*SetAclOk) Opcode() Opcode {
-	return OpSetAclOk
+// Opcode returns OpSetACLOk.
+func (*SetACLOk) Opcode() Opcode {
+	return OpSetACLOk
 }
 
-// GetAcl is the body of a GetAcl frame (opcode 0x021b, request). Read an API
+// GetACL is the body of a GetAcl frame (opcode 0x021b, request). Read an API
 // key's permissions.
-type GetAcl struct {
+type GetACL struct {
 	// KeyID (string) Key ID.
 	KeyID string
 }
 
-// Opcode returns OpGetAcl.
-func (*GetAcl) Opcode() Opcode {
-	return OpGetAcl
+// Opcode returns OpGetACL.
+func (*GetACL) Opcode() Opcode {
+	return OpGetACL
 }
 
-// GetAclResult is the body of a GetAclResult frame (opcode 0x021c, response).
+// GetACLResult is the body of a GetAclResult frame (opcode 0x021c, response).
 // The ACL.
-type GetAclResult struct {
+type GetACLResult struct {
 	// Permissions ([]Permission) Permissions.
 	Permissions []Permission
 }
 
-// Opcode returns OpGetAclResult.
-func (*GetAclResult) Opcode() Opcode {
-	return OpGetAclResult
+// Opcode returns OpGetACLResult.
+func (*GetACLResult) Opcode() Opcode {
+	return OpGetACLResult
 }
 
 // Explain is the body of a Explain frame (opcode 0x021d, request). Ask why one

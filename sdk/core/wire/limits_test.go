@@ -43,8 +43,8 @@ func TestListMaximums(t *testing.T) {
 		{"AckResult.results", MaxAckResultResults, func(n int) Frame { return &AckResult{Results: make([]ItemResult, n)} }},
 		{"Subscribe.rate_limits", MaxSubscribeRateLimits, func(n int) Frame { return &Subscribe{Queue: "q", RateLimits: make([]RateLimit, n)} }},
 		{"Handshake.capabilities", MaxHandshakeCapabilities, func(n int) Frame { return &Handshake{Capabilities: strs(n)} }},
-		{"CreateApiKey.permissions", MaxCreateApiKeyPermissions, func(n int) Frame { return &CreateApiKey{Name: "k", Permissions: perms(n)} }},
-		{"SetAcl.permissions", MaxSetAclPermissions, func(n int) Frame { return &SetAcl{KeyID: "k", Permissions: perms(n)} }},
+		{"CreateApiKey.permissions", MaxCreateAPIKeyPermissions, func(n int) Frame { return &CreateAPIKey{Name: "k", Permissions: perms(n)} }},
+		{"SetAcl.permissions", MaxSetACLPermissions, func(n int) Frame { return &SetACL{KeyID: "k", Permissions: perms(n)} }},
 		{"MoveQueue.replicas", MaxMoveQueueReplicas, func(n int) Frame { return &MoveQueue{Queue: "q", Replicas: make([]uint64, n)} }},
 		{"ClusterGroup.target", MaxClusterGroupTarget, func(n int) Frame {
 			return &ClusterStatusResult{NodeID: 1, Groups: []ClusterGroup{{GroupID: 2, Queue: "q", Target: make([]uint64, n)}}}
