@@ -167,7 +167,7 @@ func reportCluster(w io.Writer, cfg *config, runs []run, fsyncs float64, took ti
 		cfg.duration, cfg.prefetch, cfg.batch, cfg.batch)
 	fmt.Fprintf(w, "Latency: %s messages one at a time, then %s msgs/s offered for %v.\n\n", group(float64(cfg.latCount)), group(cfg.latRate), cfg.latDuration)
 
-	row := figureTable(w, clusterBrokers, runs)
+	row := figureTable(w, clusterBrokers, runs).row
 	for _, wl := range clusterWorkloads {
 		switch wl.kind {
 		case "produce":

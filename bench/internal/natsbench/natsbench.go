@@ -3,8 +3,9 @@
 // by side:
 //
 //   - Produce: producers, one connection each, keep a window of messages
-//     outstanding (PublishAsync with PublishAsyncMaxPending, the way
-//     "fila bench produce" keeps SendBatch calls in flight); a message
+//     outstanding, published one at a time (PublishAsync with
+//     PublishAsyncMaxPending, the way "fila bench produce" keeps SendBatch
+//     calls, or with --batch 1 single-message Sends, in flight); a message
 //     counts once the server acknowledged it. A run bounded by time
 //     stops publishing at the deadline and waits for the acks in flight.
 //   - Consume: a durable pull consumer (explicit acks) drains a backlog

@@ -4,8 +4,9 @@
 // side:
 //
 //   - Produce: producers, one connection and channel each in publisher
-//     confirm mode, keep a window of messages unconfirmed (the way
-//     "fila bench produce" keeps SendBatch calls in flight); a message
+//     confirm mode, keep a window of messages unconfirmed, published one
+//     at a time (the way "fila bench produce" keeps SendBatch calls, or
+//     with --batch 1 single-message Sends, in flight); a message
 //     counts once the server confirmed it (basic.ack), and a basic.nack
 //     fails the run. A run bounded by time stops publishing at the
 //     deadline and waits for the confirms in flight.

@@ -120,6 +120,13 @@ func TestProduce(t *testing.T) {
 	if r.Request.Count < 500/16 || r.Request.Count > 500/16+9 {
 		t.Errorf("produce request_latency count = %d; want one per SendBatch, 32 to 40", r.Request.Count)
 	}
+	// With --batch 1 each producer keeps its window as single-message
+	// Sends: one request latency sample per message.
+	runJSON(t, srv, &r, "produce", "--producers", "2", "--outstanding", "32", "--batch", "1", "--size", "100", "--count", "300")
+	r.Produce.check(t, "produce --batch 1", 300, 100)
+	if r.Request.Count != 300 {
+		t.Errorf("produce --batch 1 request_latency count = %d; want one per Send, 300", r.Request.Count)
+	}
 	out := string(runBench(t, srv, "table", "produce", "--count", "10", "--size", "8"))
 	if !strings.Contains(out, "MSGS/S") || !strings.Contains(out, "      10") {
 		t.Errorf("produce table = %q; want a header and 10 messages", out)

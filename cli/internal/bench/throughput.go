@@ -17,14 +17,14 @@ func (f *loadFlags) register(cmd *cobra.Command, producers, consumers bool) {
 	fl := cmd.Flags()
 	if producers {
 		fl.IntVar(&f.producers, "producers", 1, "producer clients, one connection each")
-		fl.IntVar(&f.outstanding, "outstanding", 256, "messages in flight per producer (in SendBatch calls of --batch)")
+		fl.IntVar(&f.outstanding, "outstanding", 256, "messages in flight per producer (in SendBatch calls of --batch; with --batch 1, concurrent single-message Send calls)")
 	}
 	if consumers {
 		fl.IntVar(&f.consumers, "consumers", 1, "consumer clients, one connection and subscription each")
 		fl.Uint32Var(&f.prefetch, "prefetch", 1024, "delivery credit per subscription (0: as much as the broker allows, its max_unsettled)")
 	}
 	fl.IntVar(&f.size, "size", 1024, "payload bytes per message")
-	fl.IntVar(&f.batch, "batch", 64, "messages per SendBatch; deliveries per AckAll")
+	fl.IntVar(&f.batch, "batch", 64, "messages per SendBatch (1: single-message Send calls instead); deliveries per AckAll")
 	fl.DurationVar(&f.duration, "duration", 0, "how long to produce (default 10s unless --count)")
 	fl.Int64Var(&f.count, "count", 0, "how many messages (instead of --duration)")
 }
@@ -45,7 +45,8 @@ type ProduceResult struct {
 	Batch       int        `json:"batch"`
 	Size        int        `json:"size"`
 	Produce     Throughput `json:"produce"`
-	// Request is the round trip of each SendBatch call.
+	// Request is the round trip of each SendBatch call (each Send call,
+	// with --batch 1).
 	Request Latency `json:"request_latency"`
 	// Partial is set when the run failed: the figures count what was
 	// acknowledged before the failure.
@@ -70,10 +71,13 @@ func newProduceCmd(e *env) *cobra.Command {
 		Use:   "produce",
 		Short: "Enqueue from producers for --duration or --count; report msgs/s",
 		Long: `Each producer is a client with its own connection that keeps --outstanding
-messages in flight, in SendBatch calls of --batch messages. An enqueue
+messages in flight, in SendBatch calls of --batch messages. With --batch 1
+it keeps --outstanding single-message Send calls in flight instead, which
+the SDK coalesces into frames as it does any concurrent Sends. An enqueue
 counts once it is durable (the broker fsyncs before it replies).`,
-		Example: `  fila bench produce --producers 3 --size 1024 --duration 10s`,
-		Args:    cobra.NoArgs,
+		Example: `  fila bench produce --producers 3 --size 1024 --duration 10s
+  fila bench produce --producers 3 --batch 1 --outstanding 256`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.defaults()
 			if err := f.check(true, false); err != nil {
@@ -216,8 +220,8 @@ type LifecycleResult struct {
 	Size        int        `json:"size"`
 	Produce     Throughput `json:"produce"`
 	Consume     Throughput `json:"consume"`
-	// EndToEnd is the time from a message's SendBatch call to its
-	// delivery (present when --size is at least 8).
+	// EndToEnd is the time from a message's SendBatch call (Send call,
+	// with --batch 1) to its delivery (present when --size is at least 8).
 	EndToEnd Latency `json:"end_to_end"`
 	// Partial is set when the run failed: the figures count what was
 	// acknowledged before the failure.
@@ -249,8 +253,8 @@ func newLifecycleCmd(e *env) *cobra.Command {
 		Long: `Consumers subscribe first; then producers enqueue for --duration or
 --count while the consumers consume and ack. The run ends when every
 message enqueued has been delivered and acked. End-to-end latency is
-from each message's SendBatch call to its delivery, so it includes the
-enqueue's fsync and any backlog.`,
+from each message's SendBatch call (Send, with --batch 1) to its
+delivery, so it includes the enqueue's fsync and any backlog.`,
 		Example: `  fila bench lifecycle --producers 2 --consumers 2 --duration 10s`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
