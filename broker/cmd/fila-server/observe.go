@@ -95,6 +95,7 @@ func (o *observer) startHTTP(cfg config.Config) error {
 		Keys:        o.keys.Load,
 		RequireAuth: cfg.Auth.Enabled,
 		Gatherer:    o.m.Registry(),
+		Pprof:       cfg.HTTP.Pprof,
 		Ready:       o.ready,
 		Logger:      log.With("component", "http"),
 	}
@@ -123,7 +124,11 @@ func (o *observer) startHTTP(cfg config.Config) error {
 	default:
 		attrs = append(attrs, "metrics", `needs an API key with admin on "*"`)
 	}
-	log.Info("admin HTTP listener: /healthz, /readyz, /metrics", attrs...)
+	paths := "/healthz, /readyz, /metrics"
+	if cfg.HTTP.Pprof {
+		paths += ", /debug/pprof/ (behind the /metrics check)"
+	}
+	log.Info("admin HTTP listener: "+paths, attrs...)
 	return nil
 }
 

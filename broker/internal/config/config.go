@@ -365,6 +365,11 @@ type HTTPConfig struct {
 	// with the [tls] files when they are set. With auth on, /metrics
 	// needs a key with admin on "*" unless this is a loopback address.
 	ListenAddr string
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/ on the admin listener, behind the same key check as
+	// /metrics (pprof, default false). CPU and trace profiles run for the
+	// request's seconds parameter, up to 5 minutes.
+	Pprof bool
 }
 
 // TelemetryConfig is the [telemetry] section.

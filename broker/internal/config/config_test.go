@@ -138,6 +138,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"telemetry.otlp_interval":            `"10s"`,
 		"telemetry.trace_sample_ratio":       "0.01",
 		"http.listen_addr":                   `""`,
+		"http.pprof":                         `false`,
 		"log.level":                          `"info"`,
 		"log.format":                         `"text"`,
 	}
@@ -236,6 +237,7 @@ client_ca_file = "clients.pem"
 
 [http]
 listen_addr = "127.0.0.1:9555"
+pprof = true
 
 [telemetry]
 otlp_endpoint = "collector:4318"
@@ -278,7 +280,7 @@ func fullConfig() Config {
 		},
 		Auth:      AuthConfig{Enabled: true, BootstrapAPIKey: "bootstrap-secret-0123456789"},
 		TLS:       TLSConfig{CertFile: "server.crt", KeyFile: "server.key", ClientCAFile: "clients.pem"},
-		HTTP:      HTTPConfig{ListenAddr: "127.0.0.1:9555"},
+		HTTP:      HTTPConfig{ListenAddr: "127.0.0.1:9555", Pprof: true},
 		Telemetry: TelemetryConfig{OTLPEndpoint: "collector:4318", OTLPInterval: 30 * time.Second, TraceSampleRatio: 0.25, MetricsTopKeys: 50},
 		Log:       LogConfig{Level: slog.LevelDebug, Format: FormatJSON},
 	}
@@ -487,6 +489,8 @@ func TestErrors(t *testing.T) {
 			[]string{`telemetry.otlp_endpoint = "collector/v1"`, "want empty, host:port, or an http:// or https:// URL with a host"}},
 		{"otlp endpoint grpc scheme", "", env{"FILA_TELEMETRY_OTLP_ENDPOINT": "grpc://collector:4317"},
 			[]string{`telemetry.otlp_endpoint = "grpc://collector:4317" (env FILA_TELEMETRY_OTLP_ENDPOINT)`, "want empty, host:port"}},
+		{"pprof without the listener", "[http]\npprof = true\n", nil,
+			[]string{"http.pprof = true", "want false unless http.listen_addr is set"}},
 		{"sample ratio above 1", "[telemetry]\ntrace_sample_ratio = 1.5\n", nil,
 			[]string{"telemetry.trace_sample_ratio = 1.5", "want a number from 0 to 1"}},
 		{"sample ratio not a number", "", env{"FILA_TELEMETRY_TRACE_SAMPLE_RATIO": "half"},

@@ -265,6 +265,8 @@ var fields = []field{
 
 	{"http", "listen_addr", kindString,
 		func(c *Config) any { return &c.HTTP.ListenAddr }, checkHTTPListen},
+	{"http", "pprof", kindBool,
+		func(c *Config) any { return &c.HTTP.Pprof }, checkPprof},
 
 	{"telemetry", "metrics_top_keys", kindInt,
 		func(c *Config) any { return &c.Telemetry.MetricsTopKeys },
@@ -712,7 +714,8 @@ func checkRaftID(c *Config) string {
 	return ""
 }
 
-// checkHTTPListen checks http.listen_addr: empty (off) or host:port.
+// checkOTLPEndpoint checks telemetry.otlp_endpoint: empty (off),
+// host:port, or an http(s) URL with a host.
 func checkOTLPEndpoint(c *Config) string {
 	if c.Telemetry.OTLPEndpoint == "" {
 		return ""
@@ -730,12 +733,21 @@ func checkSampleRatio(c *Config) string {
 	return ""
 }
 
+// checkHTTPListen checks http.listen_addr: empty (off) or host:port.
 func checkHTTPListen(c *Config) string {
 	if c.HTTP.ListenAddr == "" {
 		return ""
 	}
 	if checkHostPort(func(c *Config) string { return c.HTTP.ListenAddr })(c) != "" {
 		return `empty (off) or host:port with a numeric port, such as "127.0.0.1:9555"`
+	}
+	return ""
+}
+
+// checkPprof checks that http.pprof has a listener to be served on.
+func checkPprof(c *Config) string {
+	if c.HTTP.Pprof && c.HTTP.ListenAddr == "" {
+		return "false unless http.listen_addr is set: the profiles are served on the admin HTTP listener"
 	}
 	return ""
 }

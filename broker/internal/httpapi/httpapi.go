@@ -1,13 +1,14 @@
 // Package httpapi is the broker's admin HTTP listener ([http]
 // listen_addr): liveness at /healthz, readiness at /readyz and the
-// Prometheus metrics at /metrics. It is off unless configured.
+// Prometheus metrics at /metrics, and with Config.Pprof Go's runtime
+// profiles under /debug/pprof/. It is off unless configured.
 //
 // /healthz and /readyz answer anyone: orchestrators probe them without
 // credentials, and they reveal only whether the broker can serve. With
 // API-key authentication on, /metrics needs a key with admin on "*",
 // sent as "Authorization: Bearer <secret>", unless the listener is bound
 // to a loopback address, where only local processes reach it; the
-// startup log says which.
+// startup log says which. The profiles are behind the same check.
 package httpapi
 
 import (
@@ -18,7 +19,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +45,8 @@ type Config struct {
 	RequireAuth bool
 	// Gatherer is what /metrics serves.
 	Gatherer prometheus.Gatherer
+	// Pprof serves net/http/pprof's handlers under /debug/pprof/.
+	Pprof bool
 	// Ready answers /readyz.
 	Ready  *Readiness
 	Logger *slog.Logger
@@ -80,11 +85,20 @@ func Listen(cfg Config) (*Server, error) {
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 	mux.Handle("GET /metrics", s.authorized(metrics))
+	if cfg.Pprof {
+		mux.Handle("GET /debug/pprof/", s.authorized(profileDeadline(http.HandlerFunc(pprof.Index))))
+		mux.Handle("GET /debug/pprof/cmdline", s.authorized(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", s.authorized(profileDeadline(http.HandlerFunc(pprof.Profile))))
+		mux.Handle("GET /debug/pprof/symbol", s.authorized(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", s.authorized(profileDeadline(http.HandlerFunc(pprof.Trace))))
+	}
 	s.srv = &http.Server{
-		Handler:           mux,
+		// The write timeout is set per request (writeDeadline), so that
+		// a profile may run longer than a scrape; a server-wide
+		// WriteTimeout would make pprof refuse profiles of 60s or more.
+		Handler:           writeDeadline(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
@@ -118,6 +132,46 @@ func (s *Server) Serve() error {
 // Shutdown stops the listener and waits for requests in flight until
 // ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// writeTimeout is how long a response may take to write, from the end of
+// the request's headers, unless the handler moves the deadline
+// (profileDeadline).
+const writeTimeout = 60 * time.Second
+
+// writeDeadline sets each response's write deadline to writeTimeout from
+// now, as http.Server.WriteTimeout would.
+func writeDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The error is ErrNotSupported for a writer without deadlines
+		// (tests' recorders); there is nothing to bound then.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// maxProfile bounds the seconds parameter of a CPU or trace profile (and
+// of a delta profile such as /debug/pprof/heap?seconds=N).
+const maxProfile = 5 * time.Minute
+
+// profileDeadline lets a profile that runs for the request's seconds
+// parameter outlive the server's WriteTimeout, which is sized for
+// /metrics: the response's write deadline becomes seconds plus a margin.
+// A seconds parameter above maxProfile, or not a positive integer, is
+// refused with 400.
+func profileDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 || time.Duration(n)*time.Second > maxProfile {
+				http.Error(w, fmt.Sprintf("seconds: want an integer from 1 to %d", int(maxProfile/time.Second)), http.StatusBadRequest)
+				return
+			}
+			d := time.Duration(n)*time.Second + 30*time.Second
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // authorized wraps h with the /metrics key check.
 func (s *Server) authorized(h http.Handler) http.Handler {

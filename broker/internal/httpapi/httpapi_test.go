@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -70,5 +72,44 @@ func TestProbesAndLoopback(t *testing.T) {
 	}
 	if code, _ := fetch(t, base+"/nothing"); code != 404 {
 		t.Errorf("/nothing = %d; want 404", code)
+	}
+}
+
+// TestPprof: with Pprof the runtime profiles are served, a CPU profile
+// runs for its seconds parameter and comes back as a gzipped profile, a
+// seconds parameter out of range is refused, and off a listener without
+// Pprof they are not found. Off loopback with auth on, they need a key.
+func TestPprof(t *testing.T) {
+	start := func(cfg Config) string {
+		t.Helper()
+		cfg.Gatherer = prometheus.NewRegistry()
+		cfg.Ready = &Readiness{}
+		s, err := Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve()
+		t.Cleanup(func() { s.Shutdown(t.Context()) })
+		return fmt.Sprintf("http://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
+	}
+	on := start(Config{Addr: "127.0.0.1:0", Pprof: true})
+	if code, body := fetch(t, on+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/ = %d %q", code, body)
+	}
+	if code, body := fetch(t, on+"/debug/pprof/profile?seconds=1"); code != 200 || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("/debug/pprof/profile?seconds=1 = %d, %d bytes; want 200 and a gzipped profile", code, len(body))
+	}
+	for _, q := range []string{"seconds=0", "seconds=301", "seconds=x"} {
+		if code, body := fetch(t, on+"/debug/pprof/profile?"+q); code != 400 || !strings.Contains(body, "want an integer from 1 to 300") {
+			t.Errorf("/debug/pprof/profile?%s = %d %q; want 400", q, code, body)
+		}
+	}
+	off := start(Config{Addr: "127.0.0.1:0"})
+	if code, _ := fetch(t, off+"/debug/pprof/"); code != 404 {
+		t.Errorf("without Pprof /debug/pprof/ = %d; want 404", code)
+	}
+	guarded := start(Config{Addr: "0.0.0.0:0", Pprof: true, RequireAuth: true})
+	if code, _ := fetch(t, guarded+"/debug/pprof/heap"); code != 401 {
+		t.Errorf("off loopback with auth on, /debug/pprof/heap without a key = %d; want 401", code)
 	}
 }
