@@ -560,19 +560,17 @@ func (c *conn) maybeFinishGoAway() {
 func (c *conn) readLoop() {
 	defer func() { c.s.reassembling.Add(-c.charged) }()
 	// Until the handshake, reads are small: a Handshake is, and a socket
-	// that never sends one should cost little.
-	buf := make([]byte, 4<<10)
+	// that never sends one should cost little. Reads go straight into the
+	// frame reader's buffer (no copy from a buffer of our own).
+	room := 4 << 10
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	for {
 		if c.handshaken {
-			if len(buf) < 64<<10 {
-				buf = make([]byte, 64<<10)
-			}
+			room = 64 << 10
 			c.armFrameDeadline()
 		}
-		n, err := c.nc.Read(buf)
+		n, err := c.fr.ReadFrom(c.nc, room)
 		if n > 0 {
-			c.fr.Feed(buf[:n])
 			for {
 				h, body, ok, ferr := c.fr.Next()
 				if ferr != nil {

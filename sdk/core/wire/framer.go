@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"io"
 	"math/bits"
 	"sync"
 )
@@ -117,6 +118,39 @@ func (fr *FrameReader) Feed(p []byte) {
 	if fr.err != nil {
 		return
 	}
+	fr.reclaim()
+	if need := len(fr.buf) + len(p); need > cap(fr.buf) {
+		fr.grow(need)
+	}
+	fr.buf = append(fr.buf, p...)
+}
+
+// ReadFrom makes room for at least room bytes after those buffered and
+// reads once from r straight into it: the bytes are Fed without the copy
+// Feed makes from the caller's buffer. It returns what r.Read returned.
+// A receiver that reads a socket into the reader this way holds one
+// buffer per connection instead of two. After Next has failed, ReadFrom
+// reads into a scratch buffer and discards the bytes, as Feed does.
+// room must be positive.
+func (fr *FrameReader) ReadFrom(r io.Reader, room int) (int, error) {
+	if fr.err != nil {
+		var scratch [512]byte
+		return r.Read(scratch[:min(room, len(scratch))])
+	}
+	fr.reclaim()
+	if need := len(fr.buf) + room; need > cap(fr.buf) {
+		fr.grow(need)
+	}
+	n, err := r.Read(fr.buf[len(fr.buf):cap(fr.buf)])
+	fr.buf = fr.buf[:len(fr.buf)+max(n, 0)]
+	return n, err
+}
+
+// reclaim makes the space of the bytes Next has returned free again:
+// an empty buffer starts over (a large one is given back for the small
+// one it replaced), and unread bytes past half the buffer move to its
+// front.
+func (fr *FrameReader) reclaim() {
 	if fr.start > 0 && fr.start == len(fr.buf) {
 		if cap(fr.buf) > keepBuffer {
 			putLarge(fr.buf)
@@ -129,10 +163,6 @@ func (fr *FrameReader) Feed(p []byte) {
 		fr.buf = fr.buf[:n]
 		fr.start = 0
 	}
-	if need := len(fr.buf) + len(p); need > cap(fr.buf) {
-		fr.grow(need)
-	}
-	fr.buf = append(fr.buf, p...)
 }
 
 // grow makes room for need bytes in buf. The capacity doubles (a large
@@ -212,8 +242,8 @@ func putLarge(b []byte) {
 }
 
 // Next returns the next complete frame. ok is false when more bytes are
-// needed. body is valid until the next call to Feed or Next; a caller that
-// keeps decoded []byte fields longer must copy the body first.
+// needed. body is valid until the next call to Feed, ReadFrom or Next; a
+// caller that keeps decoded []byte fields longer must copy the body first.
 //
 // A *ConnError is returned for a frame over the size limit
 // (FRAME_TOO_LARGE) or a continuation interleaved with another frame

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"testing"
 )
@@ -83,6 +84,69 @@ func TestFrameReaderRandomChunks(t *testing.T) {
 		if len(got) != len(want) {
 			t.Fatalf("seed %d iter %d: got %d frames; want %d", seed, iter, len(got), len(want))
 		}
+	}
+}
+
+// chunkReader returns its stream in reads of random sizes from 1 to 40
+// bytes, at most the size asked for, and io.EOF at the end.
+type chunkReader struct {
+	rest []byte
+	r    *rand.Rand
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.rest[:min(len(c.rest), 1+c.r.IntN(40))])
+	c.rest = c.rest[n:]
+	return n, nil
+}
+
+// TestFrameReaderReadFrom reads a stream of frames, and a large frame
+// of its own, through ReadFrom in random read sizes and with several
+// rooms, including one byte, and expects the same frames as Feed gives;
+// after a failure, ReadFrom still reads and discards.
+func TestFrameReaderReadFrom(t *testing.T) {
+	stream, want := frames(t)
+	stream = AppendFrame(stream, 9, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: bytes.Repeat([]byte("L"), 3*keepBuffer)}}})
+	want = append(want, &Enqueue{Messages: []EnqueueMessage{{Queue: "q", Payload: bytes.Repeat([]byte("L"), 3*keepBuffer)}}})
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, room := range []int{1, 7, 4096, 64 << 10} {
+		fr := NewFrameReader(0, 0)
+		src := &chunkReader{rest: stream, r: r}
+		var got []Frame
+		for {
+			_, err := fr.ReadFrom(src, room)
+			got = append(got, readAll(t, fr)...)
+			if err == io.EOF {
+				break
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("room %d: got %d frames; want %d", room, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i].AppendTo(nil), want[i].AppendTo(nil)) {
+				t.Fatalf("room %d: frame %d differs", room, i)
+			}
+		}
+		if fr.Buffered() != 0 {
+			t.Fatalf("room %d: %d bytes left buffered", room, fr.Buffered())
+		}
+	}
+
+	fr := NewFrameReader(16, 0)
+	bad := AppendFrame(nil, 1, &Ping{Nonce: 1})
+	bad[1] = 0xFF // a length far over 16
+	if _, err := fr.ReadFrom(bytes.NewReader(bad), 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := fr.Next(); err == nil {
+		t.Fatal("Next accepted a frame over the limit")
+	}
+	if n, err := fr.ReadFrom(bytes.NewReader([]byte("more")), 64); n != 4 || err != nil || fr.Buffered() != 0 {
+		t.Fatalf("after the failure ReadFrom = %d, %v with %d buffered; want 4 bytes read and discarded", n, err, fr.Buffered())
 	}
 }
 
