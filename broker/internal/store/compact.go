@@ -13,8 +13,12 @@ import (
 //
 //  1. Plans: the shortest prefix, excluding the tail segment, whose live
 //     bytes are at most CompactionThreshold of its size and which holds at
-//     least SegmentSize bytes of garbage, extended over the segments with
-//     no live record that follow it. A prefix with no live record
+//     least SegmentSize bytes of garbage besides its last record (which
+//     stays, step 3), extended over the segments with no live record that
+//     follow it. Each pass thus takes at least SegmentSize bytes of
+//     garbage off the log and adds only its copy groups' record headers
+//     (a few bytes per MiB copied: copies are live), so a Compact that no
+//     writer feeds ends. A prefix with no live record
 //     qualifies at any threshold. Taking the shortest prefix copies least:
 //     the records of younger segments are the likeliest to be deleted
 //     soon (a queue consumes from its front), so they are left to die.
@@ -36,6 +40,22 @@ import (
 // it (or in the remnant, which the same truncation that removes the delete
 // also removes). Writers stall only during TruncateFront, which reads the
 // last prefix segment (at most SegmentSize bytes) and writes one record.
+//
+// Range deletes are dropped the same way, for the same reason: a range
+// tombstone only matters while the log holds an older put of a key in its
+// range, and every older record lies before it in the log, so in the same
+// truncated prefix. That holds whatever keys the range covers: it rests on
+// log order only. A live put copied forward lands after every record
+// written before the copy, tombstones included, so on replay no earlier
+// tombstone removes it (none did: it was live), while a range delete
+// written after the copy removes it on replay as it did live; and the
+// committer drops a copy whose key a range delete removed between the
+// compactor's read and the copy's write (filterCopies finds the key gone
+// from the index). A remnant that is a range delete replays as the log's
+// first record, over an empty index: it removes nothing. A range delete
+// adds no live bytes and takes off those of every put it removes
+// (applyRecord), so the live ratio that plans a pass counts it as garbage,
+// as it does a delete.
 
 // maybeCompact wakes the compactor when enough garbage accumulated since
 // the last pass. Runs on the committer goroutine.
@@ -82,8 +102,8 @@ func (d *Disk) compactLoop() {
 // qualifies, and returns when done. The store also runs them by itself as
 // garbage accumulates, so calling Compact is never required. Afterwards
 // the log's older segments hold at most max(live/CompactionThreshold,
-// live+SegmentSize) bytes. Errors: ErrClosed, the sticky write error, or a
-// read or truncation error naming the segment.
+// live+SegmentSize+one record) bytes. Errors: ErrClosed, the sticky write
+// error, or a read or truncation error naming the segment.
 func (d *Disk) Compact() error {
 	d.compactMu.Lock()
 	defer d.compactMu.Unlock()
@@ -190,7 +210,14 @@ func (d *Disk) plan() ([]*segment, error) {
 		// Truncating at the log's first record would reclaim nothing: a
 		// lone remnant waits for the segments after it.
 		progress := s.n > 0 && s.lastIndex() > old[0].index
-		if progress && float64(live) <= d.opts.CompactionThreshold*float64(size) && size-live >= d.opts.SegmentSize {
+		// The prefix's last record stays, as the remnant: its bytes are
+		// garbage that the pass does not reclaim. Counting them let a
+		// large remnant (a copy group, which holds a segment's live
+		// records) pay for copying the next segment's live records,
+		// whose copy group became the next remnant, pass after pass
+		// without end.
+		reclaimed := size - live - (s.size - s.lastOff)
+		if progress && float64(live) <= d.opts.CompactionThreshold*float64(size) && reclaimed >= d.opts.SegmentSize {
 			best = i
 			break
 		}
@@ -261,7 +288,7 @@ func (d *Disk) copyLive(s *segment) error {
 				continue
 			}
 			loc := location{seg: s.id, off: uint32(recOff + int64(m.valueOff))}
-			if e, ok := d.index.Get(entry{key: unsafeString(m.key)}); ok && e.seg == loc.seg && e.off == loc.off {
+			if e, ok := d.index.get(m.key); ok && e.seg == loc.seg && e.off == loc.off {
 				b.Put(m.key, m.value)
 				locs = append(locs, loc)
 			}

@@ -11,7 +11,8 @@ import (
 
 // TestDifferential applies the same random groups to a Disk and a Mem and
 // compares them after every step, with reads, scans, reopens and
-// compactions mixed in. Small segments make segment changes, compaction
+// compactions mixed in. Groups hold puts, deletes and range deletes, of
+// general keys and of id keys. Small segments make segment changes, compaction
 // copies and truncations frequent.
 func TestDifferential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed(t), 1))
@@ -20,13 +21,24 @@ func TestDifferential(t *testing.T) {
 	disk := openT(t, dir, opts, true)
 	mem := NewMem()
 	defer mem.Close()
-	key := func() []byte { return fmt.Appendf(nil, "k%02d", rng.IntN(60)) }
+	key := func() []byte {
+		if rng.IntN(3) == 0 { // an id key (index.go)
+			return []byte(idKeyIn([]string{"m/q", "m/q.dlq"}[rng.IntN(2)], rng.IntN(30)))
+		}
+		return fmt.Appendf(nil, "k%02d", rng.IntN(60))
+	}
 	group := func() *Batch {
 		b := new(Batch)
 		for range 1 + rng.IntN(5) {
-			if rng.IntN(3) == 0 {
+			switch r := rng.IntN(12); {
+			case r == 0:
+				b.DeleteRange(key(), key())
+			case r == 1:
+				p := []string{"m/q", "m/q.dlq"}[rng.IntN(2)]
+				b.DeleteRange([]byte(p+"\x00"), []byte(p+"\x01"))
+			case r < 5:
 				b.Delete(key())
-			} else {
+			default:
 				b.Put(key(), bytes.Repeat([]byte{byte(rng.Uint32())}, rng.IntN(700)))
 			}
 		}

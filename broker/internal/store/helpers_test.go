@@ -109,9 +109,16 @@ func stateOf(groups []*Batch) map[string]string {
 				panic(err)
 			}
 			pos = next
-			if m.kind == kindDelete {
+			switch m.kind {
+			case kindDelete:
 				delete(st, string(m.key))
-			} else {
+			case kindDeleteRange:
+				for k := range st {
+					if k >= string(m.key) && k < string(m.end) {
+						delete(st, k)
+					}
+				}
+			default:
 				st[string(m.key)] = string(m.value)
 			}
 		}

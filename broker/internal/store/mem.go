@@ -118,11 +118,14 @@ func (m *Mem) apply(b *Batch) {
 	for pos := 0; pos < len(muts); {
 		mu, next, _ := nextMutation(muts, pos)
 		pos = next
-		if mu.kind == kindDelete {
+		switch mu.kind {
+		case kindDelete:
 			m.index.Delete(memEntry{key: unsafeString(mu.key)})
-			continue
+		case kindDeleteRange:
+			m.index.DeleteRange(memEntry{key: unsafeString(mu.key)}, memEntry{key: unsafeString(mu.end)}, &btree.DeleteRangeOptions{NoReturn: true})
+		default:
+			m.index.Set(memEntry{key: string(mu.key), value: append([]byte(nil), mu.value...)})
 		}
-		m.index.Set(memEntry{key: string(mu.key), value: append([]byte(nil), mu.value...)})
 	}
 	m.groups++
 	m.muts += uint64(b.n)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,15 +20,30 @@ import (
 //	+--------------+-------------+--------------------+------------------+
 //
 // The checksum is CRC-32C (Castagnoli, RFC 3720 §12.1), little endian,
-// over every byte after it. The version is recordVersion. Commit is the log
-// index of the first record written by the same write and fsync: recovery
-// uses it to tell a torn final commit (cut off) from damage to a commit
-// that was already durable (fatal unless repairing). Each mutation is
+// over every byte after it. Commit is the log index of the first record
+// written by the same write and fsync: recovery uses it to tell a torn
+// final commit (cut off) from damage to a commit that was already durable
+// (fatal unless repairing). Each mutation is
 //
-//	put:    0x01 | key length uvarint | key | value length uvarint | value
-//	delete: 0x02 | key length uvarint | key
+//	put:          0x01 | key length uvarint | key | value length uvarint | value
+//	delete:       0x02 | key length uvarint | key
+//	range delete: 0x03 | start length uvarint | start | end length uvarint | end
 //
-// and a record holds at least one mutation.
+// and a record holds at least one mutation. A range delete removes every
+// key k with start <= k < end in byte order, and start < end. The
+// mutations of a record apply in order: a put after a range delete that
+// covers its key survives it, one before it does not.
+//
+// The version is 1 (recordVersion) for a record without range deletes and
+// 2 (recordVersionRange) for a record that holds at least one; recovery
+// reads both, and rejects a version 1 record that holds a range delete or
+// a version 2 record that holds none, so that every record has one
+// encoding. Range deletes came after version 1: a broker that predates
+// them takes a version 2 record for damage instead of misreading it (it
+// refuses to start on a log that holds one, or, without the
+// durable-position marker, may cut one in the log's newest commit as a
+// torn commit), while a log without range deletes stays readable by it
+// (docs/compatibility.md).
 //
 // A padding record takes the place of records that repair dropped
 // (Options.Repair), so that every other record keeps its log index (its
@@ -45,15 +61,21 @@ import (
 // region exactly. Only repair writes padding; a broker older than the
 // padding record rejects a log that holds one (docs/compatibility.md).
 const (
+	// recordVersion is the version byte of a data record without range
+	// deletes.
 	recordVersion = 1
+	// recordVersionRange is the version byte of a data record holding at
+	// least one range delete.
+	recordVersionRange = 2
 	// recordPadding is the version byte of a padding record.
 	recordPadding = 0xFF
 	// minPaddingEntry is the size of the smallest padding entry: a 1-byte
 	// length, the checksum and the marker byte.
 	minPaddingEntry = 1 + 4 + 1
 
-	kindPut    = 1
-	kindDelete = 2
+	kindPut         = 1
+	kindDelete      = 2
+	kindDeleteRange = 3
 
 	// headerRoom is the space a Batch reserves in front of its mutations
 	// for the header: checksum, version and the longest commit uvarint.
@@ -75,12 +97,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // errRecord is the cause of every record decoding failure.
 var errRecord = errors.New("bad record")
 
-// mutation is one decoded put or delete. key and value alias the record.
+// mutation is one decoded put, delete or range delete. key, value and end
+// alias the record.
 type mutation struct {
 	kind     byte
-	key      []byte
+	key      []byte // the key; a range delete's start
 	value    []byte
-	valueOff int // offset of value within the record
+	valueOff int    // offset of value within the record
+	end      []byte // a range delete's end
 }
 
 // recordSize is the number of bytes a put of a klen-byte key and a
@@ -111,7 +135,7 @@ func checkRecord(rec []byte) (commit uint64, body int, err error) {
 	if got, want := crc32.Checksum(rec[4:], castagnoli), binary.LittleEndian.Uint32(rec); got != want {
 		return 0, 0, fmt.Errorf("%w: checksum mismatch", errRecord)
 	}
-	if rec[4] != recordVersion {
+	if rec[4] != recordVersion && rec[4] != recordVersionRange {
 		return 0, 0, fmt.Errorf("%w: unknown version %d", errRecord, rec[4])
 	}
 	commit, n := binary.Uvarint(rec[5:])
@@ -129,7 +153,7 @@ func checkRecord(rec []byte) (commit uint64, body int, err error) {
 // position of the next one. It never allocates and never reads outside rec.
 func nextMutation(rec []byte, pos int) (m mutation, next int, err error) {
 	kind := rec[pos]
-	if kind != kindPut && kind != kindDelete {
+	if kind != kindPut && kind != kindDelete && kind != kindDeleteRange {
 		return m, 0, fmt.Errorf("%w: unknown mutation kind %d at %d", errRecord, kind, pos)
 	}
 	m.kind = kind
@@ -141,8 +165,20 @@ func nextMutation(rec []byte, pos int) (m mutation, next int, err error) {
 	pos += n
 	m.key = rec[pos : pos+int(klen) : pos+int(klen)]
 	pos += int(klen)
-	if kind == kindDelete {
+	switch kind {
+	case kindDelete:
 		return m, pos, nil
+	case kindDeleteRange:
+		elen, n := binary.Uvarint(rec[pos:])
+		if n <= 0 || elen > MaxKeySize || elen > uint64(len(rec)-pos-n) {
+			return m, 0, fmt.Errorf("%w: bad range end length at %d", errRecord, pos)
+		}
+		pos += n
+		m.end = rec[pos : pos+int(elen) : pos+int(elen)]
+		if bytes.Compare(m.key, m.end) >= 0 {
+			return m, 0, fmt.Errorf("%w: empty delete range at %d", errRecord, pos)
+		}
+		return m, pos + int(elen), nil
 	}
 	vlen, n := binary.Uvarint(rec[pos:])
 	if n <= 0 || vlen > MaxValueSize || vlen > uint64(len(rec)-pos-n) {
@@ -164,10 +200,16 @@ func verifyRecord(rec []byte) (commit uint64, body int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	ranges := false
 	for pos := body; pos < len(rec); {
-		if _, pos, err = nextMutation(rec, pos); err != nil {
+		var m mutation
+		if m, pos, err = nextMutation(rec, pos); err != nil {
 			return 0, 0, err
 		}
+		ranges = ranges || m.kind == kindDeleteRange
+	}
+	if commit != 0 && ranges != (rec[4] == recordVersionRange) {
+		return 0, 0, fmt.Errorf("%w: version %d record with range deletes: %t", errRecord, rec[4], ranges)
 	}
 	return commit, body, nil
 }
@@ -205,7 +247,7 @@ func appendPadding(dst []byte, n int64, k uint64) []byte {
 // commit index and the number of mutations that decode, ignoring the
 // checksum. ok is false if not even the header reads.
 func describeRecord(rec []byte) (commit uint64, mutations int, ok bool) {
-	if len(rec) < 6 || rec[4] != recordVersion {
+	if len(rec) < 6 || rec[4] != recordVersion && rec[4] != recordVersionRange {
 		return 0, 0, false
 	}
 	commit, n := binary.Uvarint(rec[5:])
@@ -227,18 +269,20 @@ func describeRecord(rec []byte) (commit uint64, mutations int, ok bool) {
 // of such a group is written.
 var ErrTooLarge = errors.New("mutation group too large")
 
-// A Batch is a mutation group: a sequence of puts and deletes that Apply
-// makes durable and visible atomically, all or none, after every group
-// applied before it. Within a batch a later mutation of a key wins.
+// A Batch is a mutation group: a sequence of puts, deletes and range
+// deletes that Apply makes durable and visible atomically, all or none,
+// after every group applied before it. Within a batch mutations apply in
+// the order they were added, so a later mutation of a key wins.
 //
-// Put and Delete copy their arguments into the batch's buffer, which is
-// already the group's on-disk encoding, so applying it copies nothing more
-// per mutation. The zero Batch is empty and ready to use; a Batch is not
-// safe for concurrent use.
+// Put, Delete and DeleteRange copy their arguments into the batch's
+// buffer, which is already the group's on-disk encoding, so applying it
+// copies nothing more per mutation. The zero Batch is empty and ready to
+// use; a Batch is not safe for concurrent use.
 type Batch struct {
 	data   []byte // headerRoom bytes reserved, then the mutations
 	n      int
 	err    error
+	ranges bool // holds a range delete: written as a version 2 record
 	growth bool // RefuseWhenFull
 	nosync bool // NoSync
 }
@@ -276,7 +320,7 @@ func (b *Batch) grow() {
 // Grow makes room for n more bytes of mutations, so a caller that knows
 // the group's size fills it without reallocating. Each Put takes
 // len(key)+len(value) plus at most 21 bytes; each Delete len(key) plus at
-// most 11.
+// most 11; each DeleteRange len(start)+len(end) plus at most 7.
 func (b *Batch) Grow(n int) {
 	b.grow()
 	if cap(b.data)-len(b.data) < n {
@@ -315,6 +359,35 @@ func (b *Batch) Delete(key []byte) {
 	b.n++
 }
 
+// DeleteRange records that every key k with start <= k < end, in byte
+// order, is to be removed: one mutation in the group's record, however
+// many keys it removes. A range with end <= start is empty and records
+// nothing. Mutations apply in the order they were added: a Put of a key in
+// the range made after DeleteRange survives it, one made before does not.
+// It copies start and end. A start or end over MaxKeySize makes the batch
+// fail with ErrTooLarge when applied.
+//
+// A group holding a range delete is written as a version 2 record, which
+// brokers that predate range deletes refuse to read (record.go,
+// docs/compatibility.md).
+func (b *Batch) DeleteRange(start, end []byte) {
+	if len(start) > MaxKeySize || len(end) > MaxKeySize {
+		b.err = fmt.Errorf("%w: range delete of %d-byte start and %d-byte end", ErrTooLarge, len(start), len(end))
+		return
+	}
+	if bytes.Compare(start, end) >= 0 {
+		return
+	}
+	b.grow()
+	b.data = append(b.data, kindDeleteRange)
+	b.data = binary.AppendUvarint(b.data, uint64(len(start)))
+	b.data = append(b.data, start...)
+	b.data = binary.AppendUvarint(b.data, uint64(len(end)))
+	b.data = append(b.data, end...)
+	b.n++
+	b.ranges = true
+}
+
 // Len returns the number of mutations in the batch.
 func (b *Batch) Len() int { return b.n }
 
@@ -337,6 +410,7 @@ func (b *Batch) Reset() {
 	}
 	b.n = 0
 	b.err = nil
+	b.ranges = false
 	b.growth = false
 	b.nosync = false
 }
@@ -360,6 +434,9 @@ func (b *Batch) seal(commit uint64) []byte {
 	start := headerRoom - 5 - n
 	rec := b.data[start:]
 	rec[4] = recordVersion
+	if b.ranges {
+		rec[4] = recordVersionRange
+	}
 	binary.PutUvarint(rec[5:], commit)
 	binary.LittleEndian.PutUint32(rec, crc32.Checksum(rec[4:], castagnoli))
 	return rec

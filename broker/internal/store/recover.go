@@ -212,7 +212,7 @@ func (r *entryReader) scanValid(from int64, accept func(commit uint64) bool) (in
 			continue
 		}
 		switch head[n+4] {
-		case recordVersion:
+		case recordVersion, recordVersionRange:
 			if len(head) < n+6 {
 				continue
 			}
