@@ -192,9 +192,10 @@ func BenchmarkEnqueue(b *testing.B) {
 			for i := 0; i < b.N; i += len(items) {
 				if i > 0 && i%500_000 == 0 {
 					b.StopTimer()
-					for m := range q.msgs.all() {
-						s.leave(m)
-						s.remove(m)
+					for x := range q.msgs.all() {
+						m := s.msg(x)
+						s.leave(x, m)
+						s.remove(x, m)
 					}
 					s.Advance(s.Ready())
 					b.StartTimer()

@@ -468,12 +468,8 @@ func (h *harness) ready(brief bool) string {
 		if !brief {
 			b.WriteString("  " + fmtMutation(m) + "\n")
 		}
-		if m.Delete {
-			delete(h.kv, string(m.Key))
-		} else {
-			h.kv[string(m.Key)] = bytes.Clone(m.Value)
-		}
 	}
+	applyPersist(h.kv, rd.Persist)
 	if len(rd.Replies) > 0 {
 		fmt.Fprintf(&b, "replies: %d\n", len(rd.Replies))
 	}
@@ -529,10 +525,41 @@ func (h *harness) ready(brief bool) string {
 	return b.String()
 }
 
+// applyPersist applies a Ready's mutations to kv in order, as a store
+// does: puts, deletes and range deletes (Mutation.End).
+func applyPersist(kv map[string][]byte, ps []Mutation) {
+	for _, m := range ps {
+		switch {
+		case !m.Delete:
+			kv[string(m.Key)] = bytes.Clone(m.Value)
+		case m.End == nil:
+			delete(kv, string(m.Key))
+		default:
+			for k := range kv {
+				if string(m.Key) <= k && k < string(m.End) {
+					delete(kv, k)
+				}
+			}
+		}
+	}
+}
+
 func fmtMutation(m Mutation) string {
 	op := "put"
 	if m.Delete {
 		op = "del"
+	}
+	if m.Delete && m.End != nil {
+		// A queue's records of one kind: <prefix><queue> 0x00 to 0x01.
+		for _, p := range []struct{ prefix, kind string }{
+			{prefixQueue, "queue"}, {prefixDedup, "idk"}, {prefixMsg, "msg"}, {prefixProducer, "producer"}, {prefixState, "state"},
+		} {
+			rest, ok := bytes.CutPrefix(m.Key, []byte(p.prefix))
+			if q, ok2 := bytes.CutSuffix(rest, []byte{0}); ok && ok2 && string(m.End) == p.prefix+string(q)+"\x01" {
+				return fmt.Sprintf("del range %s %s", p.kind, q)
+			}
+		}
+		return fmt.Sprintf("del range %q..%q", m.Key, m.End)
 	}
 	key := m.Key
 	switch {

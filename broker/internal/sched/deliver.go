@@ -16,11 +16,11 @@ func (s *Sched) pump(q *queue) {
 			s.parkSub(sb, lb)
 			continue
 		}
-		m := s.pick(q)
-		if m == nil {
+		x := s.pick(q)
+		if x == 0 {
 			return
 		}
-		s.deliver(sb, m)
+		s.deliver(sb, x)
 	}
 }
 
@@ -28,12 +28,12 @@ func (s *Sched) pump(q *queue) {
 // then its next runnable lane whose buckets all hold a token. Lanes short
 // of a token park on that bucket; a key left with no runnable lane leaves
 // the round with its deficit kept. pick takes the tokens and the message
-// out of its lane and returns it, or nil if nothing can go now.
-func (s *Sched) pick(q *queue) *msg {
+// out of its lane and returns it, or 0 if nothing can go now.
+func (s *Sched) pick(q *queue) mref {
 	for {
 		k, ok := q.fair.next()
 		if !ok {
-			return nil
+			return 0
 		}
 		for k.nrun > 0 {
 			l := k.run
@@ -41,21 +41,22 @@ func (s *Sched) pick(q *queue) *msg {
 				s.park(l, b)
 				continue
 			}
-			m := l.head
-			l.unlink(m)
+			x := l.head
+			m := s.msg(x)
+			s.unlink(l, x, m)
 			m.flags &^= fListed
 			if l.ordered() {
-				l.inflight = m
+				l.inflight = x
 			}
 			m.state = stNone
 			k.pending--
 			q.ready--
 			k.delivered++
-			s.noteDelivery(q, k, m)
+			s.noteDelivery(q, k, m.enq)
 			k.run = l.next
 			q.fair.charge(k, int64(m.cost))
 			s.laneSync(l)
-			return m
+			return x
 		}
 		s.keySync(k)
 	}
@@ -83,27 +84,29 @@ func (s *Sched) admit(l *lane) *tbucket {
 	return nil
 }
 
-// deliver leases m to sb.
-func (s *Sched) deliver(sb *sub, m *msg) {
+// deliver leases message x to sb.
+func (s *Sched) deliver(sb *sub, x mref) {
 	q := sb.q
 	now := int64(s.now)
 	for _, lb := range sb.limits {
 		lb.b.Take(now, 1)
 	}
+	m := s.msg(x)
 	m.state = stLeased
 	m.flags |= fFresh
 	q.leased++
 	q.counts.Delivered++
 	s.lease++
-	m.lease = s.lease
+	e := s.extFor(x, m)
+	e.lease = s.lease
+	e.slot = sb.slot
 	if q.fair.byTime {
-		q.fair.leased(m.lane.key, m.lease, s.now)
+		q.fair.leased(s.laneOf(m).key, s.lease, s.now)
 	}
-	s.setTimer(m, s.now.Add(q.vis))
-	leaseLink(&sb.leases, m)
-	m.slot = sb.slot
+	s.setTimer(x, m, s.now.Add(q.vis))
+	s.leaseLink(sb, x, m)
 	sb.held++
-	s.cur.dl = append(s.cur.dl, pendingDelivery{s: sb, m: m, lease: m.lease})
+	s.cur.dl = append(s.cur.dl, pendingDelivery{s: sb, m: x, lease: s.lease})
 	sb.credit--
 	sb.batch++
 	switch {
@@ -118,25 +121,37 @@ func (s *Sched) deliver(sb *sub, m *msg) {
 	}
 }
 
-// leaseLink adds m to the lease ring whose sentinel is head.
-func leaseLink(head, m *msg) {
-	m.prev = head.prev
-	m.next = head
-	head.prev.next = m
-	head.prev = m
+// leaseLink appends message x, its record m, to sb's lease list.
+func (s *Sched) leaseLink(sb *sub, x mref, m *msg) {
+	m.next, m.prev = 0, sb.ltail
+	if sb.ltail != 0 {
+		s.msg(sb.ltail).next = x
+	} else {
+		sb.lhead = x
+	}
+	sb.ltail = x
 }
 
-func leaseUnlink(m *msg) {
-	m.prev.next = m.next
-	m.next.prev = m.prev
-	m.next, m.prev = nil, nil
+// leaseUnlink takes message x, its record m, out of sb's lease list.
+func (s *Sched) leaseUnlink(sb *sub, x mref, m *msg) {
+	if m.prev != 0 {
+		s.msg(m.prev).next = m.next
+	} else {
+		sb.lhead = m.next
+	}
+	if m.next != 0 {
+		s.msg(m.next).prev = m.prev
+	} else {
+		sb.ltail = m.prev
+	}
+	m.next, m.prev = 0, 0
 }
 
 // laneSync puts l where its contents say it belongs: in its key's
 // runnable ring if it has a message to deliver, else idle. A parked lane
 // stays parked while it has one. Then it does the same for the key.
 func (s *Sched) laneSync(l *lane) {
-	want := l.canRun()
+	want := s.canRun(l)
 	switch l.state {
 	case lsIdle:
 		if want {

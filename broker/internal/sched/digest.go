@@ -51,9 +51,10 @@ func (s *Sched) Digest() [32]byte {
 		for _, l := range sb.limits {
 			d.str(l.name)
 		}
-		for m := sb.leases.next; m != nil && m != &sb.leases; m = m.next {
+		for x := sb.lhead; x != 0; x = s.msg(x).next {
+			m := s.msg(x)
 			d.id(m.id)
-			d.uint(m.lease)
+			d.uint(s.leaseOf(m))
 		}
 	}
 	// The order subscriptions take turns in.
@@ -73,14 +74,17 @@ func (s *Sched) Digest() [32]byte {
 	}
 	// The order timers fire in: by deadline, then by when they were set.
 	timers := slices.Clone(s.timers.a)
-	slices.SortFunc(timers, func(a, b *msg) int {
-		return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.tseq, b.tseq))
+	slices.SortFunc(timers, func(a, b xref) int {
+		x, y := s.exts.at(uint32(a)), s.exts.at(uint32(b))
+		return cmp.Or(cmp.Compare(x.due, y.due), cmp.Compare(x.tseq, y.tseq))
 	})
 	d.uint(uint64(len(timers)))
-	for _, m := range timers {
-		d.str(m.queue().name)
+	for _, t := range timers {
+		e := s.exts.at(uint32(t))
+		m := s.msg(e.msg)
+		d.str(s.queueOf(m).name)
 		d.id(m.id)
-		d.uint(m.tseq)
+		d.uint(e.tseq)
 	}
 
 	keys := sortedKeys(s.buckets, cmp.Compare)
@@ -287,11 +291,11 @@ func (d *digester) queue(s *Sched, q *queue) {
 			d.str(l.okey)
 			d.uint(uint64(l.state))
 			d.int(int64(l.n))
-			for m := l.head; m != nil; m = m.next {
-				d.id(m.id)
+			for x := l.head; x != 0; x = s.msg(x).next {
+				d.id(s.msg(x).id)
 			}
-			if l.inflight != nil {
-				d.id(l.inflight.id)
+			if l.inflight != 0 {
+				d.id(s.msg(l.inflight).id)
 			}
 		}
 		// The order the key serves its runnable lanes in.
@@ -302,29 +306,31 @@ func (d *digester) queue(s *Sched, q *queue) {
 		}
 	}
 
-	msgs := make([]*msg, 0, q.msgs.len())
-	for m := range q.msgs.all() {
-		msgs = append(msgs, m)
+	msgs := make([]mref, 0, q.msgs.len())
+	for x := range q.msgs.all() {
+		msgs = append(msgs, x)
 	}
-	slices.SortFunc(msgs, func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
+	s.sortByID(msgs)
 	d.uint(uint64(len(msgs)))
-	for _, m := range msgs {
+	for _, x := range msgs {
+		m := s.msg(x)
+		e := s.ext(m)
 		d.id(m.id)
-		d.str(m.lane.key.name)
+		d.str(s.laneOf(m).key.name)
 		d.uint(uint64(m.state))
 		d.uint(uint64(m.flags &^ fFresh))
 		d.int(int64(m.enq))
-		d.int(int64(m.due))
-		d.uint(m.lease)
-		d.uint(uint64(m.attempts))
+		d.int(int64(e.due))
+		d.uint(e.lease)
+		d.uint(uint64(e.attempts))
 		d.uint(uint64(m.cost))
-		d.uint(uint64(m.weight))
-		if sb := s.slots[m.slot]; sb != nil {
+		d.uint(uint64(s.weightOf(m)))
+		if sb := s.slots[e.slot]; sb != nil {
 			d.uint(uint64(sb.id))
 		} else {
 			d.uint(0)
 		}
-		d.str(s.reasons[m])
+		d.str(s.reasons[x])
 	}
 
 	lims := sortedKeys(q.limits, cmp.Compare)

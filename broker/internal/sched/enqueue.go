@@ -92,28 +92,28 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 	key := appendMsgKey(b.alloc(msgKeyLen(q.name))[:0], q.name, m.ID)
 	s.put(key, appendMsgRecord(b.alloc(msgRecordLen(m, fk, names))[:0], &meta, m.Body))
 
-	x := s.newMsg()
-	x.id = m.ID
-	x.enq = s.now
-	x.cost = m.PayloadSize
-	x.weight = weight
+	x, r := s.newMsg()
+	r.id = m.ID
+	r.enq = s.now
+	r.cost = m.PayloadSize
+	s.setWeight(x, r, weight)
 	q.counts.Enqueued++
-	s.attach(q, x, l)
+	s.attach(q, x, r, l)
 	if due > 0 {
-		x.state = stDelayed
+		r.state = stDelayed
 		q.delayed++
-		s.setTimer(x, due)
+		s.setTimer(x, r, due)
 		if l.ordered() {
 			// Keeps its place: the messages behind it wait for it.
-			l.pushBack(x)
-			x.flags |= fListed
+			s.pushBack(l, x, r)
+			r.flags |= fListed
 		}
 	} else {
-		x.state = stReady
+		r.state = stReady
 		q.ready++
 		l.key.pending++
-		l.pushBack(x)
-		x.flags |= fListed
+		s.pushBack(l, x, r)
+		r.flags |= fListed
 	}
 	s.laneSync(l)
 	return EnqueueResult{ID: m.ID}
@@ -125,7 +125,7 @@ func (s *Sched) validateMessage(q *queue, m *Message) error {
 		return fmt.Errorf("%s is a dead-letter queue; redrive it instead: %w", q.name, fault.ErrInvalidArgument)
 	case m.ID == [16]byte{}:
 		return fmt.Errorf("id: zero: %w", fault.ErrInvalidArgument)
-	case q.msgs.get(m.ID) != nil || q.dlq.msgs.get(m.ID) != nil:
+	case q.msgs.get(&s.recs, m.ID) != 0 || q.dlq.msgs.get(&s.recs, m.ID) != 0:
 		return fmt.Errorf("id %s: already in use: %w", formatID(m.ID), fault.ErrInvalidArgument)
 	case len(m.FairnessKey) > math.MaxUint16:
 		return fmt.Errorf("fairness_key: %d bytes, at most %d: %w", len(m.FairnessKey), math.MaxUint16, fault.ErrInvalidArgument)
@@ -215,6 +215,7 @@ func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
 		k = &fkey{q: q, name: fk}
 		q.fair.adopt(k, s.now)
 		k.dflt.key = k
+		s.addLane(&k.dflt)
 		q.keys[fk] = k
 	}
 	if ts == nil && okey == "" {
@@ -230,35 +231,38 @@ func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
 		if ts != nil {
 			ts.refs++
 		}
+		s.addLane(l)
 		k.lanes[id] = l
 	}
 	return l
 }
 
-// attach makes m a message of lane l in q, in no state yet.
-func (s *Sched) attach(q *queue, m *msg, l *lane) {
-	m.lane = l
+// attach makes message x, its record m, a message of lane l in q, in no
+// state yet.
+func (s *Sched) attach(q *queue, x mref, m *msg, l *lane) {
+	m.lane = l.idx
 	m.state = stNone
 	l.refs++
 	l.key.refs++
-	q.msgs.put(m)
+	q.msgs.put(&s.recs, x)
 }
 
-// detach takes m, in no state, out of its lane and queue, dropping the
-// lane and the key if nothing else holds them.
-func (s *Sched) detach(m *msg) {
-	l := m.lane
+// detach takes message x, its record m, in no state, out of its lane and
+// queue, dropping the lane and the key if nothing else holds them.
+func (s *Sched) detach(x mref, m *msg) {
+	l := s.laneOf(m)
 	k := l.key
-	if l.inflight == m {
-		l.inflight = nil
+	if l.inflight == x {
+		l.inflight = 0
 	}
-	k.q.msgs.del(m)
+	k.q.msgs.del(&s.recs, x)
 	l.refs--
 	k.refs--
-	m.lane = nil
+	m.lane = 0
 	s.laneSync(l)
 	if l.refs == 0 && l != &k.dflt {
 		delete(k.lanes, laneID{ts: l.ts, okey: l.okey})
+		s.dropLane(l)
 		if l.ts != nil {
 			s.releaseTset(l.ts)
 		}
@@ -266,13 +270,15 @@ func (s *Sched) detach(m *msg) {
 	if k.refs == 0 {
 		k.q.fair.drop(k, s.now)
 		delete(k.q.keys, k.name)
+		s.dropLane(&k.dflt)
 	}
 }
 
-// leave takes m out of its state: its counts, the timers, its lease ring
-// and its lane's list. An ordered lane keeps m as its in-flight message.
-func (s *Sched) leave(m *msg) {
-	l := m.lane
+// leave takes message x, its record m, out of its state: its counts, the
+// timers, its lease list and its lane's list. An ordered lane keeps x as
+// its in-flight message.
+func (s *Sched) leave(x mref, m *msg) {
+	l := s.laneOf(m)
 	k := l.key
 	q := k.q
 	switch m.state {
@@ -281,71 +287,51 @@ func (s *Sched) leave(m *msg) {
 		k.pending--
 	case stDelayed:
 		q.delayed--
-		s.timers.remove(m)
+		s.timers.remove(m.ext)
 	case stLeased:
-		s.timers.remove(m)
-		s.endLease(m)
+		s.timers.remove(m.ext)
+		s.endLease(x, m)
 	case stDeciding:
 		q.delayed--
 	}
 	if m.flags&fListed != 0 {
-		l.unlink(m)
+		s.unlink(l, x, m)
 		m.flags &^= fListed
 	}
 	m.state = stNone
 }
 
-// remove deletes m, in no state, from memory and storage.
-func (s *Sched) remove(m *msg) {
-	home := m.queue().home().name
+// remove deletes message x, its record m, in no state, from memory and
+// storage.
+func (s *Sched) remove(x mref, m *msg) {
+	home := s.queueOf(m).home().name
 	b := s.cur
 	s.del(appendMsgKey(b.alloc(msgKeyLen(home))[:0], home, m.id))
 	if m.flags&fState != 0 {
 		s.del(appendStateKey(b.alloc(stateKeyLen(home))[:0], home, m.id))
 	}
-	s.detach(m)
-	s.freeMsg(m)
+	s.detach(x, m)
+	s.freeMsg(x)
 }
 
-// maxFree bounds the recycled message structs kept.
-const maxFree = 4096
-
-func (s *Sched) newMsg() *msg {
-	if n := len(s.free); n > 0 {
-		m := s.free[n-1]
-		s.free[n-1] = nil
-		s.free = s.free[:n-1]
-		return m
-	}
-	return &msg{hidx: -1}
-}
-
-func (s *Sched) freeMsg(m *msg) {
-	s.setReason(m, "")
-	if len(s.free) < maxFree {
-		*m = msg{hidx: -1}
-		s.free = append(s.free, m)
-	}
-}
-
-// setReason records m's last failure reason, cut to MaxReasonLen; ""
-// clears it.
-func (s *Sched) setReason(m *msg, r string) {
+// setReason records the last failure reason of message x, its record m,
+// cut to MaxReasonLen; "" clears it.
+func (s *Sched) setReason(x mref, m *msg, r string) {
 	if r == "" {
 		if m.flags&fReason != 0 {
-			delete(s.reasons, m)
+			delete(s.reasons, x)
 			m.flags &^= fReason
 		}
 		return
 	}
-	s.reasons[m] = cutReason(r)
+	s.reasons[x] = cutReason(r)
 	m.flags |= fReason
 }
 
-// reason returns m's last failure reason.
-func (s *Sched) reason(m *msg) string {
+// reason returns the last failure reason of message x, its record m.
+func (s *Sched) reason(x mref, m *msg) string {
 	if m.flags&fReason == 0 {
 		return ""
 	}
-	return s.reasons[m]
+	return s.reasons[x]
 }

@@ -73,37 +73,38 @@ func (s *Sched) Explain(ref Ref, queue string, id [16]byte) {
 		s.reply(ref, fmt.Errorf("explain %s: %w", queue, fault.ErrQueueNotFound))
 		return
 	}
-	m := q.msgs.get(id)
-	if m == nil {
+	x := q.msgs.get(&s.recs, id)
+	if x == 0 {
 		s.reply(ref, fmt.Errorf("explain %s: %w", queue, fault.ErrMessageNotFound))
 		return
 	}
-	l := m.lane
-	k := l.key
-	e := Explanation{Queue: queue, ID: id, FairnessKey: k.name, Attempts: m.attempts}
+	m := s.msg(x)
+	k := s.laneOf(m).key
+	e := Explanation{Queue: queue, ID: id, FairnessKey: k.name, Attempts: s.attempts(m)}
 	switch m.state {
 	case stDelayed:
-		e.Reason, e.Until, e.ETA = WhyDelayed, m.due, m.due
+		e.Reason, e.Until, e.ETA = WhyDelayed, s.due(m), s.due(m)
 	case stDeciding:
 		e.Reason = WhyDeciding
 	case stLeased:
-		e.Reason, e.Until = WhyLeased, m.due
+		e.Reason, e.Until = WhyLeased, s.due(m)
 	default:
-		s.explainReady(q, m, &e)
+		s.explainReady(q, x, &e)
 	}
 	s.reply(ref, e)
 }
 
-// explainReady explains a ready message: what in its lane, its key and
+// explainReady explains ready message m: what in its lane, its key and
 // its queue comes first.
-func (s *Sched) explainReady(q *queue, m *msg, e *Explanation) {
-	l, k := m.lane, m.lane.key
-	if l.ordered() && l.inflight != nil && l.inflight != m {
+func (s *Sched) explainReady(q *queue, m mref, e *Explanation) {
+	l := s.laneOf(s.msg(m))
+	k := l.key
+	if l.ordered() && l.inflight != 0 && l.inflight != m {
 		e.Reason = WhyOrdering
 		return
 	}
 	var ahead uint64
-	for x := l.head; x != nil && x != m; x = x.next {
+	for x := l.head; x != 0 && x != m; x = s.msg(x).next {
 		ahead++
 	}
 	if ahead > 0 {

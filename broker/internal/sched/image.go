@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -88,7 +87,7 @@ import (
 // attempts, a due time follow (bits 3-5), whether the message is its
 // ordered lane's in-flight one (bit 6), whether a weight other than 1
 // follows (bit 7). A message appears once: in its lane's list (ready, or
-// delayed in place in an ordered lane), in the lease ring of the
+// delayed in place in an ordered lane), in the lease list of the
 // subscription holding it, or among the loose messages (delayed, leased
 // to a closed subscription, deciding).
 //
@@ -606,31 +605,34 @@ func (w *imageWriter) key(k *fkey) {
 
 func (w *imageWriter) list(l *lane) {
 	w.uint(uint64(l.n))
-	for m := l.head; m != nil; m = m.next {
-		w.msg(m)
+	for x := l.head; x != 0; x = w.s.msg(x).next {
+		w.msg(x)
 	}
 }
 
-func (w *imageWriter) msg(m *msg) {
+func (w *imageWriter) msg(x mref) {
 	s := w.s
+	m := s.msg(x)
+	e := s.ext(m)
+	weight := s.weightOf(m)
 	h := byte(m.state) & imgStateMask
 	if m.flags&fState != 0 {
 		h |= imgRecord
 	}
-	reason := s.reason(m)
+	reason := s.reason(x, m)
 	if reason != "" {
 		h |= imgReason
 	}
-	if m.attempts != 0 {
+	if e.attempts != 0 {
 		h |= imgAttempts
 	}
-	if m.due != 0 {
+	if e.due != 0 {
 		h |= imgDue
 	}
-	if m.lane.inflight == m {
+	if s.laneOf(m).inflight == x {
 		h |= imgInflight
 	}
-	if m.weight != 1 {
+	if weight != 1 {
 		h |= imgWeight
 	}
 	w.byte(h)
@@ -639,23 +641,23 @@ func (w *imageWriter) msg(m *msg) {
 	w.prevEnq = m.enq
 	w.uint(uint64(m.cost))
 	if h&imgWeight != 0 {
-		w.uint(uint64(m.weight))
+		w.uint(uint64(weight))
 	}
 	if h&imgAttempts != 0 {
-		w.uint(uint64(m.attempts))
+		w.uint(uint64(e.attempts))
 	}
 	if h&imgDue != 0 {
-		w.time(m.due)
+		w.time(e.due)
 	}
 	if h&imgReason != 0 {
 		w.str(reason)
 	}
 	if m.state == stDelayed || m.state == stLeased {
-		w.uint(uint64(m.hidx))
-		w.uint(s.tseq - m.tseq)
+		w.uint(uint64(e.heap - 1))
+		w.uint(s.tseq - e.tseq)
 	}
 	if m.state == stLeased {
-		w.uint(s.lease - m.lease)
+		w.uint(s.lease - e.lease)
 	}
 }
 
@@ -669,13 +671,13 @@ func (w *imageWriter) sub(sb *sub) {
 		w.uint(uint64(lb.img))
 	}
 	n := 0
-	for m := sb.leases.next; m != &sb.leases; m = m.next {
+	for x := sb.lhead; x != 0; x = w.s.msg(x).next {
 		n++
 	}
 	w.uint(uint64(n))
-	for m := sb.leases.next; m != &sb.leases; m = m.next {
-		w.uint(uint64(m.lane.img))
-		w.msg(m)
+	for x := sb.lhead; x != 0; x = w.s.msg(x).next {
+		w.uint(uint64(w.s.laneOf(w.s.msg(x)).img))
+		w.msg(x)
 	}
 }
 
@@ -683,45 +685,51 @@ func (w *imageWriter) sub(sb *sub) {
 // (in its order), then those waiting for a decision (by queue and ID).
 func (w *imageWriter) loose(queues []*queue) {
 	s := w.s
-	isLoose := func(m *msg) bool { return m.flags&fListed == 0 && (m.state != stLeased || m.slot == 0) }
+	// isLoose reports whether the message of timer t is in no list.
+	isLoose := func(t xref) bool {
+		e := s.exts.at(uint32(t))
+		m := s.msg(e.msg)
+		return m.flags&fListed == 0 && (m.state != stLeased || e.slot == 0)
+	}
 	n := 0
 	deciding := 0
 	for _, q := range queues {
 		deciding += int(q.delayed)
 	}
-	for _, m := range s.timers.a {
-		if isLoose(m) {
+	for _, t := range s.timers.a {
+		if isLoose(t) {
 			n++
 		}
-		if m.state == stDelayed {
+		if s.msg(s.exts.at(uint32(t)).msg).state == stDelayed {
 			deciding--
 		}
 	}
-	var dec []*msg
+	var dec []mref
 	if deciding > 0 {
 		for _, q := range queues {
 			if q.delayed == 0 {
 				continue
 			}
 			start := len(dec)
-			for m := range q.msgs.all() {
-				if m.state == stDeciding {
-					dec = append(dec, m)
+			for x := range q.msgs.all() {
+				if s.msg(x).state == stDeciding {
+					dec = append(dec, x)
 				}
 			}
-			slices.SortFunc(dec[start:], func(a, b *msg) int { return bytes.Compare(a.id[:], b.id[:]) })
+			s.sortByID(dec[start:])
 		}
 	}
 	w.uint(uint64(n + len(dec)))
-	for _, m := range s.timers.a {
-		if isLoose(m) {
-			w.uint(uint64(m.lane.img))
-			w.msg(m)
+	for _, t := range s.timers.a {
+		if isLoose(t) {
+			x := s.exts.at(uint32(t)).msg
+			w.uint(uint64(s.laneOf(s.msg(x)).img))
+			w.msg(x)
 		}
 	}
-	for _, m := range dec {
-		w.uint(uint64(m.lane.img))
-		w.msg(m)
+	for _, x := range dec {
+		w.uint(uint64(s.laneOf(s.msg(x)).img))
+		w.msg(x)
 	}
 }
 
@@ -785,7 +793,7 @@ type imageReader struct {
 	queues    []*queue
 	lanes     []*lane
 	keys      []*fkey // the keys of the queue being read
-	timers    []*msg
+	timers    []xref
 	version   byte
 }
 
@@ -953,7 +961,7 @@ func (r *imageReader) image() {
 	if r.err != nil {
 		return
 	}
-	r.timers = make([]*msg, nt)
+	r.timers = make([]xref, nt)
 	for _, step := range []func(){
 		r.throttles, r.tsetList, r.queueList, r.subs, r.eligible, r.waiting, r.loose,
 		r.timerHeap, r.wakes, r.expiry, r.unsorted, r.dirty,
@@ -1318,6 +1326,7 @@ func (r *imageReader) key(q *queue) {
 	}
 	k := &fkey{q: q, name: name, backlogged: flags&imgBacklogged != 0, delivered: delivered}
 	k.dflt.key = k
+	r.s.addLane(&k.dflt)
 	if f.stfq {
 		tag, seq := r.uint("tag"), r.uint("sequence")
 		if flags&imgIdle != 0 {
@@ -1388,6 +1397,7 @@ func (r *imageReader) key(q *queue) {
 				k.lanes = make(map[laneID]*lane)
 			}
 			k.lanes[id] = l
+			r.s.addLane(l)
 			if ts != nil {
 				ts.refs++
 			}
@@ -1395,11 +1405,12 @@ func (r *imageReader) key(q *queue) {
 		r.lanes = append(r.lanes, l)
 		n := r.count("listed messages", minMsg)
 		for range n {
-			m := r.msg(l, placeList)
-			if m == nil {
+			x := r.msg(l, placeList)
+			if x == 0 {
 				return
 			}
-			l.pushBack(m)
+			m := r.s.msg(x)
+			r.s.pushBack(l, x, m)
 			m.flags |= fListed
 		}
 	}
@@ -1421,14 +1432,14 @@ func (r *imageReader) key(q *queue) {
 // Where a message record is.
 const (
 	placeList  = iota // in its lane's list
-	placeRing         // in a subscription's lease ring
+	placeRing         // in a subscription's lease list
 	placeLoose        // elsewhere
 )
 
 // msg reads a message record of lane l and adds the message to its lane
-// and queue (not to its lane's list, nor to a lease ring); it returns nil
+// and queue (not to its lane's list, nor to a lease list); it returns 0
 // with the error set if the record is bad or does not fit where it is.
-func (r *imageReader) msg(l *lane, where int) *msg {
+func (r *imageReader) msg(l *lane, where int) mref {
 	s := r.s
 	q := l.key.q
 	h := r.byte("message header")
@@ -1462,7 +1473,7 @@ func (r *imageReader) msg(l *lane, where int) *msg {
 		lease = s.lease - r.uint("lease")
 	}
 	if r.err != nil {
-		return nil
+		return 0
 	}
 	r.prevEnq = enq
 	inflight := h&imgInflight != 0
@@ -1482,20 +1493,26 @@ func (r *imageReader) msg(l *lane, where int) *msg {
 	switch {
 	case !fits:
 		r.fail("message %s: %v (in flight %v) cannot be where it is", formatID(id), st, inflight)
-	case id == [16]byte{} || q.msgs.get(id) != nil || other.msgs.get(id) != nil:
+	case id == [16]byte{} || q.msgs.get(&s.recs, id) != 0 || other.msgs.get(&s.recs, id) != 0:
 		r.fail("message %s: zero or repeated", formatID(id))
 	case weight == 0 || h&imgReason != 0 && reason == "":
 		r.fail("message %s: weight 0 or empty reason", formatID(id))
-	case timed && (hidx >= uint64(len(r.timers)) || r.timers[hidx] != nil):
+	case timed && (hidx >= uint64(len(r.timers)) || r.timers[hidx] != 0):
 		r.fail("message %s: timer %d out of range or taken", formatID(id), hidx)
-	case inflight && l.inflight != nil:
+	case inflight && l.inflight != 0:
 		r.fail("message %s: a second message in flight in its lane", formatID(id))
 	}
 	if r.err != nil {
-		return nil
+		return 0
 	}
-	m := &msg{id: id, enq: enq, due: due, lease: lease, tseq: tseq, cost: cost, weight: weight, attempts: attempts, hidx: -1}
-	s.attach(q, m, l)
+	x, m := s.newMsg()
+	m.id, m.enq, m.cost = id, enq, cost
+	s.setWeight(x, m, weight)
+	if due != 0 || lease != 0 || attempts != 0 || timed {
+		e := s.extFor(x, m)
+		e.due, e.lease, e.tseq, e.attempts = due, lease, tseq, attempts
+	}
+	s.attach(q, x, m, l)
 	m.state = st
 	switch st {
 	case stReady:
@@ -1507,8 +1524,8 @@ func (r *imageReader) msg(l *lane, where int) *msg {
 		q.leased++
 	}
 	if timed {
-		m.hidx = int32(hidx)
-		r.timers[hidx] = m
+		s.exts.at(uint32(m.ext)).heap = uint32(hidx) + 1
+		r.timers[hidx] = m.ext
 	}
 	if h&imgRecord != 0 {
 		m.flags |= fState
@@ -1516,11 +1533,11 @@ func (r *imageReader) msg(l *lane, where int) *msg {
 	if q.parent != nil {
 		m.flags |= fDead
 	}
-	s.setReason(m, reason)
+	s.setReason(x, m, reason)
 	if inflight {
-		l.inflight = m
+		l.inflight = x
 	}
-	return m
+	return x
 }
 
 func (r *imageReader) dedup(q *queue) {
@@ -1689,7 +1706,6 @@ func (r *imageReader) sub() {
 	}
 	q := r.queues[qi]
 	sb := &sub{id: id, q: q, credit: credit, slot: uint32(slot), group: -1, egroup: -1}
-	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
 	s.slots[slot] = sb
 	s.subs[id] = sb
 	q.subs[id] = sb
@@ -1721,12 +1737,13 @@ func (r *imageReader) sub() {
 			r.fail("subscription %d: a lease of another queue", id)
 			return
 		}
-		m := r.msg(l, placeRing)
-		if m == nil {
+		x := r.msg(l, placeRing)
+		if x == 0 {
 			return
 		}
-		leaseLink(&sb.leases, m)
-		m.slot = sb.slot
+		m := s.msg(x)
+		s.leaseLink(sb, x, m)
+		s.exts.at(uint32(m.ext)).slot = sb.slot
 		sb.held++
 	}
 }
@@ -1808,19 +1825,20 @@ func (r *imageReader) loose() {
 	n := r.count("loose messages", 1+minMsg)
 	for range n {
 		i, ok := r.ref("lane", len(r.lanes))
-		if !ok || r.msg(r.lanes[i], placeLoose) == nil {
+		if !ok || r.msg(r.lanes[i], placeLoose) == 0 {
 			return
 		}
 	}
 }
 
 func (r *imageReader) timerHeap() {
-	for i, m := range r.timers {
-		if m == nil {
+	o := r.s.timers.o
+	for i, t := range r.timers {
+		if t == 0 {
 			r.fail("timer %d: no message", i)
 			return
 		}
-		if i > 0 && m.before(r.timers[(i-1)/2]) {
+		if i > 0 && o.before(t, r.timers[(i-1)/2]) {
 			r.fail("timer %d: before its parent", i)
 			return
 		}
@@ -1928,8 +1946,8 @@ func (r *imageReader) check() {
 			r.fail("queue %s: key %q: lane (%q, %q) without messages", k.q.name, k.name, canon(l.ts), l.okey)
 			return
 		}
-		if (l.state == lsIdle) == l.canRun() {
-			r.fail("queue %s: key %q: lane (%q, %q) in state %d, can run %v", k.q.name, k.name, canon(l.ts), l.okey, l.state, l.canRun())
+		if (l.state == lsIdle) == r.s.canRun(l) {
+			r.fail("queue %s: key %q: lane (%q, %q) in state %d, can run %v", k.q.name, k.name, canon(l.ts), l.okey, l.state, r.s.canRun(l))
 			return
 		}
 		if l != &k.dflt {
@@ -1957,7 +1975,7 @@ func (r *imageReader) check() {
 		}
 	}
 	for _, q := range r.queues {
-		if err := checkHeld(q); err != nil {
+		if err := r.s.checkHeld(q); err != nil {
 			r.fail("queue %s: %v", q.name, err)
 			return
 		}
@@ -1966,17 +1984,18 @@ func (r *imageReader) check() {
 
 // checkHeld checks that a queue charging by time knows the start of
 // every open lease of its messages, and of nothing else.
-func checkHeld(q *queue) error {
+func (s *Sched) checkHeld(q *queue) error {
 	if !q.fair.byTime {
 		return nil
 	}
 	n := 0
-	for m := range q.msgs.all() {
+	for x := range q.msgs.all() {
+		m := s.msg(x)
 		if m.state != stLeased {
 			continue
 		}
-		if _, ok := q.fair.held[m.lease]; !ok {
-			return fmt.Errorf("lease %d of message %x: no start", m.lease, m.id)
+		if _, ok := q.fair.held[s.leaseOf(m)]; !ok {
+			return fmt.Errorf("lease %d of message %x: no start", s.leaseOf(m), m.id)
 		}
 		n++
 	}

@@ -421,13 +421,14 @@ func TestImageLongRuns(t *testing.T) {
 func features(s *Sched) map[string]int {
 	f := make(map[string]int)
 	for _, q := range s.queues {
-		for m := range q.msgs.all() {
+		for x := range q.msgs.all() {
+			m := s.msg(x)
 			switch m.state {
 			case stDelayed:
 				f["delayed"]++
 			case stLeased:
 				f["leased"]++
-				if m.slot == 0 {
+				if s.ext(m).slot == 0 {
 					f["orphan lease"]++
 				}
 			case stDeciding:
@@ -454,7 +455,7 @@ func features(s *Sched) map[string]int {
 				if l.state == lsParked {
 					f["parked lane"]++
 				}
-				if l.inflight != nil {
+				if l.inflight != 0 {
 					f["in flight"]++
 				}
 			}
@@ -561,15 +562,16 @@ func richState(t fataler) *harness {
 	// subscription) with the lowest ID that pred accepts.
 	leased := func(queue string, pred func(m *msg) bool) LeaseRef {
 		var best *msg
-		for m := range s.queues[queue].msgs.all() {
-			if m.state == stLeased && m.slot != 0 && pred(m) && (best == nil || bytes.Compare(m.id[:], best.id[:]) < 0) {
+		for x := range s.queues[queue].msgs.all() {
+			m := s.msg(x)
+			if m.state == stLeased && s.ext(m).slot != 0 && pred(m) && (best == nil || bytes.Compare(m.id[:], best.id[:]) < 0) {
 				best = m
 			}
 		}
 		if best == nil {
 			t.Fatalf("no leased message of %s to settle", queue)
 		}
-		return LeaseRef{Queue: queue, ID: best.id, Lease: best.lease}
+		return LeaseRef{Queue: queue, ID: best.id, Lease: s.leaseOf(best)}
 	}
 	nack := func(lr LeaseRef) {
 		h.ref++
@@ -616,15 +618,15 @@ func richState(t fataler) *harness {
 	// ordered lane o retried (it keeps its place) and a message of key b.
 	nack(leased("h", anyMsg))
 	nack(leased("h", anyMsg))
-	nack(leased("d", func(m *msg) bool { return m.lane.okey == "o" }))
-	nack(leased("d", func(m *msg) bool { return m.lane.key.name == "b" }))
+	nack(leased("d", func(m *msg) bool { return s.laneOf(m).okey == "o" }))
+	nack(leased("d", func(m *msg) bool { return s.laneOf(m).key.name == "b" }))
 	drain()
 	s.AddCredit(6, 20)
 	s.Tick(s.Now().Add(2 * time.Second))
 	drain()
 	// The retried head of lane o fails again: dead-lettered; the next
 	// message of the lane goes in flight.
-	nack(leased("d", func(m *msg) bool { return m.lane.okey == "o" && m.attempts == 1 }))
+	nack(leased("d", func(m *msg) bool { return s.laneOf(m).okey == "o" && s.attempts(m) == 1 }))
 	drain()
 	h.ref++
 	s.Subscribe(h.ref, 7, "d.dlq", 2, nil)
@@ -653,7 +655,7 @@ func richState(t fataler) *harness {
 	s.AddCredit(3, 4)
 	drain()
 	h.ref++
-	s.Ack(h.ref, []LeaseRef{leased("f", func(m *msg) bool { return m.lane.key.name == "gone-soon" })})
+	s.Ack(h.ref, []LeaseRef{leased("f", func(m *msg) bool { return s.laneOf(m).key.name == "gone-soon" })})
 	// Keys of d waiting for credit in the round.
 	enq("d", Message{FairnessKey: "e"}, Message{FairnessKey: "g", Weight: 4})
 	s.Tick(s.Now().Add(5 * time.Millisecond))
@@ -677,7 +679,7 @@ func TestImageRichState(t *testing.T) {
 	l := &lockstep{t: t, rnd: rand.New(rand.NewPCG(1, 2)), ss: []*Sched{h.s, c}, ref: h.ref, next: h.next}
 	for id, lease := range h.lease {
 		for _, q := range h.s.queues {
-			if m := q.msgs.get(id); m != nil && m.state == stLeased && m.lease == lease {
+			if x := q.msgs.get(&h.s.recs, id); x != 0 && h.s.holds(x, lease) {
 				l.leases = append(l.leases, LeaseRef{Queue: q.name, ID: id, Lease: lease})
 			}
 		}
@@ -857,8 +859,8 @@ func exercise(s *Sched) {
 		s.Subscribe(1, SubID(1000+i), name, 5, []RateLimit{{Name: "x", Limit: 3, Period: time.Second}})
 		s.Enqueue(2, []EnqueueItem{{Queue: name, Msg: Message{ID: testID(uint64(1 << 40)), FairnessKey: "new", ThrottleKeys: []string{"slow"}, OrderingKey: "o"}}})
 		s.QueueStats(3, name, 0)
-		for m := range s.queues[name].msgs.all() {
-			s.Explain(4, name, m.id)
+		for x := range s.queues[name].msgs.all() {
+			s.Explain(4, name, s.msg(x).id)
 			break
 		}
 	}

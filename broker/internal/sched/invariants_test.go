@@ -16,27 +16,39 @@ import (
 // holds a whole token while lanes wait on it.
 func checkInvariants(s *Sched, pumped bool) error {
 	inHeap := func(m *msg) bool {
-		return m.hidx >= 0 && int(m.hidx) < len(s.timers.a) && s.timers.a[m.hidx] == m
+		if m.ext == 0 {
+			return false
+		}
+		i := int(s.exts.at(uint32(m.ext)).heap) - 1
+		return i >= 0 && i < len(s.timers.a) && s.timers.a[i] == m.ext
 	}
-	for i, m := range s.timers.a {
-		if m.hidx != int32(i) {
-			return fmt.Errorf("timer heap: %s at %d has index %d", formatID(m.id), i, m.hidx)
+	for i, t := range s.timers.a {
+		e := s.exts.at(uint32(t))
+		m := s.msg(e.msg)
+		if e.heap != uint32(i+1) || m.ext != t {
+			return fmt.Errorf("timer heap: %s at %d has index %d", formatID(m.id), i, int(e.heap)-1)
 		}
 		if m.state != stDelayed && m.state != stLeased {
 			return fmt.Errorf("timer heap: %s in state %v", formatID(m.id), m.state)
 		}
-		if i > 0 && m.before(s.timers.a[(i-1)/2]) {
+		if i > 0 && s.timers.o.before(t, s.timers.a[(i-1)/2]) {
 			return fmt.Errorf("timer heap: order broken at %d", i)
 		}
 	}
-	leases := make(map[uint64]*msg)
+	for i, l := range s.lanes {
+		if l != nil && l.idx != uint32(i) {
+			return fmt.Errorf("lane table: lane %q of key %q at %d has index %d", l.okey, l.key.name, i, l.idx)
+		}
+	}
+	leases := make(map[uint64]mref)
 	heldBy := make(map[*sub]uint32)
-	fresh := make(map[*msg]bool)
+	fresh := make(map[mref]bool)
 	for _, p := range s.cur.dl {
-		if p.m.state == stLeased && p.m.lease == p.lease {
+		if s.holds(p.m, p.lease) {
 			fresh[p.m] = true
 		}
 	}
+	var nmsgs, nexts int
 	for name, q := range s.queues {
 		if q.name != name || q.deleted {
 			return fmt.Errorf("queue %s: registered as %s (deleted %v)", q.name, name, q.deleted)
@@ -45,23 +57,42 @@ func checkInvariants(s *Sched, pumped bool) error {
 		pending := make(map[*fkey]int32)
 		lrefs := make(map[*lane]int32)
 		krefs := make(map[*fkey]int32)
-		for m := range q.msgs.all() {
+		for x := range q.msgs.all() {
+			m := s.msg(x)
 			id := m.id
-			if q.msgs.get(id) != m || m.lane == nil || m.lane.key.q != q {
+			nmsgs++
+			if q.msgs.get(&s.recs, id) != x || m.lane == 0 || int(m.lane) >= len(s.lanes) || s.laneOf(m) == nil || s.queueOf(m) != q {
 				return fmt.Errorf("queue %s: message %s misfiled", name, formatID(id))
+			}
+			l := s.laneOf(m)
+			e := s.ext(m)
+			if m.ext != 0 {
+				nexts++
+				if e.msg != x {
+					return fmt.Errorf("queue %s: message %s: extension record of message %d", name, formatID(id), e.msg)
+				}
+			}
+			if w := s.weightOf(m); w == 0 || (m.weight == 0) != (w >= 1<<16) {
+				return fmt.Errorf("queue %s: message %s: weight %d kept as %d", name, formatID(id), w, m.weight)
+			}
+			if (e.lease != 0) != (m.state == stLeased) || (e.slot != 0 && m.state != stLeased) {
+				return fmt.Errorf("queue %s: message %s in state %v with lease %d, slot %d", name, formatID(id), m.state, e.lease, e.slot)
 			}
 			if (m.flags&fDead != 0) != (q.parent != nil) {
 				return fmt.Errorf("queue %s: message %s: dead flag %v in a queue with parent %v", name, formatID(id), m.flags&fDead != 0, q.parent != nil)
 			}
-			lrefs[m.lane]++
-			krefs[m.lane.key]++
-			if (m.flags&fFresh != 0) != fresh[m] {
-				return fmt.Errorf("queue %s: message %s: fresh flag %v, delivered in the Ready being built %v", name, formatID(id), m.flags&fFresh != 0, fresh[m])
+			if (m.flags&fReason != 0) != (s.reasons[x] != "") {
+				return fmt.Errorf("queue %s: message %s: reason flag %v, reason %q", name, formatID(id), m.flags&fReason != 0, s.reasons[x])
+			}
+			lrefs[l]++
+			krefs[l.key]++
+			if (m.flags&fFresh != 0) != fresh[x] {
+				return fmt.Errorf("queue %s: message %s: fresh flag %v, delivered in the Ready being built %v", name, formatID(id), m.flags&fFresh != 0, fresh[x])
 			}
 			switch m.state {
 			case stReady:
 				ready++
-				pending[m.lane.key]++
+				pending[l.key]++
 				if m.flags&fListed == 0 || inHeap(m) {
 					return fmt.Errorf("queue %s: ready message %s: listed %v, in heap %v", name, formatID(id), m.flags&fListed != 0, inHeap(m))
 				}
@@ -70,7 +101,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 				if !inHeap(m) {
 					return fmt.Errorf("queue %s: delayed message %s not in the timer heap", name, formatID(id))
 				}
-				if m.flags&fListed != 0 && !m.lane.ordered() {
+				if m.flags&fListed != 0 && !l.ordered() {
 					return fmt.Errorf("queue %s: delayed message %s listed in an unordered lane", name, formatID(id))
 				}
 			case stLeased:
@@ -78,38 +109,21 @@ func checkInvariants(s *Sched, pumped bool) error {
 				if !inHeap(m) || m.flags&fListed != 0 {
 					return fmt.Errorf("queue %s: leased message %s: in heap %v, listed %v", name, formatID(id), inHeap(m), m.flags&fListed != 0)
 				}
-				if other := leases[m.lease]; other != nil {
-					return fmt.Errorf("lease %d held by %s and %s", m.lease, formatID(other.id), formatID(id))
+				if other := leases[e.lease]; other != 0 {
+					return fmt.Errorf("lease %d held by %s and %s", e.lease, formatID(s.msg(other).id), formatID(id))
 				}
-				leases[m.lease] = m
-				if m.slot == 0 {
-					// Its subscription closed: in no ring.
-					if m.next != nil || m.prev != nil {
+				leases[e.lease] = x
+				if e.slot == 0 {
+					// Its subscription closed: in no list.
+					if m.next != 0 || m.prev != 0 {
 						return fmt.Errorf("queue %s: leased message %s of a closed subscription still linked", name, formatID(id))
 					}
 					break
 				}
-				if int(m.slot) >= len(s.slots) || s.slots[m.slot] == nil || s.slots[m.slot].q != q {
-					return fmt.Errorf("queue %s: leased message %s: slot %d names no subscription of the queue", name, formatID(id), m.slot)
+				if int(e.slot) >= len(s.slots) || s.slots[e.slot] == nil || s.slots[e.slot].q != q {
+					return fmt.Errorf("queue %s: leased message %s: slot %d names no subscription of the queue", name, formatID(id), e.slot)
 				}
-				heldBy[s.slots[m.slot]]++
-				// The lease ring must reach exactly one sentinel, its
-				// subscription's.
-				sentinels := 0
-				for x := m.next; x != m; x = x.next {
-					if x == nil {
-						return fmt.Errorf("queue %s: leased message %s: broken lease ring", name, formatID(id))
-					}
-					if x.lane == nil {
-						sentinels++
-						if x != &s.slots[m.slot].leases {
-							return fmt.Errorf("queue %s: leased message %s: in the lease ring of another subscription than slot %d's", name, formatID(id), m.slot)
-						}
-					}
-				}
-				if sentinels != 1 {
-					return fmt.Errorf("queue %s: leased message %s: lease ring has %d sentinels", name, formatID(id), sentinels)
-				}
+				heldBy[s.slots[e.slot]]++
 			case stDeciding:
 				delayed++
 				if inHeap(m) || m.flags&fListed != 0 {
@@ -118,8 +132,8 @@ func checkInvariants(s *Sched, pumped bool) error {
 			default:
 				return fmt.Errorf("queue %s: message %s in state %v", name, formatID(id), m.state)
 			}
-			if m.lane.ordered() && m.flags&fListed == 0 && m.lane.inflight != m {
-				return fmt.Errorf("queue %s: message %s of ordered lane %q is neither listed nor in flight", name, formatID(id), m.lane.okey)
+			if l.ordered() && m.flags&fListed == 0 && l.inflight != x {
+				return fmt.Errorf("queue %s: message %s of ordered lane %q is neither listed nor in flight", name, formatID(id), l.okey)
 			}
 		}
 		if ready != q.ready || delayed != q.delayed || leased != q.leased {
@@ -141,33 +155,37 @@ func checkInvariants(s *Sched, pumped bool) error {
 				if l.refs != lrefs[l] {
 					return fmt.Errorf("queue %s key %s lane %q: refs %d, messages %d", name, fk, l.okey, l.refs, lrefs[l])
 				}
+				if l.idx == 0 || int(l.idx) >= len(s.lanes) || s.lanes[l.idx] != l {
+					return fmt.Errorf("queue %s key %s lane %q: index %d names another lane", name, fk, l.okey, l.idx)
+				}
 				var n int32
-				var prev *msg
-				for m := l.head; m != nil; m = m.next {
-					if m.lane != l || m.prev != prev || m.flags&fListed == 0 {
+				var prev mref
+				for x := l.head; x != 0; x = s.msg(x).next {
+					m := s.msg(x)
+					if s.laneOf(m) != l || m.prev != prev || m.flags&fListed == 0 {
 						return fmt.Errorf("queue %s key %s lane %q: broken list at %s", name, fk, l.okey, formatID(m.id))
 					}
-					prev = m
+					prev = x
 					n++
 				}
 				if n != l.n || prev != l.tail {
 					return fmt.Errorf("queue %s key %s lane %q: %d listed, n %d", name, fk, l.okey, n, l.n)
 				}
-				if l.inflight != nil && (l.inflight.lane != l || !l.ordered() || l.inflight.flags&fListed != 0) {
+				if f := l.inflight; f != 0 && (s.laneOf(s.msg(f)) != l || !l.ordered() || s.msg(f).flags&fListed != 0) {
 					return fmt.Errorf("queue %s key %s lane %q: bad in-flight message", name, fk, l.okey)
 				}
 				switch l.state {
 				case lsIdle:
-					if l.canRun() {
+					if s.canRun(l) {
 						return fmt.Errorf("queue %s key %s lane %q: idle but can run", name, fk, l.okey)
 					}
 				case lsRunnable:
-					if !l.canRun() || l.tb != nil {
+					if !s.canRun(l) || l.tb != nil {
 						return fmt.Errorf("queue %s key %s lane %q: runnable but cannot run", name, fk, l.okey)
 					}
 					nrun++
 				case lsParked:
-					if !l.canRun() || l.tb == nil {
+					if !s.canRun(l) || l.tb == nil {
 						return fmt.Errorf("queue %s key %s lane %q: parked but cannot run", name, fk, l.okey)
 					}
 				}
@@ -242,7 +260,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 		if nlat != q.fair.nlat {
 			return fmt.Errorf("queue %s: latency lane of %d keys, counted %d", name, nlat, q.fair.nlat)
 		}
-		if err := checkHeld(q); err != nil {
+		if err := s.checkHeld(q); err != nil {
 			return fmt.Errorf("queue %s: %w", name, err)
 		}
 		if err := checkTenantState(q); err != nil {
@@ -261,6 +279,20 @@ func checkInvariants(s *Sched, pumped bool) error {
 			}
 			if sb.held != heldBy[sb] {
 				return fmt.Errorf("queue %s: subscription %d: held %d, leases naming it %d", name, id, sb.held, heldBy[sb])
+			}
+			// Its lease list holds exactly the leases naming it.
+			var n uint32
+			var prev mref
+			for x := sb.lhead; x != 0 && n <= sb.held; x = s.msg(x).next {
+				m := s.msg(x)
+				if m.prev != prev || m.state != stLeased || s.ext(m).slot != sb.slot {
+					return fmt.Errorf("queue %s: subscription %d: broken lease list at %s", name, id, formatID(m.id))
+				}
+				prev = x
+				n++
+			}
+			if n != sb.held || prev != sb.ltail {
+				return fmt.Errorf("queue %s: subscription %d: %d in its lease list, held %d", name, id, n, sb.held)
 			}
 			if sb.held > s.maxHeld {
 				return fmt.Errorf("queue %s: subscription %d holds %d leases, above the cap %d", name, id, sb.held, s.maxHeld)
@@ -333,10 +365,10 @@ func checkInvariants(s *Sched, pumped bool) error {
 	}
 	reasons := 0
 	for _, q := range s.queues {
-		for m := range q.msgs.all() {
-			if m.flags&fReason != 0 {
+		for x := range q.msgs.all() {
+			if m := s.msg(x); m.flags&fReason != 0 {
 				reasons++
-				if s.reasons[m] == "" {
+				if s.reasons[x] == "" {
 					return fmt.Errorf("message %s: reason flag without a reason", formatID(m.id))
 				}
 			}
@@ -344,6 +376,10 @@ func checkInvariants(s *Sched, pumped bool) error {
 	}
 	if reasons != len(s.reasons) {
 		return fmt.Errorf("%d reasons for %d messages with one", len(s.reasons), reasons)
+	}
+	// Every record in use is a message's: none leaks.
+	if s.recs.len() != nmsgs || s.exts.len() != nexts {
+		return fmt.Errorf("%d message records and %d extension records in use, for %d messages with %d extensions", s.recs.len(), s.exts.len(), nmsgs, nexts)
 	}
 	for ts, t := range s.tsets {
 		if t.canon != ts || t.refs <= 0 {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -16,21 +17,22 @@ const (
 	ReasonDisconnected = "consumer disconnected"
 )
 
-// leased finds the message a LeaseRef names and checks that its lease is
-// current.
-func (s *Sched) leased(op string, r *LeaseRef) (*msg, error) {
+// leased finds the message a LeaseRef names, and its record, and checks
+// that its lease is current.
+func (s *Sched) leased(op string, r *LeaseRef) (mref, *msg, error) {
 	q := s.queues[r.Queue]
 	if q == nil {
-		return nil, fmt.Errorf("%s %s: %w", op, r.Queue, fault.ErrQueueNotFound)
+		return 0, nil, fmt.Errorf("%s %s: %w", op, r.Queue, fault.ErrQueueNotFound)
 	}
-	m := q.msgs.get(r.ID)
-	if m == nil {
-		return nil, fmt.Errorf("%s %s %s: %w", op, r.Queue, formatID(r.ID), fault.ErrMessageNotFound)
+	x := q.msgs.get(&s.recs, r.ID)
+	if x == 0 {
+		return 0, nil, fmt.Errorf("%s %s %s: %w", op, r.Queue, formatID(r.ID), fault.ErrMessageNotFound)
 	}
-	if m.state != stLeased || m.lease != r.Lease {
-		return nil, fmt.Errorf("%s %s %s: lease %d: %w", op, r.Queue, formatID(r.ID), r.Lease, fault.ErrLeaseExpired)
+	m := s.msg(x)
+	if m.state != stLeased || s.leaseOf(m) != r.Lease {
+		return 0, nil, fmt.Errorf("%s %s %s: lease %d: %w", op, r.Queue, formatID(r.ID), r.Lease, fault.ErrLeaseExpired)
 	}
-	return m, nil
+	return x, m, nil
 }
 
 func (s *Sched) itemErrs(n int) []error {
@@ -49,12 +51,12 @@ func (s *Sched) itemErrs(n int) []error {
 func (s *Sched) Release(ref Ref, items []LeaseRef) {
 	errs := s.itemErrs(len(items))
 	for i := len(items) - 1; i >= 0; i-- {
-		m, err := s.leased("release", &items[i])
+		x, m, err := s.leased("release", &items[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		s.undeliver(m)
+		s.undeliver(x, m)
 	}
 	s.reply(ref, errs)
 }
@@ -67,14 +69,14 @@ func (s *Sched) Release(ref Ref, items []LeaseRef) {
 func (s *Sched) Ack(ref Ref, items []LeaseRef) {
 	errs := s.itemErrs(len(items))
 	for i := range items {
-		m, err := s.leased("ack", &items[i])
+		x, m, err := s.leased("ack", &items[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		m.lane.key.q.counts.Acked++
-		s.leave(m)
-		s.remove(m)
+		s.queueOf(m).counts.Acked++
+		s.leave(x, m)
+		s.remove(x, m)
 	}
 	s.reply(ref, errs)
 }
@@ -86,14 +88,14 @@ func (s *Sched) Ack(ref Ref, items []LeaseRef) {
 func (s *Sched) Nack(ref Ref, items []NackItem) {
 	errs := s.itemErrs(len(items))
 	for i := range items {
-		m, err := s.leased("nack", &items[i].LeaseRef)
+		x, m, err := s.leased("nack", &items[i].LeaseRef)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		m.lane.key.q.counts.Nacked++
-		s.leave(m)
-		s.fail(m, items[i].Reason, failNack, 0)
+		s.queueOf(m).counts.Nacked++
+		s.leave(x, m)
+		s.fail(x, m, items[i].Reason, failNack, 0)
 	}
 	s.reply(ref, errs)
 }
@@ -105,15 +107,15 @@ func (s *Sched) Nack(ref Ref, items []NackItem) {
 func (s *Sched) RetryAfter(ref Ref, items []RetryItem) {
 	errs := s.itemErrs(len(items))
 	for i := range items {
-		m, err := s.leased("retry after", &items[i].LeaseRef)
+		x, m, err := s.leased("retry after", &items[i].LeaseRef)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
 		d := max(items[i].Delay, 0)
-		m.lane.key.q.counts.Nacked++
-		s.leave(m)
-		s.fail(m, "retry after "+d.String()+" requested", failRetry, d)
+		s.queueOf(m).counts.Nacked++
+		s.leave(x, m)
+		s.fail(x, m, "retry after "+d.String()+" requested", failRetry, d)
 	}
 	s.reply(ref, errs)
 }
@@ -132,13 +134,14 @@ func (s *Sched) ExtendLease(ref Ref, items []ExtendItem) {
 				r.Queue, formatID(r.ID), FormatDuration(d), FormatDuration(s.cfg.MaxLeaseExtension), fault.ErrInvalidArgument)})
 			continue
 		}
-		m, err := s.leased("extend lease", &items[i].LeaseRef)
+		x, m, err := s.leased("extend lease", &items[i].LeaseRef)
 		if err != nil {
 			b.ext = append(b.ext, ExtendResult{Err: err})
 			continue
 		}
-		s.setTimer(m, s.now.Add(max(items[i].Duration, 0)))
-		b.ext = append(b.ext, ExtendResult{Deadline: m.due})
+		due := s.now.Add(max(items[i].Duration, 0))
+		s.setTimer(x, m, due)
+		b.ext = append(b.ext, ExtendResult{Deadline: due})
 	}
 	s.reply(ref, b.ext[start:len(b.ext):len(b.ext)])
 }
@@ -151,36 +154,38 @@ const (
 	failRelease                 // subscription closed: ready at once
 )
 
-// fail records a failed attempt of m, which has left its leased state,
-// and applies the failure policy.
-func (s *Sched) fail(m *msg, reason string, kind failKind, delay time.Duration) {
-	q := m.queue()
-	if m.attempts < math.MaxUint32 {
-		m.attempts++
+// fail records a failed attempt of message x, its record m, which has
+// left its leased state, and applies the failure policy.
+func (s *Sched) fail(x mref, m *msg, reason string, kind failKind, delay time.Duration) {
+	q := s.queueOf(m)
+	e := s.extFor(x, m)
+	if e.attempts < math.MaxUint32 {
+		e.attempts++
 	}
-	s.setReason(m, reason)
+	attempts := e.attempts
+	s.setReason(x, m, reason)
 	// A DLQ has no DLQ: its messages are never exhausted.
-	exhausted := m.attempts >= q.policy.MaxAttempts && q.dlq != nil
+	exhausted := attempts >= q.policy.MaxAttempts && q.dlq != nil
 	switch {
 	case kind == failRetry:
 		if exhausted {
-			s.apply(m, DeadLetter())
+			s.apply(x, m, DeadLetter())
 		} else {
-			s.apply(m, Retry(delay))
+			s.apply(x, m, Retry(delay))
 		}
 	case q.spec.OnFailure != "" && q.parent == nil:
 		m.state = stDeciding
 		q.delayed++
-		s.persistState(m)
-		s.cur.failures = append(s.cur.failures, s.failureOf(m))
+		s.persistState(x, m)
+		s.cur.failures = append(s.cur.failures, s.failureOf(x, m))
 	case kind == failRelease:
 		if exhausted {
-			s.apply(m, DeadLetter())
+			s.apply(x, m, DeadLetter())
 		} else {
-			s.apply(m, Retry(0))
+			s.apply(x, m, Retry(0))
 		}
 	default:
-		s.apply(m, DefaultDecision(q.policy, m.attempts))
+		s.apply(x, m, DefaultDecision(q.policy, attempts))
 	}
 }
 
@@ -193,99 +198,114 @@ func (s *Sched) Decide(queue string, id [16]byte, d Decision) {
 	if q == nil {
 		return
 	}
-	m := q.msgs.get(id)
-	if m == nil || m.state != stDeciding {
+	x := q.msgs.get(&s.recs, id)
+	if x == 0 {
 		return
 	}
-	s.leave(m)
-	s.apply(m, d)
+	m := s.msg(x)
+	if m.state != stDeciding {
+		return
+	}
+	s.leave(x, m)
+	s.apply(x, m, d)
 }
 
-// apply carries out a decision for m, in no state. A message of a DLQ
-// cannot be dead-lettered again: it retries after the policy's backoff.
-func (s *Sched) apply(m *msg, d Decision) {
-	q := m.queue()
+// apply carries out a decision for message x, its record m, in no
+// state. A message of a DLQ cannot be dead-lettered again: it retries
+// after the policy's backoff.
+func (s *Sched) apply(x mref, m *msg, d Decision) {
+	q := s.queueOf(m)
 	if d.DeadLetter {
 		if q.dlq != nil {
-			s.deadLetter(m)
+			s.deadLetter(x, m)
 			return
 		}
-		d = Retry(q.policy.Backoff(m.attempts))
+		d = Retry(q.policy.Backoff(s.attempts(m)))
 	}
 	if d.Delay <= 0 {
-		s.persistState(m)
-		s.makeReady(m)
+		s.persistState(x, m)
+		s.makeReady(x, m)
 		return
 	}
 	m.state = stDelayed
 	q.delayed++
-	s.setTimer(m, s.now.Add(d.Delay))
-	s.persistState(m)
+	s.setTimer(x, m, s.now.Add(d.Delay))
+	s.persistState(x, m)
 }
 
-// makeReady puts m, in no state, back in its lane: at the head if it is
-// its ordered lane's in-flight message (a retry keeps its place), else at
-// the tail.
-func (s *Sched) makeReady(m *msg) {
-	l := m.lane
+// makeReady puts message x, its record m, in no state, back in its lane:
+// at the head if it is its ordered lane's in-flight message (a retry
+// keeps its place), else at the tail.
+func (s *Sched) makeReady(x mref, m *msg) {
+	l := s.laneOf(m)
 	q := l.key.q
 	m.state = stReady
-	m.due = 0
+	s.clearDue(m)
 	q.ready++
 	l.key.pending++
-	if l.inflight == m {
-		l.inflight = nil
-		l.pushFront(m)
+	if l.inflight == x {
+		l.inflight = 0
+		s.pushFront(l, x, m)
 	} else {
-		l.pushBack(m)
+		s.pushBack(l, x, m)
 	}
 	m.flags |= fListed
 	s.laneSync(l)
 	s.markDirty(q)
 }
 
-// deadLetter moves m, in no state, to its queue's DLQ, ready there, with
-// its attempts and last error kept. Its records stay where they are; the
-// state record marks it dead.
-func (s *Sched) deadLetter(m *msg) {
-	old := m.lane
+// clearDue sets m's due time to 0, m being out of the timers, and frees
+// its extension record if that leaves it empty.
+func (s *Sched) clearDue(m *msg) {
+	if m.ext != 0 {
+		s.exts.at(uint32(m.ext)).due = 0
+		s.trimExt(m)
+	}
+}
+
+// deadLetter moves message x, its record m, in no state, to its queue's
+// DLQ, ready there, with its attempts and last error kept. Its records
+// stay where they are; the state record marks it dead.
+func (s *Sched) deadLetter(x mref, m *msg) {
+	old := s.laneOf(m)
 	d := old.key.q.dlq
 	old.key.q.counts.DeadLettered++
-	s.moveTo(m, s.laneFor(d, old.key.name, old.ts, old.okey))
+	s.moveTo(x, m, s.laneFor(d, old.key.name, old.ts, old.okey))
 	m.flags |= fDead
-	s.persistState(m)
-	s.makeReady(m)
+	s.persistState(x, m)
+	s.makeReady(x, m)
 }
 
-// moveTo makes m, in no state, a message of lane l (of another queue).
-func (s *Sched) moveTo(m *msg, l *lane) {
+// moveTo makes message x, its record m, in no state, a message of lane l
+// (of another queue).
+func (s *Sched) moveTo(x mref, m *msg, l *lane) {
 	l.refs++ // hold l (and its throttle set) while m leaves its old lane
 	l.key.refs++
-	s.detach(m)
+	s.detach(x, m)
 	l.refs--
 	l.key.refs--
-	s.attach(l.key.q, m, l)
-	if m.weight > 0 {
-		l.key.q.fair.setWeight(l.key, m.weight)
-	}
+	s.attach(l.key.q, x, m, l)
+	l.key.q.fair.setWeight(l.key, s.weightOf(m))
 }
 
-// persistState writes m's state record.
-func (s *Sched) persistState(m *msg) {
-	r := stateRecord{dead: m.flags&fDead != 0, attempts: m.attempts, lastErr: s.reason(m)}
+// persistState writes the state record of message x, its record m.
+func (s *Sched) persistState(x mref, m *msg) {
+	e := s.ext(m)
+	r := stateRecord{dead: m.flags&fDead != 0, attempts: e.attempts, lastErr: s.reason(x, m)}
 	if m.state == stDelayed {
-		r.due = m.due
+		r.due = e.due
 	}
-	home := m.queue().home().name
+	home := s.queueOf(m).home().name
 	b := s.cur
 	key := appendStateKey(b.alloc(stateKeyLen(home))[:0], home, m.id)
 	s.put(key, appendStateRecord(b.alloc(1 + 1 + 4 + 8 + 2 + len(r.lastErr))[:0], &r))
 	m.flags |= fState
 }
 
-// fire handles a message whose timer is due (already popped).
-func (s *Sched) fire(m *msg) {
-	l := m.lane
+// fire handles message x, whose timer is due (already popped).
+func (s *Sched) fire(x mref) {
+	m := s.msg(x)
+	l := s.laneOf(m)
 	q := l.key.q
 	switch m.state {
 	case stDelayed:
@@ -293,7 +313,7 @@ func (s *Sched) fire(m *msg) {
 		if m.flags&fListed != 0 {
 			// Waited in place in its ordered lane.
 			m.state = stReady
-			m.due = 0
+			s.clearDue(m)
 			q.ready++
 			l.key.pending++
 			s.laneSync(l)
@@ -301,13 +321,13 @@ func (s *Sched) fire(m *msg) {
 			return
 		}
 		m.state = stNone
-		s.makeReady(m)
+		s.makeReady(x, m)
 	case stLeased:
 		// The lease ends without a settle: its credit goes back to the
 		// subscription, which is told unless the delivery never left
 		// this Ready.
-		lease, fresh := m.lease, m.flags&fFresh != 0
-		if sb := s.endLease(m); sb != nil {
+		lease, fresh := s.leaseOf(m), m.flags&fFresh != 0
+		if sb := s.endLease(x, m); sb != nil {
 			sb.credit = uint32(min(uint64(sb.credit)+1, math.MaxUint32))
 			s.resume(sb)
 			if !fresh {
@@ -316,7 +336,7 @@ func (s *Sched) fire(m *msg) {
 		}
 		m.state = stNone
 		q.counts.Expired++
-		s.fail(m, ReasonLeaseExpired, failNack, 0)
+		s.fail(x, m, ReasonLeaseExpired, failNack, 0)
 	}
 }
 
@@ -335,51 +355,54 @@ func (s *Sched) Redrive(ref Ref, dlq string, n uint64) {
 		s.reply(ref, fmt.Errorf("redrive %s: %w", dlq, fault.ErrNotADLQ))
 		return
 	}
-	var ready []*msg
-	for m := range d.msgs.all() {
-		if m.state == stReady {
-			ready = append(ready, m)
+	var ready []mref
+	for x := range d.msgs.all() {
+		if s.msg(x).state == stReady {
+			ready = append(ready, x)
 		}
 	}
-	slices.SortFunc(ready, func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
+	s.sortByID(ready)
 	if n > 0 && uint64(len(ready)) > n {
 		ready = ready[:n]
 	}
 	p := d.parent
-	for _, m := range ready {
-		s.leave(m)
-		old := m.lane
-		s.moveTo(m, s.laneFor(p, old.key.name, old.ts, old.okey))
+	for _, x := range ready {
+		m := s.msg(x)
+		s.leave(x, m)
+		old := s.laneOf(m)
+		s.moveTo(x, m, s.laneFor(p, old.key.name, old.ts, old.okey))
 		m.flags &^= fDead
-		m.attempts = 0
-		s.setReason(m, "")
+		if m.ext != 0 {
+			s.exts.at(uint32(m.ext)).attempts = 0
+		}
+		s.setReason(x, m, "")
 		if m.flags&fState != 0 {
 			b := s.cur
 			s.del(appendStateKey(b.alloc(stateKeyLen(p.name))[:0], p.name, m.id))
 			m.flags &^= fState
 		}
-		s.makeReady(m)
+		s.makeReady(x, m)
 	}
 	d.counts.Redriven += uint64(len(ready))
 	p.counts.Redriven += uint64(len(ready))
 	s.reply(ref, Redriven{Moved: uint64(len(ready))})
 }
 
-// failureOf describes m, failed and waiting for a Decide, for the shell's
-// on_failure hook.
-func (s *Sched) failureOf(m *msg) Failure {
-	q := m.queue()
-	l := m.lane
+// failureOf describes message x, its record m, failed and waiting for a
+// Decide, for the shell's on_failure hook.
+func (s *Sched) failureOf(x mref, m *msg) Failure {
+	l := s.laneOf(m)
+	q := l.key.q
 	b := s.cur
 	home := q.home().name
 	return Failure{
 		Queue:        q.name,
 		ID:           m.id,
 		Key:          appendMsgKey(b.alloc(msgKeyLen(home))[:0], home, m.id),
-		Attempts:     m.attempts,
-		Reason:       s.reason(m),
+		Attempts:     s.attempts(m),
+		Reason:       s.reason(x, m),
 		FairnessKey:  l.key.name,
-		Weight:       m.weight,
+		Weight:       s.weightOf(m),
 		ThrottleKeys: l.throttleKeys(),
 		OrderingKey:  l.okey,
 		PayloadSize:  m.cost,
@@ -393,17 +416,22 @@ func (s *Sched) failureOf(m *msg) Failure {
 // before its hook answered, and only a leader runs hooks. The failures
 // come by queue, then by message ID, whatever the layout of the index.
 func (s *Sched) Redecide() {
-	var ms []*msg
+	var ms []mref
 	for _, name := range sortedKeys(s.queues, strings.Compare) {
 		ms = ms[:0]
-		for m := range s.queues[name].msgs.all() {
-			if m.state == stDeciding {
-				ms = append(ms, m)
+		for x := range s.queues[name].msgs.all() {
+			if s.msg(x).state == stDeciding {
+				ms = append(ms, x)
 			}
 		}
-		slices.SortFunc(ms, func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
-		for _, m := range ms {
-			s.cur.failures = append(s.cur.failures, s.failureOf(m))
+		s.sortByID(ms)
+		for _, x := range ms {
+			s.cur.failures = append(s.cur.failures, s.failureOf(x, s.msg(x)))
 		}
 	}
+}
+
+// sortByID sorts messages by ID.
+func (s *Sched) sortByID(ms []mref) {
+	slices.SortFunc(ms, func(a, b mref) int { return bytes.Compare(s.msg(a).id[:], s.msg(b).id[:]) })
 }

@@ -11,26 +11,29 @@ import (
 // 1979) of open-addressing tables with linear probing and backward-shift
 // deletion (Knuth, TAOCP vol. 3, §6.4, Algorithm R).
 //
-// A slot holds only the *msg (8 bytes); the key is the message's own id.
-// At the loads kept here that is 9–18 bytes a message, against 40–60 for
-// a map[[16]byte]*msg, which dominated the scheduler's memory with a
-// million pending messages. Growth never rehashes more than one table of
-// at most maxTableSlots slots at a time, so there is no pause that grows
-// with the queue; when a queue drains to a sixteenth of its slots the
-// index is rebuilt smaller.
+// A slot holds only the message's index in the message table (4 bytes,
+// 0 for an empty slot); the key is the message's own id, read from its
+// record, which every method is given the table of. At the loads kept
+// here that is 4.5–9 bytes a message, against 40–60 for a
+// map[[16]byte]*msg, which dominated the scheduler's memory with a
+// million pending messages; and the tables hold no pointers, so the
+// garbage collector does not scan them. Growth never rehashes more than
+// one table of at most maxTableSlots slots at a time, so there is no
+// pause that grows with the queue; when a queue drains to a sixteenth of
+// its slots the index is rebuilt smaller.
 //
 // The zero value is an empty index. Not safe for concurrent use.
 type msgIndex struct {
-	dir   []*msgTable // 2^depth entries; a table of local depth d fills 2^(depth-d) adjacent ones
+	dir   []*idxTable // 2^depth entries; a table of local depth d fills 2^(depth-d) adjacent ones
 	depth uint8       // global depth: the top depth bits of a hash pick the directory entry
 	n     int         // messages
 	slots int         // slots over all tables
 	bytes uint64      // the messages' payload bytes (msg.cost as enqueued)
 }
 
-// A msgTable is one open-addressing table: len(slots) is a power of two.
-type msgTable struct {
-	slots []*msg
+// An idxTable is one open-addressing table: len(slots) is a power of two.
+type idxTable struct {
+	slots []mref
 	n     int
 	depth uint8 // local depth: the top depth bits its messages' hashes share
 }
@@ -50,12 +53,12 @@ func hashID(id *[16]byte) uint64 {
 }
 
 // full reports whether one more message would take t past 7/8 load.
-func (t *msgTable) full() bool { return (t.n+1)*8 > len(t.slots)*7 }
+func (t *idxTable) full() bool { return (t.n+1)*8 > len(t.slots)*7 }
 
 // table returns the table for hash h, creating the first one.
-func (x *msgIndex) table(h uint64) *msgTable {
+func (x *msgIndex) table(h uint64) *idxTable {
 	if x.dir == nil {
-		x.dir = []*msgTable{{slots: make([]*msg, minTableSlots)}}
+		x.dir = []*idxTable{{slots: make([]mref, minTableSlots)}}
 		x.slots = minTableSlots
 	}
 	if x.depth == 0 {
@@ -64,51 +67,50 @@ func (x *msgIndex) table(h uint64) *msgTable {
 	return x.dir[h>>(64-x.depth)]
 }
 
-// get returns the message with ID id, or nil.
-func (x *msgIndex) get(id [16]byte) *msg {
+// get returns the message with ID id, or 0; tab is the message table.
+func (x *msgIndex) get(tab *recSlab, id [16]byte) mref {
 	if x.n == 0 {
-		return nil
+		return 0
 	}
 	h := hashID(&id)
 	t := x.table(h)
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		m := t.slots[i]
-		if m == nil {
-			return nil
-		}
-		if m.id == id {
+		if m == 0 || tab.at(uint32(m)).id == id {
 			return m
 		}
 	}
 }
 
-// put adds m, whose ID must not be in x already.
-func (x *msgIndex) put(m *msg) {
-	h := hashID(&m.id)
+// put adds message m of tab, whose ID must not be in x already.
+func (x *msgIndex) put(tab *recSlab, m mref) {
+	r := tab.at(uint32(m))
+	h := hashID(&r.id)
 	t := x.table(h)
 	for t.full() {
 		if len(t.slots) < maxTableSlots {
-			x.resize(t, len(t.slots)*2)
+			x.resize(tab, t, len(t.slots)*2)
 		} else {
-			x.split(t, h)
+			x.split(tab, t, h)
 		}
 		t = x.table(h)
 	}
 	mask := uint64(len(t.slots) - 1)
 	i := h & mask
-	for t.slots[i] != nil {
+	for t.slots[i] != 0 {
 		i = (i + 1) & mask
 	}
 	t.slots[i] = m
 	t.n++
 	x.n++
-	x.bytes += uint64(m.cost)
+	x.bytes += uint64(r.cost)
 }
 
-// del removes m, which must be in x.
-func (x *msgIndex) del(m *msg) {
-	h := hashID(&m.id)
+// del removes message m of tab, which must be in x.
+func (x *msgIndex) del(tab *recSlab, m mref) {
+	r := tab.at(uint32(m))
+	h := hashID(&r.id)
 	t := x.table(h)
 	mask := uint64(len(t.slots) - 1)
 	i := h & mask
@@ -117,24 +119,24 @@ func (x *msgIndex) del(m *msg) {
 	}
 	// Backward shift: a later member of the probe run moves into the hole
 	// unless its home slot lies cyclically in (hole, its slot].
-	t.slots[i] = nil
+	t.slots[i] = 0
 	for j := i; ; {
 		j = (j + 1) & mask
 		o := t.slots[j]
-		if o == nil {
+		if o == 0 {
 			break
 		}
-		k := hashID(&o.id) & mask
+		k := hashID(&tab.at(uint32(o)).id) & mask
 		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
 			continue
 		}
-		t.slots[i], t.slots[j] = o, nil
+		t.slots[i], t.slots[j] = o, 0
 		i = j
 	}
 	t.n--
 	x.n--
-	x.bytes -= uint64(m.cost)
-	x.shrink()
+	x.bytes -= uint64(r.cost)
+	x.shrink(tab)
 }
 
 // len returns the number of messages.
@@ -142,14 +144,14 @@ func (x *msgIndex) len() int { return x.n }
 
 // all yields every message once, in no particular order. The index must
 // not change during the iteration.
-func (x *msgIndex) all() iter.Seq[*msg] {
-	return func(yield func(*msg) bool) {
+func (x *msgIndex) all() iter.Seq[mref] {
+	return func(yield func(mref) bool) {
 		for i, t := range x.dir {
 			if i&(1<<(x.depth-t.depth)-1) != 0 {
 				continue // not the table's first directory entry
 			}
 			for _, m := range t.slots {
-				if m != nil && !yield(m) {
+				if m != 0 && !yield(m) {
 					return
 				}
 			}
@@ -158,17 +160,17 @@ func (x *msgIndex) all() iter.Seq[*msg] {
 }
 
 // resize rehashes t into size slots.
-func (x *msgIndex) resize(t *msgTable, size int) {
+func (x *msgIndex) resize(tab *recSlab, t *idxTable, size int) {
 	old := t.slots
-	t.slots = make([]*msg, size)
+	t.slots = make([]mref, size)
 	x.slots += size - len(old)
 	mask := uint64(size - 1)
 	for _, m := range old {
-		if m == nil {
+		if m == 0 {
 			continue
 		}
-		i := hashID(&m.id) & mask
-		for t.slots[i] != nil {
+		i := hashID(&tab.at(uint32(m)).id) & mask
+		for t.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = m
@@ -177,31 +179,31 @@ func (x *msgIndex) resize(t *msgTable, size int) {
 
 // split replaces t, which holds hash h, by two tables one bit deeper,
 // doubling the directory first if t is as deep as it.
-func (x *msgIndex) split(t *msgTable, h uint64) {
+func (x *msgIndex) split(tab *recSlab, t *idxTable, h uint64) {
 	if t.depth == x.depth {
-		dir := make([]*msgTable, 2*len(x.dir))
+		dir := make([]*idxTable, 2*len(x.dir))
 		for i, d := range x.dir {
 			dir[2*i], dir[2*i+1] = d, d
 		}
 		x.dir = dir
 		x.depth++
 	}
-	lo := &msgTable{slots: make([]*msg, len(t.slots)), depth: t.depth + 1}
-	hi := &msgTable{slots: make([]*msg, len(t.slots)), depth: t.depth + 1}
+	lo := &idxTable{slots: make([]mref, len(t.slots)), depth: t.depth + 1}
+	hi := &idxTable{slots: make([]mref, len(t.slots)), depth: t.depth + 1}
 	x.slots += len(t.slots)
 	mask := uint64(len(t.slots) - 1)
 	bit := uint64(1) << (63 - t.depth)
 	for _, m := range t.slots {
-		if m == nil {
+		if m == 0 {
 			continue
 		}
-		mh := hashID(&m.id)
+		mh := hashID(&tab.at(uint32(m)).id)
 		d := lo
 		if mh&bit != 0 {
 			d = hi
 		}
 		i := mh & mask
-		for d.slots[i] != nil {
+		for d.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
 		d.slots[i] = m
@@ -222,7 +224,7 @@ func (x *msgIndex) split(t *msgTable, h uint64) {
 
 // shrink rebuilds x smaller once a sixteenth or less of its slots hold
 // messages, so that a drained queue gives its memory back.
-func (x *msgIndex) shrink() {
+func (x *msgIndex) shrink(tab *recSlab) {
 	if x.n == 0 {
 		*x = msgIndex{}
 		return
@@ -232,7 +234,7 @@ func (x *msgIndex) shrink() {
 	}
 	var y msgIndex
 	for m := range x.all() {
-		y.put(m)
+		y.put(tab, m)
 	}
 	*x = y
 }

@@ -14,7 +14,8 @@ import (
 func TestMsgIndexModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var x msgIndex
-		model := map[[16]byte]*msg{}
+		var tab recSlab
+		model := map[[16]byte]mref{}
 		var ids [][16]byte
 		seq := uint64(0)
 		newID := func() [16]byte {
@@ -34,11 +35,12 @@ func TestMsgIndexModel(t *testing.T) {
 			case op < 6: // put a new ID, in bulk sometimes
 				for range rapid.IntRange(1, 200).Draw(t, "bulk") {
 					id := newID()
-					if model[id] != nil {
+					if model[id] != 0 {
 						continue
 					}
-					m := &msg{id: id}
-					x.put(m)
+					m := mref(tab.alloc())
+					tab.at(uint32(m)).id = id
+					x.put(&tab, m)
 					model[id] = m
 					ids = append(ids, id)
 				}
@@ -51,12 +53,13 @@ func TestMsgIndexModel(t *testing.T) {
 					id := ids[k]
 					ids[k] = ids[len(ids)-1]
 					ids = ids[:len(ids)-1]
-					x.del(model[id])
+					x.del(&tab, model[id])
+					tab.free(uint32(model[id]))
 					delete(model, id)
 				}
 			default: // look up a missing ID
 				id := newID()
-				if x.get(id) != model[id] {
+				if x.get(&tab, id) != model[id] {
 					t.Fatalf("get of a missing id found a message")
 				}
 			}
@@ -65,16 +68,19 @@ func TestMsgIndexModel(t *testing.T) {
 			}
 		}
 		for id, m := range model {
-			if x.get(id) != m {
+			if x.get(&tab, id) != m {
 				t.Fatalf("get %x: wrong message", id)
 			}
 		}
-		seen := map[*msg]bool{}
+		seen := map[mref]bool{}
 		for m := range x.all() {
-			if seen[m] || model[m.id] != m {
-				t.Fatalf("all: %x twice or not in the model", m.id)
+			if seen[m] || model[tab.at(uint32(m)).id] != m {
+				t.Fatalf("all: %d twice or not in the model", m)
 			}
 			seen[m] = true
+		}
+		if tab.len() != len(model) {
+			t.Fatalf("%d records in use for %d messages", tab.len(), len(model))
 		}
 		if len(seen) != len(model) {
 			t.Fatalf("all yielded %d, want %d", len(seen), len(model))
@@ -83,35 +89,39 @@ func TestMsgIndexModel(t *testing.T) {
 }
 
 // BenchmarkMsgIndex measures lookups and deletes in an index of 2^20
-// messages, in a random order (as acks come), beside a map[[16]byte]*msg.
+// messages, in a random order (as acks come), beside a map[[16]byte]mref.
 func BenchmarkMsgIndex(b *testing.B) {
 	const n = 1 << 20
-	ms := make([]msg, n)
+	var tab recSlab
+	ms := make([]mref, n)
+	ids := make([][16]byte, n)
 	for i := range ms {
-		binary.BigEndian.PutUint64(ms[i].id[:], 1_750_000_000_000<<16|uint64(i)>>10)
-		binary.BigEndian.PutUint64(ms[i].id[8:], uint64(i))
+		binary.BigEndian.PutUint64(ids[i][:], 1_750_000_000_000<<16|uint64(i)>>10)
+		binary.BigEndian.PutUint64(ids[i][8:], uint64(i))
+		ms[i] = mref(tab.alloc())
+		tab.at(uint32(ms[i])).id = ids[i]
 	}
 	order := rand.New(rand.NewPCG(1, 2)).Perm(n)
 	b.Run("index/get", func(b *testing.B) {
 		var x msgIndex
-		for i := range ms {
-			x.put(&ms[i])
+		for _, m := range ms {
+			x.put(&tab, m)
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			if x.get(ms[order[i%n]].id) == nil {
+			if x.get(&tab, ids[order[i%n]]) == 0 {
 				b.Fatal("missing")
 			}
 		}
 	})
 	b.Run("map/get", func(b *testing.B) {
-		m := make(map[[16]byte]*msg)
+		m := make(map[[16]byte]mref)
 		for i := range ms {
-			m[ms[i].id] = &ms[i]
+			m[ids[i]] = ms[i]
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			if m[ms[order[i%n]].id] == nil {
+			if m[ids[order[i%n]]] == 0 {
 				b.Fatal("missing")
 			}
 		}
@@ -122,26 +132,26 @@ func BenchmarkMsgIndex(b *testing.B) {
 			if i%n == 0 {
 				b.StopTimer()
 				x = msgIndex{}
-				for j := range ms {
-					x.put(&ms[j])
+				for _, m := range ms {
+					x.put(&tab, m)
 				}
 				b.StartTimer()
 			}
-			x.del(&ms[order[i%n]])
+			x.del(&tab, ms[order[i%n]])
 		}
 	})
 	b.Run("map/del", func(b *testing.B) {
-		var m map[[16]byte]*msg
+		var m map[[16]byte]mref
 		for i := range b.N {
 			if i%n == 0 {
 				b.StopTimer()
-				m = make(map[[16]byte]*msg)
+				m = make(map[[16]byte]mref)
 				for j := range ms {
-					m[ms[j].id] = &ms[j]
+					m[ids[j]] = ms[j]
 				}
 				b.StartTimer()
 			}
-			delete(m, ms[order[i%n]].id)
+			delete(m, ids[order[i%n]])
 		}
 	})
 }

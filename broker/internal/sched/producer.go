@@ -293,15 +293,6 @@ func cmpProducers(a, b *producer) int {
 	return cmp.Or(cmp.Compare(a.expires, b.expires), slices.Compare(a.id[:], b.id[:]))
 }
 
-// dropProducers forgets all of q's producers, deleting their records in
-// order of ID (the queue is deleted).
-func (s *Sched) dropProducers(q *queue) {
-	ids := sortedKeys(q.prods, func(a, b [16]byte) int { return slices.Compare(a[:], b[:]) })
-	for _, id := range ids {
-		s.dropProducer(q.prods[id])
-	}
-}
-
 func (q *queue) appendProducer(p *producer) {
 	p.next, p.prev = nil, q.ptail
 	if q.ptail != nil {

@@ -295,9 +295,10 @@ func TestPropertyOrdering(t *testing.T) {
 				if d.OrderingKey == "" {
 					continue
 				}
-				for m := range q.msgs.all() {
+				for x := range q.msgs.all() {
+					m := p.s.msg(x)
 					id := m.id
-					if order[id] == d.OrderingKey && m.lane.key.name == d.FairnessKey && string(id[:]) < string(d.ID[:]) {
+					if order[id] == d.OrderingKey && p.s.laneOf(m).key.name == d.FairnessKey && string(id[:]) < string(d.ID[:]) {
 						t.Fatalf("%s of %s delivered while earlier %s is in state %v", idName(d.ID), d.OrderingKey, idName(id), m.state)
 					}
 				}
@@ -308,8 +309,8 @@ func TestPropertyOrdering(t *testing.T) {
 						continue
 					}
 					inflight := 0
-					for m := range q.msgs.all() {
-						if m.lane == l && (m.state == stLeased || m.state == stDeciding || m.state == stDelayed && m.flags&fListed == 0) {
+					for x := range q.msgs.all() {
+						if m := p.s.msg(x); p.s.laneOf(m) == l && (m.state == stLeased || m.state == stDeciding || m.state == stDelayed && m.flags&fListed == 0) {
 							inflight++
 						}
 					}

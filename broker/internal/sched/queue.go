@@ -224,10 +224,19 @@ func (s *Sched) newQueue(name string, spec QueueSpec) *queue {
 }
 
 // DeleteQueue deletes a queue, its DLQ and all their messages,
-// idempotency keys and producers, and ends their subscriptions (Ready.Ended). The reply
-// is nil, or an error wrapping fault.ErrQueueNotFound, or
-// fault.ErrInvalidArgument for a DLQ (it is deleted with its queue).
-// The deletion is one mutation per stored record.
+// idempotency keys and producers, and ends their subscriptions
+// (Ready.Ended). The reply is nil, or an error wrapping
+// fault.ErrQueueNotFound, or fault.ErrInvalidArgument for a DLQ (it is
+// deleted with its queue).
+//
+// The deletion is a fixed number of mutations, whatever the queue holds:
+// a range delete of each of its key ranges (QueueRanges) but its
+// definition's, which holds that one key and is deleted as a key. The
+// records of the DLQ's messages are under the queue's name. In memory it
+// costs O(messages + fairness keys + lanes) and allocates nothing per
+// message; the timers of its delayed and leased messages are taken out
+// of the timer heap in order of ID, in O(t log t) for t of them (see
+// dropTimers).
 func (s *Sched) DeleteQueue(ref Ref, name string) {
 	q := s.queues[name]
 	if q == nil {
@@ -240,10 +249,18 @@ func (s *Sched) DeleteQueue(ref Ref, name string) {
 	}
 	s.dropQueue(q.dlq)
 	s.dropQueue(q)
+	rs := QueueRanges(name)
+	for _, r := range rs[1:] {
+		s.delRange(r.Start, r.End)
+	}
 	s.del(appendQueueKey(s.cur.alloc(len(prefixQueue) + len(name))[:0], name))
 	s.reply(ref, nil)
 }
 
+// dropQueue takes q, being deleted, out of memory: it ends its
+// subscriptions, frees its messages, lanes and fairness keys, and forgets
+// its idempotency keys and producers. It writes nothing: DeleteQueue
+// deletes the records by range.
 func (s *Sched) dropQueue(q *queue) {
 	q.deleted = true
 	ended := fmt.Errorf("queue %s deleted: %w", q.name, fault.ErrQueueNotFound)
@@ -253,23 +270,103 @@ func (s *Sched) dropQueue(q *queue) {
 		s.orphanLeases(sb)
 		s.cur.ended = append(s.cur.ended, SubEnded{Sub: id, Err: ended})
 	}
-	ms := slices.SortedFunc(q.msgs.all(), func(a, b *msg) int { return slices.Compare(a.id[:], b.id[:]) })
-	for _, m := range ms {
-		s.leave(m)
-		s.remove(m)
+	s.dropTimers(q)
+	for x := range q.msgs.all() {
+		s.freeMsg(x)
 	}
-	q.dedup.All(func(key []byte, _ [16]byte, _ int64) { s.delDedup(q, key) })
-	s.dropProducers(q)
+	q.msgs = msgIndex{}
+	q.ready, q.delayed, q.leased = 0, 0, 0
+	s.dropLanes(q)
+	q.dedup = idem.Table{}
+	q.prods, q.phead, q.ptail = nil, nil, nil
 	if q.dhidx >= 0 {
 		s.expiry.remove(q)
 	}
-	q.dedup = idem.Table{}
 	for _, lb := range q.limits {
 		if lb.hidx >= 0 {
 			s.wakes.remove(lb)
 		}
 	}
 	delete(s.queues, q.name)
+}
+
+// dropTimers takes the timers of q's messages (delayed or leased) out of
+// Sched.timers one by one in order of message ID, as deleting the
+// messages one by one did: the heap's layout, which images record, comes
+// out as it did then, and does not depend on the layout of q's ID index.
+// It sorts only those messages, in a scratch slice kept across calls
+// (unless it grew past maxDropScratch): O(t log t) for t timers, against
+// O(m log m) for sorting all m messages.
+func (s *Sched) dropTimers(q *queue) {
+	if q.delayed+q.leased == 0 {
+		return
+	}
+	ms := s.drop[:0]
+	for x := range q.msgs.all() {
+		if m := s.msg(x); m.state == stDelayed || m.state == stLeased {
+			ms = append(ms, x)
+		}
+	}
+	s.sortByID(ms)
+	for _, x := range ms {
+		s.timers.remove(s.msg(x).ext)
+	}
+	if cap(ms) > maxDropScratch {
+		ms = nil // a big queue's: not kept
+	}
+	s.drop = ms[:0]
+}
+
+// maxDropScratch bounds the capacity of Sched.drop kept across calls.
+const maxDropScratch = 1 << 16
+
+// dropLanes frees the lanes of q's fairness keys, takes those waiting
+// for a throttle token out of the buckets' waiting lists, and releases
+// their throttle key sets. The buckets that lost waiters are re-armed
+// once each, by name, so that the order of q's maps does not show in
+// the timer heap.
+//
+// Re-arming a bucket that still has waiters refills it (bucket.Next) at
+// the current time, which fixes the point its token arithmetic starts
+// from. Taking the lanes out one at a time, each followed by re-arming
+// the bucket, as the scheduler did before it deleted queues by range,
+// refilled a bucket whenever a waiter was left after a removal: when q
+// had two lanes or more waiting on it, or others waited. A bucket is
+// refilled in the same cases here, so that a deletion leaves it as it
+// did. (One difference remains: a bucket that already holds a token
+// when a queue is deleted, between a Tick and the next pump, now wakes
+// other queues' lanes only, where before it could wake q's dying lanes
+// first, depending on their messages' IDs.)
+func (s *Sched) dropLanes(q *queue) {
+	var parked []*tbucket
+	for _, k := range q.keys {
+		for l := range k.allLanes() {
+			if l.state == lsParked {
+				l.tb.removeWaiter(l)
+				parked = append(parked, l.tb)
+				l.tb, l.state = nil, lsIdle
+			}
+			if l.ts != nil {
+				s.releaseTset(l.ts)
+			}
+			s.dropLane(l)
+		}
+	}
+	if len(parked) == 0 {
+		return
+	}
+	slices.SortFunc(parked, func(a, b *tbucket) int { return strings.Compare(a.name, b.name) })
+	for i := 0; i < len(parked); {
+		b, n := parked[i], 1
+		for i+n < len(parked) && parked[i+n] == b {
+			n++
+		}
+		i += n
+		if b.limited && n >= 2 {
+			b.b.Tokens(int64(s.now)) // refill, as removing the second-last of them did
+		}
+		s.arm(b)
+	}
 }
 
 func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {

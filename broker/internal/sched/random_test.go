@@ -242,7 +242,7 @@ func (r *randomRun) step(i int) {
 		r.failures = nil
 		for id := range r.acked {
 			for _, q := range h.s.queues {
-				if q.msgs.get(id) != nil {
+				if q.msgs.get(&h.s.recs, id) != 0 {
 					r.t.Fatalf("step %d: acked message %s restored", i, idName(id))
 				}
 			}
@@ -421,13 +421,7 @@ func (r *randomRun) ready() {
 			r.t.Fatalf("after %s: liveness: %v", r.last, err)
 		}
 		rd := s.Ready()
-		for _, m := range rd.Persist {
-			if m.Delete {
-				delete(r.h.kv, string(m.Key))
-			} else {
-				r.h.kv[string(m.Key)] = slices.Clone(m.Value)
-			}
-		}
+		applyPersist(r.h.kv, rd.Persist)
 		for _, e := range rd.Expired {
 			if _, open := r.credit[e.Sub]; !open {
 				r.t.Fatalf("expiry reported to closed subscription %d", e.Sub)

@@ -145,23 +145,23 @@ func (s *Sched) restoreMsg(key, value []byte) error {
 		s.orphan(key)
 		return nil
 	}
-	if q.msgs.get(id) != nil || id == [16]byte{} {
+	if q.msgs.get(&s.recs, id) != 0 || id == [16]byte{} {
 		return fmt.Errorf("bad message id %s", formatID(id))
 	}
 	ts := s.internTset(meta.ThrottleKeys)
 	l := s.laneFor(q, meta.FairnessKey, ts, meta.OrderingKey)
 	weight := max(meta.Weight, 1)
 	q.fair.setWeight(l.key, weight)
-	m := s.newMsg()
+	x, m := s.newMsg()
 	m.id = id
 	m.enq = meta.EnqueuedAt
 	m.cost = meta.PayloadSize
-	m.weight = weight
-	s.attach(q, m, l)
+	s.setWeight(x, m, weight)
+	s.attach(q, x, m, l)
 	if meta.Due > 0 {
-		s.restoreDelayed(m, meta.Due)
+		s.restoreDelayed(x, m, meta.Due)
 	} else {
-		s.restoreReady(m)
+		s.restoreReady(x, m)
 	}
 	return nil
 }
@@ -176,87 +176,92 @@ func (s *Sched) restoreState(key, value []byte) error {
 		return err
 	}
 	q := s.queues[name]
-	var m *msg
+	var x mref
 	if q != nil && q.parent == nil {
-		m = q.msgs.get(id)
+		x = q.msgs.get(&s.recs, id)
 	}
-	if m == nil {
+	if x == 0 {
 		s.orphan(key)
 		return nil
 	}
-	m.attempts = r.attempts
-	s.setReason(m, r.lastErr)
+	m := s.msg(x)
+	if r.attempts != 0 || m.ext != 0 {
+		s.extFor(x, m).attempts = r.attempts
+	}
+	s.setReason(x, m, r.lastErr)
 	m.flags |= fState
 	if r.dead {
-		l := m.lane
-		s.leave(m)
-		s.moveTo(m, s.laneFor(q.dlq, l.key.name, l.ts, l.okey))
+		l := s.laneOf(m)
+		s.leave(x, m)
+		s.moveTo(x, m, s.laneFor(q.dlq, l.key.name, l.ts, l.okey))
 		m.flags |= fDead
 		if r.due > 0 {
-			s.restoreDelayed(m, r.due)
+			s.restoreDelayed(x, m, r.due)
 		} else {
-			s.restoreReady(m)
+			s.restoreReady(x, m)
 		}
 		return nil
 	}
-	s.restoreDue(m, r.due)
+	s.restoreDue(x, m, r.due)
 	return nil
 }
 
-// restoreDue sets the due time (0: ready) of a restored message, keeping
-// its place in its lane when it stays there (always, in an ordered lane).
-func (s *Sched) restoreDue(m *msg, due Time) {
-	l := m.lane
+// restoreDue sets the due time (0: ready) of restored message x, its
+// record m, keeping its place in its lane when it stays there (always, in
+// an ordered lane).
+func (s *Sched) restoreDue(x mref, m *msg, due Time) {
+	l := s.laneOf(m)
 	k := l.key
 	q := k.q
 	switch {
 	case due == 0 && m.state == stReady:
 	case due > 0 && m.state == stDelayed:
-		s.setTimer(m, due)
+		s.setTimer(x, m, due)
 	case m.flags&fListed != 0 && due > 0: // ready → delayed, in place
 		q.ready--
 		k.pending--
 		m.state = stDelayed
 		q.delayed++
-		s.setTimer(m, due)
+		s.setTimer(x, m, due)
 		if !l.ordered() {
-			l.unlink(m)
+			s.unlink(l, x, m)
 			m.flags &^= fListed
 		}
 	case m.flags&fListed != 0: // delayed → ready, in place
-		s.timers.remove(m)
+		s.timers.remove(m.ext)
 		q.delayed--
 		m.state = stReady
-		m.due = 0
+		s.clearDue(m)
 		q.ready++
 		k.pending++
 	default: // delayed, out of the list → ready
-		s.leave(m)
-		s.restoreReady(m)
+		s.leave(x, m)
+		s.restoreReady(x, m)
 	}
 	s.laneSync(l)
 }
 
-// restoreReady appends m, in no state, to its lane.
-func (s *Sched) restoreReady(m *msg) {
-	l := m.lane
+// restoreReady appends message x, its record m, in no state, to its lane.
+func (s *Sched) restoreReady(x mref, m *msg) {
+	l := s.laneOf(m)
 	m.state = stReady
 	l.key.q.ready++
 	l.key.pending++
-	l.pushBack(m)
+	s.pushBack(l, x, m)
 	m.flags |= fListed
 	s.laneSync(l)
 }
 
-// restoreDelayed makes m, in no state, wait until due; in an ordered lane
-// it is appended to the list as well, to keep its place.
-func (s *Sched) restoreDelayed(m *msg, due Time) {
-	l := m.lane
+// restoreDelayed makes message x, its record m, in no state, wait until
+// due; in an ordered lane it is appended to the list as well, to keep its
+// place.
+func (s *Sched) restoreDelayed(x mref, m *msg, due Time) {
+	l := s.laneOf(m)
 	m.state = stDelayed
 	l.key.q.delayed++
-	s.setTimer(m, due)
+	s.setTimer(x, m, due)
 	if l.ordered() {
-		l.pushBack(m)
+		s.pushBack(l, x, m)
 		m.flags |= fListed
 	}
 	s.laneSync(l)

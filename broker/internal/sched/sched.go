@@ -125,25 +125,33 @@ func (c Config) withDefaults() Config {
 // documentation for how a shell drives it. Its methods must be called
 // from one goroutine.
 type Sched struct {
-	cfg      Config
-	now      Time
-	queues   map[string]*queue
-	subs     map[SubID]*sub
-	buckets  map[string]*tbucket // throttle buckets by key
-	tsets    map[string]*tset    // interned throttle key sets
-	timers   timerHeap[*msg]     // delays, backoffs, lease deadlines
-	wakes    timerHeap[*tbucket] // next token for buckets with waiters
-	expiry   timerHeap[*queue]   // queues by their first idempotency key or producer expiry
-	unsorted []*queue            // queues whose restored keys or producers need sorting
+	cfg     Config
+	now     Time
+	queues  map[string]*queue
+	subs    map[SubID]*sub
+	buckets map[string]*tbucket // throttle buckets by key
+	tsets   map[string]*tset    // interned throttle key sets
+	// recs holds the message records, exts their extension records
+	// (table.go).
+	recs recSlab
+	exts extSlab
+	// lanes maps msg.lane to the lane (index 0 is none); freeLanes lists
+	// the indices to reuse.
+	lanes     []*lane
+	freeLanes []uint32
+	timers    timerHeap[xref, extOrder]                // delays, backoffs, lease deadlines
+	wakes     timerHeap[*tbucket, selfOrder[*tbucket]] // next token for buckets with waiters
+	expiry    timerHeap[*queue, selfOrder[*queue]]     // queues by their first idempotency key or producer expiry
+	unsorted  []*queue                                 // queues whose restored keys or producers need sorting
 	// ptouched lists the producers an Enqueue command remembered
 	// sequences of, and pend those sequences, written when it ends.
 	ptouched []*producer
 	pend     []pendEntry
 	pbuf     []pentry
 	lease    uint64 // last lease token handed out
-	tseq     uint64 // last msg.tseq
+	tseq     uint64 // last msgExt.tseq
 
-	// slots maps msg.slot to the open subscription holding the lease
+	// slots maps msgExt.slot to the open subscription holding the lease
 	// (slot 0 is none); freeSlots lists the slots to reuse.
 	slots     []*sub
 	freeSlots []uint32
@@ -162,10 +170,12 @@ type Sched struct {
 	// there (window.go).
 	statsFrom Time
 
-	free    []*msg          // recycled message structs
-	reasons map[*msg]string // last failure reason of messages with fReason
+	reasons map[mref]string // last failure reason of messages with fReason
 	scratch []byte
 	keys    []string
+	// drop is DeleteQueue's scratch: the timed messages of the queue it
+	// deletes.
+	drop []mref
 }
 
 // New returns a scheduler with no queues. Restore stored records before
@@ -177,9 +187,11 @@ func New(cfg Config) *Sched {
 		subs:    make(map[SubID]*sub),
 		buckets: make(map[string]*tbucket),
 		tsets:   make(map[string]*tset),
-		reasons: make(map[*msg]string),
+		reasons: make(map[mref]string),
 		slots:   []*sub{nil},
+		lanes:   []*lane{nil},
 	}
+	s.timers.o.t = &s.exts
 	s.maxHeld = uint32(s.cfg.MaxUnsettled)
 	s.lease = s.cfg.LeaseBase
 	s.cur = &s.bufs[0]
@@ -207,12 +219,12 @@ func (s *Sched) Tick(now Time) {
 		s.statsFrom = s.now
 	}
 	for {
-		m, ok := s.timers.top()
-		if !ok || m.due > s.now {
+		t, ok := s.timers.top()
+		if !ok || s.exts.at(uint32(t)).due > s.now {
 			break
 		}
 		s.timers.pop()
-		s.fire(m)
+		s.fire(s.exts.at(uint32(t)).msg)
 	}
 	for {
 		b, ok := s.wakes.top()
@@ -296,8 +308,8 @@ func (s *Sched) Deadline() Time { return s.deadline() }
 // deadline returns the earliest timer, 0 for none.
 func (s *Sched) deadline() Time {
 	var d Time
-	if m, ok := s.timers.top(); ok {
-		d = m.due
+	if t, ok := s.timers.top(); ok {
+		d = s.exts.at(uint32(t)).due
 	}
 	if b, ok := s.wakes.top(); ok && (d == 0 || b.wakeAt < d) {
 		d = b.wakeAt
@@ -370,7 +382,7 @@ type readyBuf struct {
 // lease changed in between (the subscription closed).
 type pendingDelivery struct {
 	s     *sub
-	m     *msg
+	m     mref
 	lease uint64
 }
 
@@ -445,14 +457,19 @@ func (s *Sched) del(key []byte) {
 	s.cur.persist = append(s.cur.persist, Mutation{Key: key, Delete: true})
 }
 
+// delRange deletes every key from start (inclusive) to end (exclusive).
+func (s *Sched) delRange(start, end []byte) {
+	s.cur.persist = append(s.cur.persist, Mutation{Key: start, End: end, Delete: true})
+}
+
 // group turns the pending deliveries into per-subscription Deliveries.
 func (s *Sched) group(b *readyBuf) {
 	for _, p := range b.dl {
 		p.s.batch = 0
-		if p.s.closed || p.m.state != stLeased || p.m.lease != p.lease {
+		if p.s.closed || !s.holds(p.m, p.lease) {
 			continue
 		}
-		p.m.flags &^= fFresh
+		s.msg(p.m).flags &^= fFresh
 		if p.s.group < 0 {
 			p.s.group = int32(len(b.dels))
 			b.dels = append(b.dels, Delivery{Sub: p.s.id})
@@ -473,7 +490,7 @@ func (s *Sched) group(b *readyBuf) {
 	}
 	b.out = b.out[:off]
 	for _, p := range b.dl {
-		if p.s.group < 0 || p.s.closed || p.m.state != stLeased || p.m.lease != p.lease {
+		if p.s.group < 0 || p.s.closed || !s.holds(p.m, p.lease) {
 			continue
 		}
 		i := b.counts[p.s.group]
@@ -537,25 +554,35 @@ func (s *Sched) groupExpired(b *readyBuf) {
 	}
 }
 
-func (s *Sched) delivered(b *readyBuf, m *msg) Delivered {
-	l := m.lane
+// holds reports whether message x is leased with the given token (which
+// is never 0): whether a delivery decided with it still stands. The
+// record may have been freed and reused since; tokens are never reused.
+func (s *Sched) holds(x mref, lease uint64) bool {
+	m := s.recs.peek(uint32(x))
+	return m != nil && m.state == stLeased && s.leaseOf(m) == lease
+}
+
+func (s *Sched) delivered(b *readyBuf, x mref) Delivered {
+	m := s.msg(x)
+	l := s.laneOf(m)
 	q := l.key.q
+	e := s.ext(m)
 	return Delivered{
 		Key:           appendMsgKey(b.alloc(msgKeyLen(q.home().name))[:0], q.home().name, m.id),
 		ID:            m.id,
 		Queue:         q.name,
 		FairnessKey:   l.key.name,
-		Weight:        m.weight,
+		Weight:        s.weightOf(m),
 		ThrottleKeys:  l.throttleKeys(),
 		OrderingKey:   l.okey,
-		Attempt:       satInc(m.attempts),
-		Attempts:      m.attempts,
-		LastError:     s.reason(m),
+		Attempt:       satInc(e.attempts),
+		Attempts:      e.attempts,
+		LastError:     s.reason(x, m),
 		DeadLettered:  m.flags&fDead != 0,
 		PayloadSize:   m.cost,
 		EnqueuedAt:    m.enq,
-		LeaseDeadline: m.due,
-		Lease:         m.lease,
+		LeaseDeadline: e.due,
+		Lease:         e.lease,
 	}
 }
 

@@ -331,9 +331,9 @@ func TestUnsubscribeUndoesUntakenDeliveries(t *testing.T) {
 		t.Fatalf("Deliveries = %v; want none after unsubscribe", rd.Deliveries)
 	}
 	q := s.queues["q"]
-	for m := range q.msgs.all() {
-		if m.state != stReady || m.attempts != 0 {
-			t.Errorf("message %s: state %v attempts %d; want ready, 0", idName(m.id), m.state, m.attempts)
+	for x := range q.msgs.all() {
+		if m := s.msg(x); m.state != stReady || s.attempts(m) != 0 {
+			t.Errorf("message %s: state %v attempts %d; want ready, 0", idName(m.id), m.state, s.attempts(m))
 		}
 	}
 	s.Subscribe(5, 2, "q", 10, nil)

@@ -19,7 +19,7 @@ const (
 	// timer heap. In an ordered lane it also keeps its place in the list.
 	stDelayed
 	// stLeased: delivered, lease deadline in the timer heap, linked in
-	// its subscription's lease ring.
+	// its subscription's lease list.
 	stLeased
 	// stDeciding: failed, waiting for Decide (on_failure hook).
 	stDeciding
@@ -40,46 +40,6 @@ const (
 	fReason                   // has a last failure reason in Sched.reasons
 	fFresh                    // leased in the Ready being built, not yet handed out
 )
-
-// msg is the in-memory state of one stored message: 96 bytes, no strings
-// (the fairness key, throttle keys and ordering key are its lane's; the
-// last failure's reason, for the few messages that failed, is in
-// Sched.reasons). The body stays in storage.
-type msg struct {
-	id   [16]byte
-	lane *lane
-	// next and prev link the message into its lane's list (stReady, and
-	// stDelayed in ordered lanes) or its subscription's lease ring
-	// (stLeased); never both.
-	next, prev *msg
-	enq        Time   // when it was enqueued
-	due        Time   // stDelayed: due time; stLeased: lease deadline
-	lease      uint64 // stLeased: the current lease token
-	tseq       uint64 // order of equal deadlines: when the timer was set
-	cost       uint32 // payload bytes, the DRR cost (≥ 1 when charged)
-	weight     uint32
-	attempts   uint32 // failed attempts recorded
-	hidx       int32  // index in Sched.timers, -1 if not in it
-	state      msgState
-	flags      uint8
-	// slot is, while leased, the Sched.slots index of the subscription
-	// holding the lease; 0 once that subscription has closed.
-	slot uint32
-}
-
-// before orders timers by deadline, then by when they were set, so that
-// equal deadlines fire first set, first out, and setting the latest
-// deadline costs O(1).
-func (m *msg) before(o *msg) bool {
-	if m.due != o.due {
-		return m.due < o.due
-	}
-	return m.tseq < o.tseq
-}
-func (m *msg) setIndex(i int32) { m.hidx = i }
-func (m *msg) index() int32     { return m.hidx }
-
-func (m *msg) queue() *queue { return m.lane.key.q }
 
 // laneID identifies a lane within its fairness key.
 type laneID struct {
@@ -102,7 +62,7 @@ const (
 // lanes.
 type lane struct {
 	key        *fkey
-	head, tail *msg
+	head, tail mref
 	n          int32 // messages in the list
 	refs       int32 // messages of any state in the lane
 	ts         *tset // nil: no throttle keys
@@ -110,7 +70,9 @@ type lane struct {
 	// inflight is an ordered lane's message that left the list for
 	// delivery and has not been acked or dead-lettered: it blocks the
 	// lane, and a retry puts it back at the head.
-	inflight *msg
+	inflight mref
+	// idx is its index in Sched.lanes, which its messages name.
+	idx uint32
 	// next and prev link the lane into its key's runnable ring or its
 	// bucket's waiting list.
 	next, prev *lane
@@ -125,51 +87,54 @@ type lane struct {
 // keep ordering keys as metadata only.
 func (l *lane) ordered() bool { return l.okey != "" && l.key.q.parent == nil }
 
-// canRun reports whether the lane has a message to deliver, tokens aside.
-func (l *lane) canRun() bool {
-	if l.head == nil {
+// canRun reports whether l has a message to deliver, tokens aside.
+func (s *Sched) canRun(l *lane) bool {
+	if l.head == 0 {
 		return false
 	}
 	if !l.ordered() {
 		return true
 	}
-	return l.inflight == nil && l.head.state == stReady
+	return l.inflight == 0 && s.msg(l.head).state == stReady
 }
 
-func (l *lane) pushBack(m *msg) {
-	m.next, m.prev = nil, l.tail
-	if l.tail != nil {
-		l.tail.next = m
+// pushBack appends message x, its record m, to l's list.
+func (s *Sched) pushBack(l *lane, x mref, m *msg) {
+	m.next, m.prev = 0, l.tail
+	if l.tail != 0 {
+		s.msg(l.tail).next = x
 	} else {
-		l.head = m
+		l.head = x
 	}
-	l.tail = m
+	l.tail = x
 	l.n++
 }
 
-func (l *lane) pushFront(m *msg) {
-	m.prev, m.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = m
+// pushFront puts message x, its record m, at the head of l's list.
+func (s *Sched) pushFront(l *lane, x mref, m *msg) {
+	m.prev, m.next = 0, l.head
+	if l.head != 0 {
+		s.msg(l.head).prev = x
 	} else {
-		l.tail = m
+		l.tail = x
 	}
-	l.head = m
+	l.head = x
 	l.n++
 }
 
-func (l *lane) unlink(m *msg) {
-	if m.prev != nil {
-		m.prev.next = m.next
+// unlink takes message x, its record m, out of l's list.
+func (s *Sched) unlink(l *lane, x mref, m *msg) {
+	if m.prev != 0 {
+		s.msg(m.prev).next = m.next
 	} else {
 		l.head = m.next
 	}
-	if m.next != nil {
-		m.next.prev = m.prev
+	if m.next != 0 {
+		s.msg(m.next).prev = m.prev
 	} else {
 		l.tail = m.prev
 	}
-	m.next, m.prev = nil, nil
+	m.next, m.prev = 0, 0
 	l.n--
 }
 
@@ -311,13 +276,14 @@ type sub struct {
 	id     SubID
 	q      *queue
 	credit uint32
-	// held counts the messages leased to it (its lease ring's length); it
+	// held counts the messages leased to it (its lease list's length); it
 	// takes deliveries only while held < Sched.maxHeld.
 	held   uint32
 	slot   uint32 // its index in Sched.slots
 	limits []*tbucket
-	// leases is the sentinel of the ring of messages leased to it.
-	leases msg
+	// lhead and ltail are the first and last of the messages leased to
+	// it, linked by their next and prev, in the order leased.
+	lhead, ltail mref
 	// next and prev link it into its queue's eligible ring or a limit
 	// bucket's waiting list.
 	next, prev *sub

@@ -39,7 +39,6 @@ func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits
 	}
 	credit = min(credit, s.maxHeld)
 	sb := &sub{id: id, q: q, credit: credit, group: -1, egroup: -1}
-	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
 	s.allocSlot(sb)
 	now := int64(s.now)
 	for _, rl := range limits {
@@ -91,37 +90,40 @@ func (s *Sched) allocSlot(sb *sub) {
 // run on and can still be settled, but belong to no subscription) and
 // frees its slot.
 func (s *Sched) orphanLeases(sb *sub) {
-	for m := sb.leases.next; m != &sb.leases; {
+	for x := sb.lhead; x != 0; {
+		m := s.msg(x)
 		next := m.next
-		m.next, m.prev = nil, nil
-		m.slot = 0
-		m = next
+		m.next, m.prev = 0, 0
+		s.exts.at(uint32(m.ext)).slot = 0
+		x = next
 	}
-	sb.leases.next, sb.leases.prev = &sb.leases, &sb.leases
+	sb.lhead, sb.ltail = 0, 0
 	sb.held = 0
 	s.slots[sb.slot] = nil
 	s.freeSlots = append(s.freeSlots, sb.slot)
 	sb.slot = 0
 }
 
-// endLease takes m, leased, out of its subscription's lease ring and
-// returns that subscription, or nil if it has closed. A subscription
-// that was waiting for a lease to end (MaxUnsettled) becomes eligible
-// again.
-func (s *Sched) endLease(m *msg) *sub {
-	q := m.queue()
+// endLease takes message x, its record m, leased, out of its
+// subscription's lease list and returns that subscription, or nil if it
+// has closed. A subscription that was waiting for a lease to end
+// (MaxUnsettled) becomes eligible again.
+func (s *Sched) endLease(x mref, m *msg) *sub {
+	l := s.laneOf(m)
+	q := l.key.q
 	q.leased--
+	e := s.exts.at(uint32(m.ext))
 	if q.fair.byTime {
-		q.fair.settled(m.lane.key, m.lease, s.now)
+		q.fair.settled(l.key, e.lease, s.now)
 	}
-	m.lease = 0
+	e.lease = 0
 	m.flags &^= fFresh
-	if m.slot == 0 {
+	if e.slot == 0 {
 		return nil
 	}
-	sb := s.slots[m.slot]
-	m.slot = 0
-	leaseUnlink(m)
+	sb := s.slots[e.slot]
+	e.slot = 0
+	s.leaseUnlink(sb, x, m)
 	sb.held--
 	s.resume(sb)
 	return sb
@@ -185,15 +187,16 @@ func (s *Sched) Unsubscribe(ref Ref, id SubID, release bool) {
 // releaseLeases returns every message leased to sb to its queue, counting
 // the attempt as failed because the consumer disconnected.
 func (s *Sched) releaseLeases(sb *sub) {
-	for sb.leases.next != &sb.leases {
-		m := sb.leases.next
-		s.leave(m)
-		s.fail(m, ReasonDisconnected, failRelease, 0)
+	for sb.lhead != 0 {
+		x := sb.lhead
+		m := s.msg(x)
+		s.leave(x, m)
+		s.fail(x, m, ReasonDisconnected, failRelease, 0)
 	}
 }
 
 // closeSub takes sb out of every structure, undoing the deliveries of the
-// Ready being built. Its lease ring stays until orphanLeases.
+// Ready being built. Its lease list stays until orphanLeases.
 func (s *Sched) closeSub(sb *sub) {
 	switch sb.state {
 	case subEligible:
@@ -206,8 +209,8 @@ func (s *Sched) closeSub(sb *sub) {
 	sb.closed = true
 	// Last first, so that each lane gets its messages back in order.
 	for _, p := range slices.Backward(s.cur.dl) {
-		if p.s == sb && p.m.state == stLeased && p.m.lease == p.lease {
-			s.undeliver(p.m)
+		if p.s == sb && s.holds(p.m, p.lease) {
+			s.undeliver(p.m, s.msg(p.m))
 		}
 	}
 	for _, lb := range sb.limits {
@@ -223,21 +226,21 @@ func (s *Sched) closeSub(sb *sub) {
 	delete(sb.q.subs, sb.id)
 }
 
-// undeliver returns m, leased in the Ready being built, to the head of its
-// lane as if it had not been picked. Its tokens and DRR charge are not
-// refunded.
-func (s *Sched) undeliver(m *msg) {
-	s.leave(m)
-	l := m.lane
+// undeliver returns message x, its record m, leased in the Ready being
+// built, to the head of its lane as if it had not been picked. Its tokens
+// and DRR charge are not refunded.
+func (s *Sched) undeliver(x mref, m *msg) {
+	s.leave(x, m)
+	l := s.laneOf(m)
 	q := l.key.q
 	m.state = stReady
-	m.due = 0
+	s.clearDue(m)
 	q.ready++
 	l.key.pending++
-	if l.inflight == m {
-		l.inflight = nil
+	if l.inflight == x {
+		l.inflight = 0
 	}
-	l.pushFront(m)
+	s.pushFront(l, x, m)
 	m.flags |= fListed
 	s.laneSync(l)
 	s.markDirty(q)

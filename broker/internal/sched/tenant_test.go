@@ -340,8 +340,8 @@ func TestTenantExplain(t *testing.T) {
 	// b/2's head: tenant c is not ahead of b; a has been served, so b
 	// goes first among tenants, and b/1 before b/2 within b.
 	var head [16]byte
-	for m := range p.s.queues["q"].msgs.all() {
-		if m.lane.key.name == "b/2" && m.lane.head == m {
+	for x := range p.s.queues["q"].msgs.all() {
+		if m := p.s.msg(x); p.s.laneOf(m).key.name == "b/2" && p.s.laneOf(m).head == x {
 			head = m.id
 		}
 	}

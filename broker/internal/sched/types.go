@@ -267,10 +267,18 @@ type Ready struct {
 	Deadline Time
 }
 
-// A Mutation sets Key to Value, or deletes Key when Delete is set.
+// A Mutation sets Key to Value, or deletes Key when Delete is set. A
+// Delete with End non-nil removes every key k with Key <= k < End,
+// compared bytewise, instead (a range delete; Key < End always): every
+// record of a deleted queue (DeleteQueue). The shell applies a Ready's
+// mutations in order, within one atomic group, so a range delete removes
+// the keys the group put before it and none that it puts after it.
 type Mutation struct {
 	Key, Value []byte // Value is nil for a delete
-	Delete     bool
+	// End, for a Delete, is the end (exclusive) of the range of keys
+	// from Key it removes; nil removes Key alone.
+	End    []byte
+	Delete bool
 }
 
 // A Reply answers the command that carried Ref. Value is an error when

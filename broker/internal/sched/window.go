@@ -108,8 +108,9 @@ func (s *Sched) windowSpan() time.Duration {
 	return min(statsEpoch+time.Duration(int64(s.now)%int64(statsEpoch)), time.Duration(s.now-s.statsFrom))
 }
 
-// noteDelivery counts m's delivery from key k of q.
-func (s *Sched) noteDelivery(q *queue, k *fkey, m *msg) {
+// noteDelivery counts the delivery from key k of q of a message enqueued
+// at enq.
+func (s *Sched) noteDelivery(q *queue, k *fkey, enq Time) {
 	e := epochOf(s.now)
 	if k.win == nil {
 		k.win = &window{epoch: e}
@@ -118,7 +119,7 @@ func (s *Sched) noteDelivery(q *queue, k *fkey, m *msg) {
 	q.win.roll(e)
 	k.win.n[0]++
 	q.win.n[0]++
-	b := dwellBucket(time.Duration(s.now - m.enq))
+	b := dwellBucket(time.Duration(s.now - enq))
 	if k.win.dwell[0][b] < math.MaxUint16 {
 		k.win.dwell[0][b]++
 	}
