@@ -456,13 +456,18 @@ func (sh *Shard) flush(timer *time.Timer) {
 		b.Reset()
 		size := 0
 		for _, m := range rd.Persist {
-			size += len(m.Key) + len(m.Value) + 21
+			size += len(m.Key) + len(m.Value) + len(m.End) + 21
 		}
 		b.Grow(size)
 		for _, m := range rd.Persist {
-			if m.Delete {
+			switch {
+			case m.Delete && m.End != nil:
+				// A range: one mutation in the record, whatever it
+				// removes (a queue's messages when it is deleted).
+				b.DeleteRange(m.Key, m.End)
+			case m.Delete:
 				b.Delete(m.Key)
-			} else {
+			default:
 				b.Put(m.Key, m.Value)
 			}
 		}
