@@ -79,6 +79,32 @@ func BenchmarkMsgTable(b *testing.B) {
 			}
 		}
 	})
+	// miss looks up IDs that are not in the table of 2^20, as each
+	// enqueue does to check that its ID is unused: new=newer than every
+	// ID in it (UUIDv7s in order, the enqueue's case), old=older.
+	for _, c := range []struct {
+		name string
+		base uint64
+	}{{"miss/new", n + 1}, {"miss/old", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, q := full()
+			missing := make([][16]byte, n)
+			for i := range missing {
+				missing[i] = testID(uint64(i+1) + c.base)
+				if c.base == 0 {
+					missing[i][6]-- // older than every ID in the table
+				}
+			}
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if tableGet(s, q, missing[order[i%n]]) {
+					b.Fatal("found")
+				}
+			}
+		})
+	}
 	b.Run("del", func(b *testing.B) {
 		s, q := full()
 		runtime.GC()
