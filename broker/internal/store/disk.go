@@ -1078,14 +1078,15 @@ func (d *Disk) scan(start, end []byte, values bool, fn func(key, value []byte) e
 		}
 	}()
 	var buf []byte
+	ra := readAhead{d: d}
+	defer ra.release()
 	snap.ascend(start, end, func(key []byte, e loc) bool {
 		var v []byte
 		if values {
 			if cap(buf) < int(e.vlen) {
 				buf = make([]byte, e.vlen)
 			}
-			v = buf[:e.vlen]
-			if err = d.readValue(v, segs[e.seg-segs[0].id], e.off); err != nil {
+			if v, err = ra.value(buf[:e.vlen], segs[e.seg-segs[0].id], e.off, e.vlen); err != nil {
 				return false
 			}
 		}
