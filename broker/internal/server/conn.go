@@ -569,7 +569,8 @@ func (c *conn) readLoop() {
 			room = 64 << 10
 			c.armFrameDeadline()
 		}
-		n, err := c.fr.ReadFrom(c.nc, room)
+		n, err := c.nc.Read(c.fr.Room(room))
+		c.fr.Fed(n)
 		if n > 0 {
 			for {
 				h, body, ok, ferr := c.fr.Next()

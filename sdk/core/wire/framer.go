@@ -2,7 +2,6 @@ package wire
 
 import (
 	"fmt"
-	"io"
 	"math/bits"
 	"sync"
 )
@@ -41,6 +40,9 @@ type FrameReader struct {
 	inCont  bool
 
 	err error
+	// scratch is where Room lets bytes be read once the reader has
+	// failed, to be discarded.
+	scratch []byte
 }
 
 // NewFrameReader returns a reader that accepts frame bodies of at most
@@ -125,25 +127,34 @@ func (fr *FrameReader) Feed(p []byte) {
 	fr.buf = append(fr.buf, p...)
 }
 
-// ReadFrom makes room for at least room bytes after those buffered and
-// reads once from r straight into it: the bytes are Fed without the copy
-// Feed makes from the caller's buffer. It returns what r.Read returned.
-// A receiver that reads a socket into the reader this way holds one
-// buffer per connection instead of two. After Next has failed, ReadFrom
-// reads into a scratch buffer and discards the bytes, as Feed does.
-// room must be positive.
-func (fr *FrameReader) ReadFrom(r io.Reader, room int) (int, error) {
+// Room returns at least n bytes of free space after the bytes buffered,
+// for the caller to read into straight from its source; Fed(k) then
+// takes the first k of them as fed. Bytes arrive without the copy Feed
+// makes from the caller's buffer, and a receiver that reads a socket this
+// way holds one buffer per connection instead of two. The space is valid
+// until the next call of any method. After Next has failed, Room returns
+// scratch space and Fed discards, as Feed does. n must be positive.
+func (fr *FrameReader) Room(n int) []byte {
 	if fr.err != nil {
-		var scratch [512]byte
-		return r.Read(scratch[:min(room, len(scratch))])
+		if len(fr.scratch) < n {
+			fr.scratch = make([]byte, min(n, 4096))
+		}
+		return fr.scratch[:min(n, len(fr.scratch))]
 	}
 	fr.reclaim()
-	if need := len(fr.buf) + room; need > cap(fr.buf) {
+	if need := len(fr.buf) + n; need > cap(fr.buf) {
 		fr.grow(need)
 	}
-	n, err := r.Read(fr.buf[len(fr.buf):cap(fr.buf)])
-	fr.buf = fr.buf[:len(fr.buf)+max(n, 0)]
-	return n, err
+	return fr.buf[len(fr.buf):cap(fr.buf)]
+}
+
+// Fed takes the first n bytes of the space Room returned as fed, as Feed
+// would take them. n must be at most the length of that space.
+func (fr *FrameReader) Fed(n int) {
+	if fr.err != nil || n <= 0 {
+		return
+	}
+	fr.buf = fr.buf[:len(fr.buf)+n]
 }
 
 // reclaim makes the space of the bytes Next has returned free again:
@@ -242,7 +253,7 @@ func putLarge(b []byte) {
 }
 
 // Next returns the next complete frame. ok is false when more bytes are
-// needed. body is valid until the next call to Feed, ReadFrom or Next; a
+// needed. body is valid until the next call to Feed, Room or Next; a
 // caller that keeps decoded []byte fields longer must copy the body first.
 //
 // A *ConnError is returned for a frame over the size limit
