@@ -82,6 +82,16 @@ kill-loop: build ## SIGKILL a loaded fila-server 25 times and check nothing ackn
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_KILL_LOOPS=$${KILLS:-25} \
 		$(GO) test -count=1 -timeout 30m -run '^TestKillLoop$$' -v ./broker/e2e
 
+.PHONY: million
+million: build ## fill a fila-server with 1,000,000 pending 1 KiB messages over 1,000 keys (N= for another count), SIGKILL it, restart it, check every acknowledged message comes back exactly once; logs fill rate, RSS, restart time, drain rate
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_MILLION=1 FILA_TEST_MILLION_N=$${N:-1000000} \
+		$(GO) test -count=1 -timeout 30m -run '^TestMillionPendingRestart$$' -v ./broker/e2e
+
+.PHONY: bench-queues
+bench-queues: build ## 10,000 queues (QUEUES=) idle, with 5 messages each, and idle on a one-node cluster: RSS, restart time, creation rate, /metrics scrape cost, about 2 minutes (PROFILES=dir saves pprof profiles)
+	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_BENCH_PROFILES=$(PROFILES) \
+		$(GO) test -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkManyQueues$$' -benchtime 1x ./broker/e2e -e2e.queues=$${QUEUES:-10000}
+
 .PHONY: cluster-soak
 cluster-soak: build build-faults ## three fila-server processes under load and faults: leader SIGKILLed 20 times (KILLS=20), follower restart, leader isolated, leader SIGSTOPped, 20 flapping partitions of 1-10s (FLAPS=20; SEED= to repeat a schedule), slow fsyncs, meta leader lost, all restarted, a queue moved and a node leading about 100 of 400 queues drained (DRAIN_QUEUES=400) under load; each history checked
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults FILA_TEST_CLUSTER_KILLS=$${KILLS:-20} \

@@ -94,7 +94,7 @@ func (o *observer) startHTTP(cfg config.Config) error {
 		Addr:        cfg.HTTP.ListenAddr,
 		Keys:        o.keys.Load,
 		RequireAuth: cfg.Auth.Enabled,
-		Gatherer:    o.m.Registry(),
+		Gatherer:    o.m.Gatherer(),
 		Pprof:       cfg.HTTP.Pprof,
 		Ready:       o.ready,
 		Logger:      log.With("component", "http"),
@@ -171,10 +171,8 @@ func (o *observer) serving(scfg server.Config, n *node.Node, hooks *node.Hooks, 
 	if scfg.Auth != nil {
 		o.keys.Store(scfg.Auth)
 	}
-	o.m.Register(
-		&metrics.Queues{Source: n.AllQueueStats, TopKeys: o.top, Logger: o.log.With("component", "metrics")},
-		&metrics.Hooks{Each: hooks.Each},
-	)
+	o.m.AddGatherer(&metrics.Queues{Source: n.AllQueueStats, TopKeys: o.top, Logger: o.log.With("component", "metrics")})
+	o.m.Register(&metrics.Hooks{Each: hooks.Each})
 	if cn != nil {
 		o.ready.Add(func() string {
 			if cn.MetaLeader() == 0 {

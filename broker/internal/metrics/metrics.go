@@ -13,11 +13,14 @@ package metrics
 
 import (
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fila-mq/fila/sdk/core/wire"
 )
@@ -27,6 +30,9 @@ import (
 // *Metrics, so that a server without metrics pays a nil check.
 type Metrics struct {
 	reg *prometheus.Registry
+	// gatherers add families to the registry's (AddGatherer).
+	gmu       sync.Mutex
+	gatherers []prometheus.Gatherer
 
 	connsOpen       prometheus.Gauge
 	connsAccepted   prometheus.Counter
@@ -102,6 +108,36 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Register adds collectors to the registry. It panics if one's metrics
 // collide with those already registered: a bug.
 func (m *Metrics) Register(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
+
+// AddGatherer adds g's families to what Gatherer returns. They are not
+// checked as a registry checks its collectors' (Queues, which builds
+// its families itself, is one): g must return valid families whose
+// names are its own.
+func (m *Metrics) AddGatherer(g prometheus.Gatherer) {
+	m.gmu.Lock()
+	m.gatherers = append(m.gatherers, g)
+	m.gmu.Unlock()
+}
+
+// Gatherer returns what /metrics serves and the OTLP export reads: the
+// registry's families and those of the added gatherers, by name.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return prometheus.GathererFunc(m.gather) }
+
+func (m *Metrics) gather() ([]*dto.MetricFamily, error) {
+	fams, err := m.reg.Gather()
+	var errs prometheus.MultiError
+	errs.Append(err)
+	m.gmu.Lock()
+	gs := m.gatherers
+	m.gmu.Unlock()
+	for _, g := range gs {
+		f, err := g.Gather()
+		errs.Append(err)
+		fams = append(fams, f...)
+	}
+	slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return fams, errs.MaybeUnwrap()
+}
 
 // ConnAccepted counts a connection accepted and open.
 func (m *Metrics) ConnAccepted() {

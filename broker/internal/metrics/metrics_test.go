@@ -71,12 +71,12 @@ fila_store_commit_records_count 1
 	}
 }
 
-// TestQueuesCollector: the queue collector exports each queue's gauges
+// TestQueuesCollector: the queue gatherer exports each queue's gauges
 // and counters, per-key series for the top keys only, and throttle
-// series for configured buckets only.
+// series for configured buckets only, beside the registry's metrics.
 func TestQueuesCollector(t *testing.T) {
 	m := New("test")
-	m.Register(&Queues{TopKeys: 2, Source: func(_ context.Context, top int) ([]sched.QueueStats, error) {
+	m.AddGatherer(&Queues{TopKeys: 2, Source: func(_ context.Context, top int) ([]sched.QueueStats, error) {
 		if top != 2 {
 			t.Errorf("source asked for %d keys; want 2", top)
 		}
@@ -97,7 +97,7 @@ func TestQueuesCollector(t *testing.T) {
 		"fila_throttle_held_back_total":      1,
 		"fila_throttle_rate":                 1,
 	} {
-		if n, err := testutil.GatherAndCount(m.Registry(), name); err != nil || n != want {
+		if n, err := testutil.GatherAndCount(m.Gatherer(), name); err != nil || n != want {
 			t.Errorf("%s: %d series, %v; want %d", name, n, err, want)
 		}
 	}
@@ -106,7 +106,7 @@ func TestQueuesCollector(t *testing.T) {
 # TYPE fila_queue_enqueued_total counter
 fila_queue_enqueued_total{queue="q"} 9
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "fila_queue_enqueued_total"); err != nil {
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), "fila_queue_enqueued_total"); err != nil {
 		t.Error(err)
 	}
 }
@@ -118,11 +118,12 @@ func TestDocsListEveryMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New("test")
-	m.Register(&Queues{}, &Store{}, &Hooks{})
+	m.Register(&Store{}, &Hooks{})
 	ch := make(chan *prometheus.Desc, 1000)
-	for _, c := range []prometheus.Collector{m.Registry(), &Queues{}, &Store{}, &Hooks{}} {
+	for _, c := range []prometheus.Collector{m.Registry(), &Store{}, &Hooks{}} {
 		c.Describe(ch)
 	}
+	(&Queues{}).Describe(ch)
 	close(ch)
 	name := regexp.MustCompile(`fqName: "(fila_[a-z_]+)"`)
 	n := 0

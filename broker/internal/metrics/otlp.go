@@ -25,7 +25,7 @@ type OTLP struct {
 	Version string
 }
 
-// StartOTLP exports the registry's metrics (the ones /metrics serves,
+// StartOTLP exports the metrics of Gatherer (the ones /metrics serves,
 // through the OpenTelemetry Prometheus bridge) every o.Interval over
 // OTLP/HTTP with protobuf encoding, until the returned shutdown, which
 // exports once more. The error is the exporter's for a malformed URL; an
@@ -38,7 +38,7 @@ func (m *Metrics) StartOTLP(o OTLP) (shutdown func(context.Context) error, err e
 	}
 	reader := sdkmetric.NewPeriodicReader(exp,
 		sdkmetric.WithInterval(o.Interval),
-		sdkmetric.WithProducer(prombridge.NewMetricProducer(prombridge.WithGatherer(m.reg))))
+		sdkmetric.WithProducer(prombridge.NewMetricProducer(prombridge.WithGatherer(m.Gatherer()))))
 	res := resource.NewSchemaless(
 		attribute.String("service.name", "fila-server"),
 		attribute.String("service.version", o.Version),

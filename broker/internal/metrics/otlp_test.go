@@ -9,11 +9,11 @@ import (
 	"github.com/fila-mq/fila/broker/internal/sched"
 )
 
-// TestOTLPExport: the registry's metrics reach an OTLP/HTTP receiver,
+// TestOTLPExport: the metrics /metrics serves reach an OTLP/HTTP receiver,
 // queue counters and the request histogram included.
 func TestOTLPExport(t *testing.T) {
 	m := New("test")
-	m.Register(&Queues{TopKeys: 20, Source: func(context.Context, int) ([]sched.QueueStats, error) {
+	m.AddGatherer(&Queues{TopKeys: 20, Source: func(context.Context, int) ([]sched.QueueStats, error) {
 		return []sched.QueueStats{{Name: "q", Ready: 3, Counts: sched.QueueCounts{Enqueued: 9}}}, nil
 	}})
 	m.Request(1, 0, time.Millisecond)

@@ -306,15 +306,8 @@ func (sh *Shard) proposeBatch(extra ...Command) {
 // post runs fn on the loop goroutine without blocking the caller.
 func (sh *Shard) post(fn func()) {
 	o := op{fn: fn}
-	select {
-	case sh.cmds <- o:
-	default:
-		go func() {
-			select {
-			case sh.cmds <- o:
-			case <-sh.done:
-			}
-		}()
+	if !sh.cmds.tryPush(o) {
+		go sh.cmds.push(context.Background(), sh.done, o)
 	}
 }
 

@@ -86,7 +86,7 @@ type Shard struct {
 	st   Storage
 	log  *slog.Logger
 	s    *sched.Sched
-	cmds chan op
+	cmds opQueue
 
 	// Owned by the loop goroutine.
 	refs    map[sched.Ref]func(Result)
@@ -104,12 +104,10 @@ type Shard struct {
 	done     chan struct{}
 	failed   atomic.Pointer[error]
 
-	// failWork carries failures to the on_failure workers. It is never
-	// closed: storage completions, which send to it, may still run after
-	// Close. The workers stop when the loop has (done); a send never
-	// blocks, and none is made once the loop has stopped.
-	failWork chan failureJob
-	wg       sync.WaitGroup
+	// failures carries failures to the on_failure workers. Storage
+	// completions, which hand failures to it, may still run after Close;
+	// none is taken once the loop has stopped (done).
+	failures failures
 
 	// inflight bounds the storage groups submitted and not yet durable,
 	// in number and in bytes: when the disk falls behind, the loop waits
@@ -185,10 +183,6 @@ func (f *inflight) release(size int64) {
 	f.mu.Unlock()
 }
 
-type failureJob struct {
-	f sched.Failure
-}
-
 // Open recovers the scheduler's state from st and starts the shard's
 // goroutine. Close stops it.
 func Open(cfg Config, st Storage) (*Shard, error) {
@@ -203,19 +197,19 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 	}
 	origin := cfg.Clock()
 	sh := &Shard{
-		cfg:      cfg,
-		st:       st,
-		log:      cfg.Logger,
-		s:        sched.New(cfg.Sched),
-		cmds:     make(chan op, 4096),
-		refs:     map[sched.Ref]func(Result){},
-		sinks:    map[sched.SubID]Sink{},
-		origin:   origin,
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		failWork: make(chan failureJob, 1024),
-		commitc:  make(chan struct{}, 1),
+		cfg:     cfg,
+		st:      st,
+		log:     cfg.Logger,
+		s:       sched.New(cfg.Sched),
+		refs:    map[sched.Ref]func(Result){},
+		sinks:   map[sched.SubID]Sink{},
+		origin:  origin,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		commitc: make(chan struct{}, 1),
 	}
+	sh.cmds.ready = make(chan struct{}, 1)
+	sh.failures.idle.L = &sh.failures.mu
 	start := time.Now()
 	n := 0
 	restore := func(k, v []byte) error {
@@ -259,11 +253,6 @@ func Open(cfg Config, st Storage) (*Shard, error) {
 	sh.restored = sh.s.Specs()
 	sh.log.Info("recovered scheduler state", "records", n, "elapsed", time.Since(start).Round(time.Millisecond))
 
-	workers := 4
-	for i := 0; i < workers; i++ {
-		sh.wg.Add(1)
-		go sh.failureWorker()
-	}
 	go sh.run()
 	return sh, nil
 }
@@ -328,7 +317,7 @@ func (sh *Shard) Close() {
 	sh.stopOnce.Do(func() { close(sh.stop) })
 	sh.inflight.unbind()
 	<-sh.done
-	sh.wg.Wait()
+	sh.closeFailures()
 }
 
 // Err returns the storage failure that stopped the shard, or nil.
@@ -340,20 +329,13 @@ func (sh *Shard) Err() error {
 }
 
 // do queues o for the shard goroutine. It blocks while the command
-// channel is full (back-pressure on producers) and fails with
+// queue is full (back-pressure on producers) and fails with
 // ErrUnavailable once the shard has stopped.
 func (sh *Shard) do(ctx context.Context, o op) error {
 	if err := sh.Err(); err != nil {
 		return err
 	}
-	select {
-	case sh.cmds <- o:
-		return nil
-	case <-sh.done:
-		return fmt.Errorf("scheduler stopped: %w", fault.ErrUnavailable)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sh.cmds.push(ctx, sh.done, o)
 }
 
 // ref registers a result callback, if any; runs on the shard goroutine.
@@ -371,6 +353,7 @@ func (sh *Shard) run() {
 	sh.timer = time.NewTimer(time.Hour)
 	defer sh.timer.Stop()
 	timer := sh.timer
+	var batch []op // the commands taken, reused from step to step
 	for {
 		// live: the batch holds an operation proposed here (not a
 		// replay or a barrier), so it ends with a Deliver.
@@ -390,18 +373,23 @@ func (sh *Shard) run() {
 			sh.run1(o)
 		}
 		select {
-		case o := <-sh.cmds:
-			take(o)
-			// Take every command already queued, so they share one
-			// storage group.
-		drain:
-			for i := 0; i < 1024; i++ {
-				select {
-				case o := <-sh.cmds:
-					take(o)
-				default:
-					break drain
+		case <-sh.cmds.ready:
+			// Take every command already queued, and those that come
+			// meanwhile, so they share one storage group.
+			for n := 0; n < maxOpsPerStep; {
+				batch = sh.cmds.take(batch, maxOpsPerStep-n)
+				if len(batch) == 0 {
+					break
 				}
+				for _, o := range batch {
+					take(o)
+				}
+				n += len(batch)
+				clear(batch) // keep no command's closures alive
+				batch = batch[:0]
+			}
+			if cap(batch) > maxOpsPerStep {
+				batch = nil // a burst's buffer: let it go
 			}
 		case <-sh.commitc:
 			sh.drainCommitted()
@@ -414,13 +402,15 @@ func (sh *Shard) run() {
 		case <-sh.stop:
 			// Run what is already queued, then stop.
 			for {
-				select {
-				case o := <-sh.cmds:
-					sh.run1(o)
-					continue
-				default:
+				batch = sh.cmds.take(batch, maxQueuedOps)
+				if len(batch) == 0 {
+					break
 				}
-				break
+				for _, o := range batch {
+					sh.run1(o)
+				}
+				clear(batch)
+				batch = batch[:0]
 			}
 			sh.flush(timer)
 			sh.dropCommitted()
@@ -602,17 +592,8 @@ func (r *release) run(sh *Shard, size int64) func(error) {
 			e.sink.Ended(e.sub, e.err)
 		}
 		for _, f := range r.failures {
-			select {
-			case <-sh.done:
+			if !sh.fail(f) {
 				return // stopped: nothing can decide any more
-			default:
-			}
-			select {
-			case sh.failWork <- failureJob{f}:
-			default:
-				// Workers are saturated: decide by the default policy
-				// rather than block storage completion.
-				sh.decide(f, sched.DefaultDecision(f.Policy, f.Attempts))
 			}
 		}
 	}
@@ -630,44 +611,30 @@ func (sh *Shard) storageFailed(err error) {
 	}
 }
 
-// failureWorker runs on_failure hooks until the shard loop stops.
-func (sh *Shard) failureWorker() {
-	defer sh.wg.Done()
-	for {
-		var job failureJob
-		select {
-		case job = <-sh.failWork:
-		case <-sh.done:
-			return
-		}
-		d := sched.DefaultDecision(job.f.Policy, job.f.Attempts)
-		if sh.cfg.Failure != nil {
-			rec, err := sh.st.Get(job.f.Key)
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if hd, herr := sh.cfg.Failure(ctx, job.f, rec); herr == nil {
-					d = hd
-				}
-				cancel()
+// runFailure runs f's on_failure hook, if any, and proposes the
+// decision: the hook's, or the default policy's when there is no hook or
+// it fails.
+func (sh *Shard) runFailure(f sched.Failure) {
+	d := sched.DefaultDecision(f.Policy, f.Attempts)
+	if sh.cfg.Failure != nil {
+		rec, err := sh.st.Get(f.Key)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if hd, herr := sh.cfg.Failure(ctx, f, rec); herr == nil {
+				d = hd
 			}
+			cancel()
 		}
-		sh.decide(job.f, d)
 	}
+	sh.decide(f, d)
 }
 
 func (sh *Shard) decide(f sched.Failure, d sched.Decision) {
 	// Never block a storage completion: Decide is posted from a goroutine
-	// when the command channel is full.
+	// when the command queue is full.
 	o := op{cmd: &Decide{Queue: f.Queue, ID: f.ID, Decision: d}}
-	select {
-	case sh.cmds <- o:
-	default:
-		go func() {
-			select {
-			case sh.cmds <- o:
-			case <-sh.done:
-			}
-		}()
+	if !sh.cmds.tryPush(o) {
+		go sh.cmds.push(context.Background(), sh.done, o)
 	}
 }
 
