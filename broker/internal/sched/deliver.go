@@ -133,19 +133,7 @@ func (s *Sched) leaseLink(sb *sub, x mref, m *msg) {
 }
 
 // leaseUnlink takes message x, its record m, out of sb's lease list.
-func (s *Sched) leaseUnlink(sb *sub, x mref, m *msg) {
-	if m.prev != 0 {
-		s.msg(m.prev).next = m.next
-	} else {
-		sb.lhead = m.next
-	}
-	if m.next != 0 {
-		s.msg(m.next).prev = m.prev
-	} else {
-		sb.ltail = m.prev
-	}
-	m.next, m.prev = 0, 0
-}
+func (s *Sched) leaseUnlink(sb *sub, x mref, m *msg) { s.unlinkMsg(&sb.lhead, &sb.ltail, m) }
 
 // laneSync puts l where its contents say it belongs: in its key's
 // runnable ring if it has a message to deliver, else idle. A parked lane

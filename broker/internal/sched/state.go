@@ -124,18 +124,25 @@ func (s *Sched) pushFront(l *lane, x mref, m *msg) {
 
 // unlink takes message x, its record m, out of l's list.
 func (s *Sched) unlink(l *lane, x mref, m *msg) {
+	s.unlinkMsg(&l.head, &l.tail, m)
+	l.n--
+}
+
+// unlinkMsg takes message record m out of the doubly linked list whose
+// first and last messages are *head and *tail (a lane's, or a
+// subscription's leases).
+func (s *Sched) unlinkMsg(head, tail *mref, m *msg) {
 	if m.prev != 0 {
 		s.msg(m.prev).next = m.next
 	} else {
-		l.head = m.next
+		*head = m.next
 	}
 	if m.next != 0 {
 		s.msg(m.next).prev = m.prev
 	} else {
-		l.tail = m.prev
+		*tail = m.prev
 	}
 	m.next, m.prev = 0, 0
-	l.n--
 }
 
 func (l *lane) throttleKeys() []string {
