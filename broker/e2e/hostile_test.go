@@ -436,11 +436,19 @@ func TestPartialFramesCharged(t *testing.T) {
 		err  error
 	}
 	outcomes := make([]outcome, 30)
-	var wg sync.WaitGroup
+	// Every connection completes its handshake before any sends its
+	// frame: a connection closed for the budget charges its address's
+	// failed-handshake bucket, and once that is empty the address's late
+	// dialers would be refused at accept, which is not what this tests.
+	var wg, handshaken sync.WaitGroup
+	start := make(chan struct{})
 	for i := range outcomes {
 		wg.Add(1)
+		handshaken.Add(1)
 		go func() {
 			defer wg.Done()
+			shook := sync.OnceFunc(handshaken.Done)
+			defer shook()
 			nc, err := net.DialTimeout("tcp", srv.Addr, 10*time.Second)
 			if err != nil {
 				outcomes[i].err = err
@@ -453,6 +461,8 @@ func TestPartialFramesCharged(t *testing.T) {
 				outcomes[i].err = fmt.Errorf("handshake: %v %v", f, err)
 				return
 			}
+			shook()
+			<-start
 			go func() {
 				nc.SetWriteDeadline(time.Now().Add(time.Minute))
 				if _, err := nc.Write(header); err != nil {
@@ -470,6 +480,8 @@ func TestPartialFramesCharged(t *testing.T) {
 		}()
 	}
 
+	handshaken.Wait()
+	close(start)
 	// Meanwhile a producer's enqueues complete.
 	for i := range 100 {
 		if _, err := c.Producer().Enqueue(ctx, "busy", []byte(fmt.Sprint(i))); err != nil {
