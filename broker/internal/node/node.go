@@ -876,3 +876,52 @@ func (n *Node) ReadMessage(d *Delivered) ([]wire.MessageHeader, []byte, error) {
 	}
 	return decodeRecord(rec)
 }
+
+// ReadMessages reads the headers and payloads of delivered messages, as
+// ReadMessage does each, with fewer reads of the storage: the records of
+// a batch of messages enqueued one after another are read at once. It
+// calls fn(i, headers, payload, err) exactly once for each ds[i], in no
+// particular order, with the errors ReadMessage returns. payload is
+// valid only during the call; headers are fn's to keep.
+func (n *Node) ReadMessages(ds []Delivered, fn func(i int, headers []wire.MessageHeader, payload []byte, err error)) {
+	var keys [][]byte
+	var seen []bool
+	for lo := 0; lo < len(ds); {
+		// A run of messages of one queue, read from its shard at once.
+		hi := lo + 1
+		for hi < len(ds) && ds[hi].Queue == ds[lo].Queue {
+			hi++
+		}
+		run := ds[lo:hi]
+		sh, err := n.localShard(run[0].Queue)
+		if err != nil {
+			for i := lo; i < hi; i++ {
+				fn(i, nil, nil, err)
+			}
+			lo = hi
+			continue
+		}
+		keys = keys[:0]
+		for i := range run {
+			keys = append(keys, run[i].Key)
+		}
+		seen = append(seen[:0], make([]bool, len(run))...)
+		base := lo
+		err = sh.ReadRecords(keys, func(i int, rec []byte) error {
+			seen[i] = true
+			h, p, err := decodeRecord(rec)
+			fn(base+i, h, p, err)
+			return nil
+		})
+		for i, ok := range seen {
+			switch {
+			case ok:
+			case err != nil:
+				fn(base+i, nil, nil, err)
+			default:
+				fn(base+i, nil, nil, fmt.Errorf("stored record: %w", fault.ErrMessageNotFound))
+			}
+		}
+		lo = hi
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -686,6 +687,10 @@ type outWriter struct {
 	c   *conn
 	buf []byte
 	dl  time.Time // when the write deadline was last set
+	// arena holds the payloads of the deliveries being encoded, bodies
+	// their headers (readBodies).
+	arena  []byte
+	bodies []body
 }
 
 // full reports whether buf should be written before more is added.
@@ -802,70 +807,123 @@ func (c *conn) written(items []outItem) {
 // it fills. It returns how many messages it encoded; a message whose
 // record is gone (acked or deleted meanwhile) is skipped. An error is
 // w's: the connection must close.
+//
+// The bodies are read readChunk messages at a time (Node.ReadMessages:
+// one storage read for a run of messages enqueued together) into the
+// writer's arena, which the chunk's frames are encoded from before the
+// next chunk reuses it.
 func (c *conn) appendDeliveries(w *outWriter, sub *subscription, msgs []node.Delivered) (int, error) {
 	maxFrame := int(c.peerMaxFrame.Load())
 	var d wire.Delivery
 	size := 0
 	n := 0
-	flush := func() error {
+	encode := func() {
 		if len(d.Messages) > 0 {
 			w.buf = wire.AppendFrames(w.buf, sub.reqID, &d, maxFrame)
 			n += len(d.Messages)
+			clear(d.Messages) // let go of the arena's payloads
 			d.Messages = d.Messages[:0]
 			size = 0
 		}
-		if w.full() {
-			return w.flush()
-		}
-		return nil
 	}
-	for i := range msgs {
-		m := &msgs[i]
-		headers, payload, err := c.s.n.ReadMessage(m)
-		if errors.Is(err, fault.ErrMessageNotFound) {
-			c.log.Debug("delivery record gone", "queue", m.Queue, "err", err)
-			continue
+	defer w.trimArena()
+	for lo := 0; lo < len(msgs); lo += readChunk {
+		chunk := msgs[lo:min(lo+readChunk, len(msgs))]
+		w.readBodies(c.s.n, chunk)
+		for i := range chunk {
+			m := &chunk[i]
+			rb := &w.bodies[i]
+			if errors.Is(rb.err, fault.ErrMessageNotFound) {
+				c.log.Debug("delivery record gone", "queue", m.Queue, "err", rb.err)
+				continue
+			}
+			if rb.err != nil {
+				c.log.Error("corrupt message record", "queue", m.Queue, "err", rb.err)
+				continue
+			}
+			headers, payload := rb.headers, w.arena[rb.lo:rb.hi:rb.hi]
+			if c.s.cfg.Tracer != nil {
+				c.traceDeliver(m, headers)
+			}
+			if m.DeadLettered {
+				headers = append(headers,
+					wire.MessageHeader{Key: "fila-attempts", Value: fmt.Sprint(m.Attempts)},
+					wire.MessageHeader{Key: "fila-error", Value: m.LastError})
+			}
+			dm := wire.DeliveredMessage{
+				ID:                m.ID,
+				Queue:             m.Queue,
+				Headers:           headers,
+				Payload:           payload,
+				FairnessKey:       m.FairnessKey,
+				Weight:            m.Weight,
+				ThrottleKeys:      m.ThrottleKeys,
+				OrderingKey:       m.OrderingKey,
+				Attempt:           m.Attempt,
+				EnqueuedAtMS:      uint64(int64(m.EnqueuedAt) / 1e6),
+				LeaseDeadlineAtMS: uint64(int64(m.LeaseDeadline) / 1e6),
+				Lease:             m.Lease,
+			}
+			est := 128 + len(payload) + len(m.Queue) + len(m.FairnessKey)
+			for _, h := range headers {
+				est += 8 + len(h.Key) + len(h.Value)
+			}
+			if size > 0 && (size+est > maxFrame || len(w.buf)+size+est > writeChunk) {
+				encode()
+				if w.full() {
+					if err := w.flush(); err != nil {
+						return n, err
+					}
+				}
+			}
+			d.Messages = append(d.Messages, dm)
+			d.Backlog = m.Backlog
+			size += est
 		}
-		if err != nil {
-			c.log.Error("corrupt message record", "queue", m.Queue, "err", err)
-			continue
-		}
-		if c.s.cfg.Tracer != nil {
-			c.traceDeliver(m, headers)
-		}
-		if m.DeadLettered {
-			headers = append(headers,
-				wire.MessageHeader{Key: "fila-attempts", Value: fmt.Sprint(m.Attempts)},
-				wire.MessageHeader{Key: "fila-error", Value: m.LastError})
-		}
-		dm := wire.DeliveredMessage{
-			ID:                m.ID,
-			Queue:             m.Queue,
-			Headers:           headers,
-			Payload:           payload,
-			FairnessKey:       m.FairnessKey,
-			Weight:            m.Weight,
-			ThrottleKeys:      m.ThrottleKeys,
-			OrderingKey:       m.OrderingKey,
-			Attempt:           m.Attempt,
-			EnqueuedAtMS:      uint64(int64(m.EnqueuedAt) / 1e6),
-			LeaseDeadlineAtMS: uint64(int64(m.LeaseDeadline) / 1e6),
-			Lease:             m.Lease,
-		}
-		est := 128 + len(payload) + len(m.Queue) + len(m.FairnessKey)
-		for _, h := range headers {
-			est += 8 + len(h.Key) + len(h.Value)
-		}
-		if size > 0 && (size+est > maxFrame || len(w.buf)+size+est > writeChunk) {
-			if err := flush(); err != nil {
+		// The next chunk reuses the arena: encode this one's frames.
+		encode()
+		clear(w.bodies)
+		if w.full() {
+			if err := w.flush(); err != nil {
 				return n, err
 			}
 		}
-		d.Messages = append(d.Messages, dm)
-		d.Backlog = m.Backlog
-		size += est
 	}
-	return n, flush()
+	return n, nil
+}
+
+// readChunk is how many deliveries appendDeliveries reads at once.
+const readChunk = 128
+
+// body is one message's body as outWriter.readBodies read it: its headers,
+// its payload's place in the arena, or why it could not be read.
+type body struct {
+	headers []wire.MessageHeader
+	lo, hi  int
+	err     error
+}
+
+// readBodies reads the bodies of msgs into w.bodies (one each, in order)
+// and their payloads into w.arena.
+func (w *outWriter) readBodies(n *node.Node, msgs []node.Delivered) {
+	w.arena = w.arena[:0]
+	w.bodies = slices.Grow(w.bodies[:0], len(msgs))[:len(msgs)]
+	n.ReadMessages(msgs, func(i int, headers []wire.MessageHeader, payload []byte, err error) {
+		lo := len(w.arena)
+		w.arena = append(w.arena, payload...)
+		w.bodies[i] = body{headers: headers, lo: lo, hi: len(w.arena), err: err}
+	})
+}
+
+// maxArena bounds the arena an outWriter keeps between deliveries, in
+// bytes: a chunk of large messages gets its own, left to the collector.
+const maxArena = 1 << 20
+
+// trimArena lets go of an arena grown past maxArena.
+func (w *outWriter) trimArena() {
+	if cap(w.arena) > maxArena {
+		w.arena = nil
+	}
 }
 
 // Expired implements node.Sink: the client hears of the leases that

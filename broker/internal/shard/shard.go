@@ -648,6 +648,36 @@ func (sh *Shard) ReadRecord(key []byte) ([]byte, error) {
 	return v, err
 }
 
+// ReadRecords reads the stored records of keys, as ReadRecord does each,
+// with fewer reads when the storage can batch them (store.Disk.GetMany).
+// It calls fn(i, rec) for each key i that has a record, in the order the
+// storage reads them, which need not be the order of keys; a key without
+// a record is skipped. rec is valid only during the call. It returns the
+// storage's error, or the first error fn returns, which stops it.
+func (sh *Shard) ReadRecords(keys [][]byte, fn func(i int, rec []byte) error) error {
+	if mg, ok := sh.st.(manyGetter); ok {
+		return mg.GetMany(keys, fn)
+	}
+	for i, k := range keys {
+		v, err := sh.st.Get(k)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(i, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// manyGetter is a Storage that reads many values in one call.
+type manyGetter interface {
+	GetMany(keys [][]byte, fn func(i int, value []byte) error) error
+}
+
 // NewID returns a new message ID: a UUIDv7, increasing across calls.
 func NewID() ([16]byte, error) {
 	u, err := uuid.NewV7()

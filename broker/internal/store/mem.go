@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/tidwall/btree"
@@ -143,6 +144,24 @@ func (m *Mem) Get(key []byte) ([]byte, error) {
 		return nil, ErrNotFound
 	}
 	return append(make([]byte, 0, len(e.value)), e.value...), nil
+}
+
+// GetMany calls fn(i, value) for each key i of keys that is present, in
+// the order of keys; see Disk.GetMany.
+func (m *Mem) GetMany(keys [][]byte, fn func(i int, value []byte) error) error {
+	for i, k := range keys {
+		v, err := m.Get(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(i, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Scan calls fn for each key in [start, end) with its value; see Disk.Scan.
