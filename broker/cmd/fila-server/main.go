@@ -131,6 +131,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := checkFirstStart(cfg); err != nil {
 		return err
 	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.Server.GCPercent)
+	} else {
+		log.Info("GOGC is set; ignoring server.gc_percent", "GOGC", os.Getenv("GOGC"))
+	}
 	if limit := cfg.Server.MemoryLimit; limit > 0 {
 		if os.Getenv("GOMEMLIMIT") == "" {
 			debug.SetMemoryLimit(limit)

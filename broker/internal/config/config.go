@@ -142,6 +142,15 @@ type ServerConfig struct {
 	// environment variable, when set, takes precedence
 	// (memory_limit, default 0).
 	MemoryLimit int64
+	// GCPercent is the garbage collector's headroom: a collection starts
+	// when the heap has grown by this percentage of what the last one
+	// left live (Go's runtime/debug.SetGCPercent). The scheduler's and the
+	// store's per-message state is pointer-free, so a collection costs
+	// little however many messages are pending, and a headroom below Go's
+	// 100 keeps the resident size closer to the live heap. The GOGC
+	// environment variable, when set, takes precedence (gc_percent,
+	// default 50, from 10 to 1000).
+	GCPercent int
 	// ShutdownTimeout is how long a shutdown waits for requests in flight to
 	// finish after sending GoAway, before closing connections
 	// (shutdown_timeout, default 10s).
@@ -456,6 +465,7 @@ func Default() Config {
 			FrameReadTimeout:         30 * time.Second,
 			MaxBatchSize:             4096,
 			ShutdownTimeout:          10 * time.Second,
+			GCPercent:                50,
 		},
 		Storage: StorageConfig{
 			DataDir:     "data",

@@ -94,6 +94,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.frame_read_timeout":          `"30s"`,
 		"server.max_batch_size":              `4096`,
 		"server.memory_limit":                `"0B"`,
+		"server.gc_percent":                  `50`,
 		"server.shutdown_timeout":            `"10s"`,
 		"storage.data_dir":                   `"data"`,
 		"storage.segment_size":               `"8MB"`,
@@ -181,6 +182,7 @@ write_timeout = "5s"
 frame_read_timeout = "7s"
 max_batch_size = 512
 memory_limit = "1GB"
+gc_percent = 80
 shutdown_timeout = "2s"
 
 [storage]
@@ -257,7 +259,7 @@ func fullConfig() Config {
 			MaxFrameSize: 64 << 10, MaxConnections: 50, MaxUnsettled: 200, MaxHandshaking: 64, MaxConnectionsPerAddress: 20,
 			HandshakeFailureRate: 2, HandshakeFailureBurst: 5, HandshakeTimeout: 3 * time.Second,
 			ReassemblyBudget: 64 << 20, MaxOutboundSize: 1 << 20, MaxEnqueueInFlight: 512 << 10, BulkEnqueueInFlight: 16 << 10, WriteTimeout: 5 * time.Second, FrameReadTimeout: 7 * time.Second,
-			MaxBatchSize: 512, MemoryLimit: 1 << 30, ShutdownTimeout: 2 * time.Second,
+			MaxBatchSize: 512, MemoryLimit: 1 << 30, GCPercent: 80, ShutdownTimeout: 2 * time.Second,
 		},
 		Storage: StorageConfig{
 			DataDir: "/var/lib/fila", SegmentSize: 128 << 20, CacheSize: 0, Repair: true, UnsafeNoSync: true,
