@@ -279,7 +279,7 @@ func (r *coreRun) invoke(bl *Block) bool {
 	}
 	switch f := f.(type) {
 	case *wire.Subscribe:
-		_, err = r.c.Subscribe(f.Queue, f.Prefetch, f.RateLimits)
+		_, err = r.c.SubscribeLease(f.Queue, f.Prefetch, f.RateLimits, f.LeaseTimeoutMS)
 	case *wire.Unsubscribe:
 		_, err = r.c.Unsubscribe(f.Subscription)
 	case *wire.Credit:

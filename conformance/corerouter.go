@@ -116,7 +116,7 @@ func (r *coreRun) invokeRouter(bl *Block) bool {
 	}
 	switch f := f.(type) {
 	case *wire.Subscribe:
-		_, err = r.rt.Subscribe(f.Queue, f.Prefetch, f.RateLimits, 0)
+		_, err = r.rt.SubscribeLease(f.Queue, f.Prefetch, f.RateLimits, f.LeaseTimeoutMS, 0)
 	case *wire.Unsubscribe:
 		if id := sub(f.Subscription); err == nil {
 			_, err = r.rt.Unsubscribe(id)

@@ -25,6 +25,8 @@ func TestSnake(t *testing.T) {
 		{"LeaseDeadlineAtMS", "lease_deadline_at_ms"},
 		{"LeaderNodeID", "leader_node_id"},
 		{"OnEnqueueCalls", "on_enqueue_calls"},
+		{"TTLMS", "ttl_ms"},
+		{"MessageTTLMS", "message_ttl_ms"},
 	}
 	for _, tc := range tests {
 		if got := snake(tc.in); got != tc.want {

@@ -122,8 +122,12 @@ func fieldsOf(t reflect.Type) []field {
 }
 
 // snake converts a Go field name to the spec's snake_case: APIKey is
-// api_key, LeaseDeadlineAtMS is lease_deadline_at_ms.
+// api_key, LeaseDeadlineAtMS is lease_deadline_at_ms, and a unit MS after
+// an initialism is a word of its own (MessageTTLMS is message_ttl_ms).
 func snake(s string) string {
+	if p, ok := strings.CutSuffix(s, "MS"); ok && len(p) > 1 && unicode.IsUpper(rune(p[len(p)-1])) {
+		return snake(p) + "_ms"
+	}
 	r := []rune(s)
 	var b strings.Builder
 	for i, c := range r {

@@ -95,6 +95,8 @@ func TestEveryRequestOpcodeAnswered(t *testing.T) {
 		&wire.ListConfig{Prefix: "throttle."},
 		&wire.DeleteConfig{Key: "throttle.k"},
 		&wire.Redrive{DeadLetterQueue: "q.dlq", Count: 0},
+		&wire.PurgeQueue{Name: "q.dlq"},
+		&wire.Peek{Queue: "q", Count: 10},
 		&wire.Ack{Items: []wire.LeaseRef{{Queue: "q", ID: [16]byte{1}, Lease: 1}}},
 		&wire.Nack{Items: []wire.NackItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, Reason: "r"}}},
 		&wire.RetryAfter{Items: []wire.RetryAfterItem{{Queue: "q", ID: [16]byte{1}, Lease: 1, DelayMS: 10}}},

@@ -1314,3 +1314,99 @@ fila-attempts and fila-error headers.`,
 		},
 	},
 }
+
+func init() { recorded = append(recorded, lifecycleScenarios()...) }
+
+// lifecycleScenarios are the scenarios of purge, peek, the throttled and
+// keyed redrive and the per-subscription lease timeout.
+func lifecycleScenarios() []conformance.Scenario {
+	return []conformance.Scenario{
+		{
+			Name: "admin/purge_peek",
+			Doc: `A subscription with its own lease timeout (lease_timeout_ms) leases
+one of three messages; Peek lists them by ID two at a time (the second
+page after the first's next_after), with state, headers and payload
+preview, leasing none; PurgeQueue removes the two ready ones and keeps
+the leased one, which Peek then lists alone. Both get QUEUE_NOT_FOUND for
+a missing queue.`,
+			Run: func(ctx context.Context, s *conformance.Session) error {
+				c, err := connect(ctx, s)
+				if err != nil {
+					return err
+				}
+				a, q := c.Admin(), "adm.purge"
+				var st steps
+				st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q)), nil)
+				for _, p := range []string{"one", "two", "three"} {
+					st.want("send", second(c.Producer().Enqueue(ctx, q, []byte(p))), nil)
+				}
+				sub, err := c.Consumer().Subscribe(ctx, q, fila.Prefetch(1), fila.LeaseTimeout(time.Hour))
+				if err != nil {
+					return err
+				}
+				d, err := next(ctx, sub)
+				if err != nil {
+					return err
+				}
+				page, err := a.Peek(ctx, q, fila.PeekCount(2))
+				st.want("peek", err, nil)
+				if err == nil {
+					st.check("peek", len(page.Messages) == 2 && page.Next == page.Messages[1].ID && page.Messages[0].State == "leased" && string(page.Messages[1].Preview) == "two", "page %+v", page)
+					page, err = a.Peek(ctx, q, fila.PeekCount(2), fila.PeekAfter(page.Next))
+					st.want("peek after", err, nil)
+					st.check("peek after", err == nil && len(page.Messages) == 1 && page.Next == fila.ID{}, "page %+v", page)
+				}
+				n, err := a.PurgeQueue(ctx, q)
+				st.want("purge", err, nil)
+				st.check("purge", n == 2, "purged %d", n)
+				page, err = a.Peek(ctx, q)
+				st.want("peek purged", err, nil)
+				st.check("peek purged", err == nil && len(page.Messages) == 1 && page.Messages[0].ID == d.ID(), "page %+v", page)
+				st.want("ack", d.Ack(ctx), nil)
+				st.want("purge a missing queue", second(a.PurgeQueue(ctx, "adm.no-such-queue")), fila.ErrQueueNotFound)
+				st.want("peek a missing queue", second(a.Peek(ctx, "adm.no-such-queue")), fila.ErrQueueNotFound)
+				st.want("unsubscribe", sub.Close(ctx), nil)
+				st.want("close", c.Close(), nil)
+				return st.err
+			},
+		},
+		{
+			Name: "admin/redrive_throttled",
+			Doc: `Redrive with a rate and a fairness key starts a throttled redrive of that
+key's dead letters: the first moves at once, the rest are pending. Redrive
+with cancel stops it and reports what it moved and left.`,
+			Run: func(ctx context.Context, s *conformance.Session) error {
+				c, err := connect(ctx, s)
+				if err != nil {
+					return err
+				}
+				a, q := c.Admin(), "adm.redrive-rate"
+				var st steps
+				st.want("create", a.CreateQueue(ctx, fila.NewQueueSpec(q).MaxAttempts(1)), nil)
+				for _, k := range []string{"a", "b", "a"} {
+					st.want("send", second(c.Producer().Send(ctx, fila.NewMessage(q, []byte(k)).FairnessKey(k))), nil)
+				}
+				sub, err := c.Consumer().Subscribe(ctx, q, fila.Prefetch(3))
+				if err != nil {
+					return err
+				}
+				for range 3 {
+					d, err := next(ctx, sub)
+					if err != nil {
+						return err
+					}
+					st.want("nack", d.Nack(ctx, "boom"), nil)
+				}
+				r, err := a.RedriveWith(ctx, q+".dlq", fila.RedriveRate(1), fila.RedriveKey("a"))
+				st.want("redrive", err, nil)
+				st.check("redrive", err == nil && r.Moved == 1 && r.Pending == 1, "status %+v", r)
+				r, err = a.CancelRedrive(ctx, q+".dlq")
+				st.want("cancel", err, nil)
+				st.check("cancel", err == nil && r.Moved+r.Pending == 2, "status %+v", r)
+				st.want("unsubscribe", sub.Close(ctx), nil)
+				st.want("close", c.Close(), nil)
+				return st.err
+			},
+		},
+	}
+}

@@ -460,7 +460,15 @@ func (c *Conn) Enqueue(msgs []wire.EnqueueMessage) (uint32, error) {
 // The Completion carries SubscribeOk, with the credit the broker granted,
 // or the failure; deliveries follow in DeliveryBatches with this ID.
 func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit) (uint32, error) {
-	return c.subscribe(queue, prefetch, limits, nil)
+	return c.subscribe(queue, prefetch, limits, 0, nil)
+}
+
+// SubscribeLease is Subscribe with the subscription's own lease timeout
+// in milliseconds (Subscribe's lease_timeout_ms): its deliveries are
+// leased for that long instead of the queue's visibility timeout; 0
+// means the queue's.
+func (c *Conn) SubscribeLease(queue string, prefetch uint32, limits []wire.RateLimit, leaseMS uint64) (uint32, error) {
+	return c.subscribe(queue, prefetch, limits, leaseMS, nil)
 }
 
 // subscribe opens a subscription whose application already holds the
@@ -470,7 +478,10 @@ func (c *Conn) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit)
 // returns credit here and the application never holds more than
 // prefetch. With nothing left it asks for 1 and withholds one credit
 // later (debt), since a prefetch of 0 would ask for the broker's cap.
-func (c *Conn) subscribe(queue string, prefetch uint32, limits []wire.RateLimit, held []uint64) (uint32, error) {
+//
+// leaseMS is the subscription's own lease timeout (Subscribe's
+// lease_timeout_ms); 0 for the queue's visibility timeout.
+func (c *Conn) subscribe(queue string, prefetch uint32, limits []wire.RateLimit, leaseMS uint64, held []uint64) (uint32, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
@@ -488,7 +499,7 @@ func (c *Conn) subscribe(queue string, prefetch uint32, limits []wire.RateLimit,
 		}
 	}
 	s.asked, s.outstanding = ask, ask
-	f := &wire.Subscribe{Queue: queue, Prefetch: ask, RateLimits: limits}
+	f := &wire.Subscribe{Queue: queue, Prefetch: ask, RateLimits: limits, LeaseTimeoutMS: leaseMS}
 	id := c.allocID()
 	p := &pending{op: wire.OpSubscribe, req: f}
 	c.pending[id] = p

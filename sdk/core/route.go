@@ -36,6 +36,10 @@ func frameKey(f wire.Frame) routeKey {
 		return queueKey(f.Queue)
 	case *wire.Redrive:
 		return queueKey(f.DeadLetterQueue)
+	case *wire.PurgeQueue:
+		return queueKey(f.Name)
+	case *wire.Peek:
+		return queueKey(f.Queue)
 	case *wire.CreateQueue, *wire.DeleteQueue, *wire.ListQueues,
 		*wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig,
 		*wire.CreateAPIKey, *wire.RevokeAPIKey, *wire.ListAPIKeys, *wire.SetACL, *wire.GetACL:
@@ -145,7 +149,7 @@ func resendable(op wire.Opcode, f wire.Frame) bool {
 	case wire.OpEnqueue:
 		return f.(*wire.Enqueue).ProducerID != [16]byte{}
 	case wire.OpAck, wire.OpNack, wire.OpRetryAfter, wire.OpExtendLease, wire.OpRelease,
-		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpExplain, wire.OpGetConfig, wire.OpListConfig,
+		wire.OpPing, wire.OpListQueues, wire.OpQueueStats, wire.OpExplain, wire.OpPeek, wire.OpGetConfig, wire.OpListConfig,
 		wire.OpListAPIKeys, wire.OpGetACL, wire.OpTopology, wire.OpClusterStatus:
 		return true
 	}

@@ -540,12 +540,20 @@ func (r *Router) groupItems(f wire.Frame) []*itemGroup {
 // the Subscribe fails with the QUEUE_SHARDED error. Rate limits apply to
 // each shard's subscription.
 func (r *Router) Subscribe(queue string, prefetch uint32, limits []wire.RateLimit, deadline Time) (uint32, error) {
+	return r.SubscribeLease(queue, prefetch, limits, 0, deadline)
+}
+
+// SubscribeLease is Subscribe with the subscription's own lease timeout
+// in milliseconds (Subscribe's lease_timeout_ms), which every shard's
+// subscription of a sharded queue asks for too; 0 means the queue's
+// visibility timeout.
+func (r *Router) SubscribeLease(queue string, prefetch uint32, limits []wire.RateLimit, leaseMS uint64, deadline Time) (uint32, error) {
 	if r.closing {
 		return 0, ErrGoingAway
 	}
 	s := &rsub{
 		id:       r.allocID(),
-		frame:    &wire.Subscribe{Queue: queue, Prefetch: prefetch, RateLimits: limits},
+		frame:    &wire.Subscribe{Queue: queue, Prefetch: prefetch, RateLimits: limits, LeaseTimeoutMS: leaseMS},
 		key:      queueKey(queue),
 		prefetch: prefetch,
 		deadline: deadline,
@@ -1118,7 +1126,7 @@ func (r *Router) trySend(p *part) bool {
 	var id uint32
 	var err error
 	if s := p.sub; s != nil {
-		id, err = n.conn.subscribe(s.frame.Queue, s.prefetch, s.frame.RateLimits, sortedKeys64(s.adopt))
+		id, err = n.conn.subscribe(s.frame.Queue, s.prefetch, s.frame.RateLimits, s.frame.LeaseTimeoutMS, sortedKeys64(s.adopt))
 	} else {
 		r.stamp(p)
 		id, err = n.conn.Send(p.frame)

@@ -322,7 +322,7 @@ func (r *Router) splitSub(s *rsub, m *shardMap) {
 		}
 		c := &rsub{
 			id:       r.allocID(),
-			frame:    &wire.Subscribe{Queue: name, Prefetch: share, RateLimits: s.frame.RateLimits},
+			frame:    &wire.Subscribe{Queue: name, Prefetch: share, RateLimits: s.frame.RateLimits, LeaseTimeoutMS: s.frame.LeaseTimeoutMS},
 			key:      queueKey(name),
 			prefetch: share,
 			deadline: s.deadline,

@@ -128,6 +128,29 @@ func (q *QueueSpec) CostByTime() *QueueSpec { q.f.CostByTime = true; return q }
 // *StatusError (NOT_SUPPORTED); more than 256 is INVALID_ARGUMENT.
 func (q *QueueSpec) Shards(n uint32) *QueueSpec { q.f.Shards = n; return q }
 
+// MessageTTL sets the time to live of the queue's messages that have no
+// TTL of their own (Message.TTL), counted from enqueue and rounded up to a
+// millisecond: a message not delivered within it expires, and is
+// dead-lettered with fila-error "expired", or dropped (ExpiredAction). A
+// message leased when its TTL passes expires only if it comes back to be
+// delivered again. At most 30 days; above, the broker refuses the queue
+// with *StatusError (INVALID_ARGUMENT). 0 (the default): none.
+func (q *QueueSpec) MessageTTL(d time.Duration) *QueueSpec { q.f.MessageTTLMS = ms(d); return q }
+
+// The actions on an expired message (QueueSpec.ExpiredAction).
+const (
+	// ExpireDeadLetter moves an expired message to the queue's DLQ, with
+	// fila-error "expired". It is the default.
+	ExpireDeadLetter = "dead-letter"
+	// ExpireDrop deletes an expired message.
+	ExpireDrop = "drop"
+)
+
+// ExpiredAction sets what happens to the queue's messages that expire:
+// ExpireDeadLetter (the default) or ExpireDrop. The broker refuses any
+// other value with *StatusError (INVALID_ARGUMENT).
+func (q *QueueSpec) ExpiredAction(action string) *QueueSpec { q.f.ExpiredAction = action; return q }
+
 // Name returns the queue name.
 func (q *QueueSpec) Name() string { return q.f.Name }
 
@@ -219,6 +242,13 @@ type QueueStats struct {
 	// CostByTime reports whether the queue shares consumer time rather
 	// than deliveries.
 	CostByTime bool
+	// MessageTTL is the queue's message TTL, 0 for none; ExpiredAction is
+	// ExpireDeadLetter or ExpireDrop ("" from a broker that predates
+	// TTLs). MessagesExpired counts the messages that expired since the
+	// broker (or the queue's replica) started.
+	MessageTTL      time.Duration
+	ExpiredAction   string
+	MessagesExpired uint64
 	// FairnessKeys lists the most pending fairness keys (WithTopKeys),
 	// most pending first; BackloggedKeys counts all keys with pending
 	// messages.
@@ -246,6 +276,12 @@ type QueueStats struct {
 	OnFailureCalls, OnFailureErr uint64
 	CircuitOpen                  bool
 	CircuitTrips                 uint64
+	// Redrive is the throttled redrive under way from the queue's
+	// dead-letter queue (or from this queue, a DLQ); nil for none.
+	Redrive *RedriveProgress
+	// Purged counts the messages PurgeQueue removed since the broker (or
+	// the queue's replica) started.
+	Purged uint64
 }
 
 // FairnessKeyStats is the state of one fairness key with pending
@@ -338,6 +374,7 @@ func statsOf(r *wire.QueueStatsResult) *QueueStats {
 		Policy:        cmp.Or(r.Policy, PolicyDRR),
 		LatencyBudget: r.LatencyBudget, LatencyIdle: time.Duration(r.LatencyIdleMS) * time.Millisecond,
 		TenantSeparator: r.TenantSeparator, CostByTime: r.CostByTime, Bytes: r.Bytes,
+		MessageTTL: time.Duration(r.MessageTTLMS) * time.Millisecond, ExpiredAction: r.ExpiredAction, MessagesExpired: r.MessagesExpired,
 		OnEnqueueCalls: r.Hooks.OnEnqueueCalls, OnEnqueueErr: r.Hooks.OnEnqueueFailures,
 		OnFailureCalls: r.Hooks.OnFailureCalls, OnFailureErr: r.Hooks.OnFailureFailures,
 		CircuitOpen: r.Hooks.CircuitOpen, CircuitTrips: r.Hooks.CircuitTrips,
@@ -354,6 +391,10 @@ func statsOf(r *wire.QueueStatsResult) *QueueStats {
 	}
 	for _, k := range r.ThrottleKeys {
 		st.ThrottleKeys = append(st.ThrottleKeys, ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
+	}
+	st.Purged = r.MessagesPurged
+	if r.RedriveRate > 0 {
+		st.Redrive = &RedriveProgress{Rate: r.RedriveRate, FairnessKey: r.RedriveKey, Moved: r.RedriveMoved, Remaining: r.RedriveRemaining}
 	}
 	return st
 }

@@ -51,6 +51,18 @@ func RateLimit(name string, limit uint32, period time.Duration, burst uint32) Su
 	}
 }
 
+// LeaseTimeout leases the subscription's deliveries for d instead of
+// the queue's visibility timeout, shorter or longer: a per-consumer
+// lease timeout, as for a consumer whose jobs take longer than the
+// queue's others. It is rounded up to a millisecond; 0 means the
+// queue's. Above the broker's maximum ([queue] max_lease_extension,
+// 12h by default) Subscribe fails with *StatusError INVALID_ARGUMENT
+// (errors.Is(err, ErrInvalidArgument)). A broker that predates the
+// option ignores it.
+func LeaseTimeout(d time.Duration) SubscribeOption {
+	return func(s *Subscription) { s.leaseMS = ms(d) }
+}
+
 // Subscribe opens a subscription to queue. Deliveries arrive until Close,
 // the queue's deletion, or the client's end; read them with Messages (a
 // range-over-func iterator), Next, or C (a channel). Several goroutines
@@ -170,6 +182,9 @@ type Subscription struct {
 	c      *Client
 	queue  string
 	limits []wire.RateLimit
+	// leaseMS is the subscription's own lease timeout (LeaseTimeout);
+	// 0 for the queue's visibility timeout.
+	leaseMS uint64
 
 	// Owned by the client's owner goroutine.
 	want    uint32        // prefetch asked for

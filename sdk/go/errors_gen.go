@@ -942,6 +942,98 @@ func (e *RedriveError) Is(target error) bool {
 	return target == sentinel(wire.Code(e.Code))
 }
 
+// PurgeQueueCode is a domain error code that PurgeQueue can return.
+type PurgeQueueCode uint16
+
+const (
+	// PurgeQueueQueueNotFound no queue has this name.
+	PurgeQueueQueueNotFound PurgeQueueCode = 20
+	// PurgeQueueQueueSharded the queue named is sharded (CreateQueue's shards),
+	// and this operation must name one of its shards instead: the queue names that
+	// Topology lists, one per shard. A client sends each message to the shard its
+	// fairness key hashes to (see Topology), and subscribes to every shard.
+	// Nothing was done: an Enqueue naming a sharded queue fails as a whole,
+	// enqueueing none of its messages.
+	PurgeQueueQueueSharded PurgeQueueCode = 30
+)
+
+// String returns the spec name of the code, such as QUEUE_NOT_FOUND.
+func (c PurgeQueueCode) String() string {
+	return wire.Code(c).String()
+}
+
+// PurgeQueueError is a domain failure of PurgeQueue; Code is one of
+// PurgeQueueQueueNotFound, PurgeQueueQueueSharded. Other failures of
+// PurgeQueue are *StatusError. errors.Is matches the code's sentinel, such as
+// ErrQueueNotFound, and CodeOf returns the code as a Code.
+type PurgeQueueError struct {
+	Code PurgeQueueCode
+	// Target is what the failure concerns: a queue name, a key ID; may be empty.
+	Target string
+	// Message is the broker's detail.
+	Message string
+}
+
+func (e *PurgeQueueError) Error() string {
+	return formatError("purge queue", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *PurgeQueueError) code() Code {
+	return Code(e.Code)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *PurgeQueueError) Is(target error) bool {
+	return target == sentinel(wire.Code(e.Code))
+}
+
+// PeekCode is a domain error code that Peek can return.
+type PeekCode uint16
+
+const (
+	// PeekQueueNotFound no queue has this name.
+	PeekQueueNotFound PeekCode = 20
+	// PeekQueueSharded the queue named is sharded (CreateQueue's shards), and this
+	// operation must name one of its shards instead: the queue names that Topology
+	// lists, one per shard. A client sends each message to the shard its fairness
+	// key hashes to (see Topology), and subscribes to every shard. Nothing was
+	// done: an Enqueue naming a sharded queue fails as a whole, enqueueing none of
+	// its messages.
+	PeekQueueSharded PeekCode = 30
+)
+
+// String returns the spec name of the code, such as QUEUE_NOT_FOUND.
+func (c PeekCode) String() string {
+	return wire.Code(c).String()
+}
+
+// PeekError is a domain failure of Peek; Code is one of PeekQueueNotFound,
+// PeekQueueSharded. Other failures of Peek are *StatusError. errors.Is matches
+// the code's sentinel, such as ErrQueueNotFound, and CodeOf returns the code
+// as a Code.
+type PeekError struct {
+	Code PeekCode
+	// Target is what the failure concerns: a queue name, a key ID; may be empty.
+	Target string
+	// Message is the broker's detail.
+	Message string
+}
+
+func (e *PeekError) Error() string {
+	return formatError("peek", e.Target, wire.Code(e.Code), e.Message)
+}
+
+// code returns e's code as a Code, for CodeOf.
+func (e *PeekError) code() Code {
+	return Code(e.Code)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *PeekError) Is(target error) bool {
+	return target == sentinel(wire.Code(e.Code))
+}
+
 // RevokeAPIKeyCode is a domain error code that RevokeAPIKey can return.
 type RevokeAPIKeyCode uint16
 
@@ -1283,6 +1375,24 @@ func opError(op wire.Opcode, c wire.Code, target, msg, leaderHint string) error 
 				Target:  target,
 			}
 		}
+	case wire.OpPurgeQueue:
+		switch c {
+		case wire.CodeQueueNotFound, wire.CodeQueueSharded:
+			return &PurgeQueueError{
+				Code:    PurgeQueueCode(c),
+				Message: msg,
+				Target:  target,
+			}
+		}
+	case wire.OpPeek:
+		switch c {
+		case wire.CodeQueueNotFound, wire.CodeQueueSharded:
+			return &PeekError{
+				Code:    PeekCode(c),
+				Message: msg,
+				Target:  target,
+			}
+		}
 	case wire.OpRevokeAPIKey:
 		switch c {
 		case wire.CodeAPIKeyNotFound:
@@ -1383,6 +1493,10 @@ func opVerb(op wire.Opcode) string {
 		return "delete config"
 	case wire.OpRedrive:
 		return "redrive"
+	case wire.OpPurgeQueue:
+		return "purge queue"
+	case wire.OpPeek:
+		return "peek"
 	case wire.OpCreateAPIKey:
 		return "create api key"
 	case wire.OpRevokeAPIKey:

@@ -1804,6 +1804,182 @@ func TestOpErrorEveryPair(t *testing.T) {
 		sent: ErrResourceExhausted,
 	}, {
 		check: func(err error) bool {
+			var e *PurgeQueueError
+			return errors.As(err, &e) && e.Code == PurgeQueueQueueNotFound
+		},
+		code: wire.CodeQueueNotFound,
+		op:   wire.OpPurgeQueue,
+		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *PurgeQueueError
+			return errors.As(err, &e) && e.Code == PurgeQueueQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpPurgeQueue,
+		sent: ErrQueueSharded,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpPurgeQueue,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpPurgeQueue,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpPurgeQueue,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpPurgeQueue,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpPurgeQueue,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpPurgeQueue,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpPurgeQueue,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpPurgeQueue,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpPurgeQueue,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
+			var e *PeekError
+			return errors.As(err, &e) && e.Code == PeekQueueNotFound
+		},
+		code: wire.CodeQueueNotFound,
+		op:   wire.OpPeek,
+		sent: ErrQueueNotFound,
+	}, {
+		check: func(err error) bool {
+			var e *PeekError
+			return errors.As(err, &e) && e.Code == PeekQueueSharded
+		},
+		code: wire.CodeQueueSharded,
+		op:   wire.OpPeek,
+		sent: ErrQueueSharded,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
+		},
+		code: wire.CodeUnknownOpcode,
+		op:   wire.OpPeek,
+		sent: ErrUnknownOpcode,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnauthorized
+		},
+		code: wire.CodeUnauthorized,
+		op:   wire.OpPeek,
+		sent: ErrUnauthorized,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeForbidden
+		},
+		code: wire.CodeForbidden,
+		op:   wire.OpPeek,
+		sent: ErrForbidden,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotLeader
+		},
+		code: wire.CodeNotLeader,
+		op:   wire.OpPeek,
+		sent: ErrNotLeader,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeUnavailable
+		},
+		code: wire.CodeUnavailable,
+		op:   wire.OpPeek,
+		sent: ErrUnavailable,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInternal
+		},
+		code: wire.CodeInternal,
+		op:   wire.OpPeek,
+		sent: ErrInternal,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeNotSupported
+		},
+		code: wire.CodeNotSupported,
+		op:   wire.OpPeek,
+		sent: ErrNotSupported,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeInvalidArgument
+		},
+		code: wire.CodeInvalidArgument,
+		op:   wire.OpPeek,
+		sent: ErrInvalidArgument,
+	}, {
+		check: func(err error) bool {
+			var e *StatusError
+			return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted
+		},
+		code: wire.CodeResourceExhausted,
+		op:   wire.OpPeek,
+		sent: ErrResourceExhausted,
+	}, {
+		check: func(err error) bool {
 			var e *StatusError
 			return errors.As(err, &e) && e.Code == wire.CodeUnknownOpcode
 		},

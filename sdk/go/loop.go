@@ -184,7 +184,7 @@ func (l *loop) submit(o *op) {
 	case opSubscribe:
 		l.flushBatches()
 		s := o.sub
-		id, err := l.r.Subscribe(s.queue, s.want, s.limits, l.deadline(o.ctx))
+		id, err := l.r.SubscribeLease(s.queue, s.want, s.limits, s.leaseMS, l.deadline(o.ctx))
 		if err != nil {
 			l.rejected(o, err)
 			return

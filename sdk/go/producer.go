@@ -82,6 +82,35 @@ func (m *Message) Delay(d time.Duration) *Message {
 	return m
 }
 
+// TTL sets the message's time to live, counted from enqueue and rounded up
+// to a millisecond: if it is not delivered within it, it expires, and is
+// dead-lettered with fila-error "expired" or dropped, as its queue's
+// QueueSpec.ExpiredAction says. A message leased when its TTL passes
+// expires only if it comes back to be delivered again (a nack, a retry,
+// its lease expiring). 0 (the default): the queue's QueueSpec.MessageTTL,
+// none if it has none. At most 30 days; above, the message's result
+// fails with INVALID_ARGUMENT (errors.Is(err, ErrInvalidArgument)).
+func (m *Message) TTL(d time.Duration) *Message {
+	m.m.TTLMS = ms(d)
+	return m
+}
+
+// Priority sets the message's priority within its fairness key, 0 (lowest)
+// to 9 (highest); the default is 4. Among the ready messages of one
+// fairness key, a higher priority is delivered first, first in first out
+// within a priority. It never changes the key's share against other keys,
+// and messages with an ordering key keep their order whatever their
+// priorities. Outside 0 to 9, the message's result fails with
+// INVALID_ARGUMENT (errors.Is(err, ErrInvalidArgument)).
+func (m *Message) Priority(p int) *Message {
+	if p < 0 || p > 9 {
+		m.m.Priority = 255 // out of range: refused by the broker
+	} else {
+		m.m.Priority = uint8(p) + 1
+	}
+	return m
+}
+
 // IdempotencyKey deduplicates: a second message with the same key on the
 // same queue within the queue's dedup window is not enqueued, and its
 // result carries the first message's ID.

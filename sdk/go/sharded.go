@@ -33,6 +33,7 @@ func (a *Administrator) shardedStats(ctx context.Context, name string, top uint3
 		st.Leased += one.Leased
 		st.DeadLettered += one.DeadLettered
 		st.Bytes += one.Bytes
+		st.MessagesExpired += one.MessagesExpired
 		st.Subscriptions += one.Subscriptions
 		st.BackloggedKeys += one.BackloggedKeys
 		st.WindowDelivered += one.WindowDelivered

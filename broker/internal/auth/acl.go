@@ -179,6 +179,8 @@ const (
 	OpRebalance
 	OpAddNode
 	OpRemoveNode
+	OpPurgeQueue
+	OpPeek
 	opEnd
 )
 
@@ -192,6 +194,7 @@ var opNames = [...]string{
 	OpListAPIKeys: "list api keys", OpSetACL: "set acl", OpGetACL: "get acl", OpTopology: "topology",
 	OpRelease: "release", OpClusterStatus: "cluster status", OpMoveQueue: "move queue",
 	OpDrainNode: "drain node", OpRebalance: "rebalance", OpAddNode: "add node", OpRemoveNode: "remove node",
+	OpPurgeQueue: "purge queue", OpPeek: "peek",
 }
 
 // String returns the operation's name in lower case, such as "enqueue".
@@ -226,7 +229,8 @@ const DLQSuffix = ".dlq"
 //	Enqueue                                   produce on the queue
 //	Subscribe, Credit, Ack, Nack, RetryAfter,
 //	ExtendLease, Release                      consume on the queue
-//	CreateQueue, DeleteQueue, QueueStats      admin on the queue
+//	CreateQueue, DeleteQueue, QueueStats,
+//	PurgeQueue, Peek                          admin on the queue
 //	Redrive of <q>.dlq                        admin on <q>.dlq and admin on <q>
 //	Topology                                  any permission on the queue
 //	SetConfig, GetConfig, ListConfig,
@@ -250,7 +254,7 @@ func Required(op Op, queue string) (needs [2]Need, n int) {
 		needs[0] = Need{Produce, queue}
 	case OpSubscribe, OpCredit, OpAck, OpNack, OpRetryAfter, OpExtendLease, OpRelease:
 		needs[0] = Need{Consume, queue}
-	case OpCreateQueue, OpDeleteQueue, OpQueueStats:
+	case OpCreateQueue, OpDeleteQueue, OpQueueStats, OpPurgeQueue, OpPeek:
 		needs[0] = Need{Admin, queue}
 	case OpRedrive:
 		needs[0] = Need{Admin, queue}

@@ -99,6 +99,10 @@ var queueFamilies = []struct {
 		func(st *sched.QueueStats) float64 { return float64(st.Counts.DeadLettered) }},
 	{counterFam("fila_queue_redriven_total", "Messages moved back from the dead-letter queue (counted on the queue and on its DLQ).", queueLabels),
 		func(st *sched.QueueStats) float64 { return float64(st.Counts.Redriven) }},
+	{counterFam("fila_queue_purged_total", "Messages removed by a purge of the queue.", queueLabels),
+		func(st *sched.QueueStats) float64 { return float64(st.Counts.Purged) }},
+	{counterFam("fila_queue_messages_expired_total", "Messages whose TTL passed before they were delivered: dead-lettered (also counted in fila_queue_dead_lettered_total) or dropped.", queueLabels),
+		func(st *sched.QueueStats) float64 { return float64(st.Counts.TTLExpired) }},
 }
 
 // keyFamilies are the metrics of each queue's top fairness keys.

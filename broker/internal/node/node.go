@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/auth"
 	"github.com/fila-mq/fila/broker/internal/cluster"
@@ -259,6 +260,8 @@ func (n *Node) Admit(ctx context.Context, p Principal, m *wire.EnqueueMessage) (
 		OrderingKey:    m.OrderingKey,
 		IdempotencyKey: m.IdempotencyKey,
 		Delay:          msDur(m.DelayMS),
+		TTL:            msDur(m.TTLMS),
+		Priority:       m.Priority,
 		PayloadSize:    uint32(len(m.Payload)),
 	}, nil
 }
@@ -307,6 +310,14 @@ func (n *Node) Barrier(ctx context.Context, fn func()) error {
 // cap on unsettled deliveries) and limits; its deliveries go to sink.
 // done receives Result.Subscribed or Result.Err.
 func (n *Node) Subscribe(ctx context.Context, p Principal, sub SubID, queue string, credit uint32, limits []RateLimit, sink Sink, done func(Result)) error {
+	return n.SubscribeLease(ctx, p, sub, queue, credit, limits, 0, sink, done)
+}
+
+// SubscribeLease is Subscribe with the subscription's own lease length
+// (a per-consumer lease timeout); 0 means the queue's visibility
+// timeout. One above the broker's max_lease_extension fails with
+// Result.Err wrapping fault.ErrInvalidArgument.
+func (n *Node) SubscribeLease(ctx context.Context, p Principal, sub SubID, queue string, credit uint32, limits []RateLimit, lease time.Duration, sink Sink, done func(Result)) error {
 	if err := p.Authorize(auth.OpSubscribe, queue); err != nil {
 		return err
 	}
@@ -314,7 +325,7 @@ func (n *Node) Subscribe(ctx context.Context, p Principal, sub SubID, queue stri
 	if err != nil {
 		return err
 	}
-	return sh.Subscribe(ctx, &shard.Subscribe{Sub: sub, Queue: queue, Credit: credit, Limits: limits}, sink, done)
+	return sh.Subscribe(ctx, &shard.Subscribe{Sub: sub, Queue: queue, Credit: credit, Limits: limits, Lease: lease}, sink, done)
 }
 
 // Unsubscribe closes subscription sub of queue. With release its leased
@@ -638,10 +649,7 @@ func (n *Node) localShard(queue string) (*shard.Shard, error) {
 // parent, for p (redrive permission). done receives Result.Redriven or
 // Result.Err.
 func (n *Node) Redrive(ctx context.Context, p Principal, dlq string, count uint64, done func(Result)) error {
-	if err := p.Authorize(auth.OpRedrive, dlq); err != nil {
-		return err
-	}
-	return n.submit(ctx, dlq, &shard.Redrive{DLQ: dlq, N: count}, done)
+	return n.RedriveWith(ctx, p, dlq, RedriveSpec{N: count}, false, done)
 }
 
 // LeaderInfo names the node that leads a queue.

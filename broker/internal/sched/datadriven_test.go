@@ -23,9 +23,10 @@ import (
 // Commands (arguments are key=value; lists are key=(a,b)):
 //
 //	new [quantum=N] [vis=D] [max-attempts=N] [batch=N] [dedup=D] [max-lease=D] [max-unsettled=N] [producer-seqs=N]
-//	create-queue name=Q [vis=D] [max-attempts=N] [backoff=(base,max)] [dedup=D] [on-failure]
+//	create-queue name=Q [vis=D] [max-attempts=N] [backoff=(base,max)] [dedup=D] [on-failure] [ttl=D] [expired=drop]
 //	delete-queue name=Q
 //	enqueue queue=Q [key=K] [weight=N] [size=N] [throttle=(a,b)] [order=O] [idem=I] [delay=D] [n=N]
+//	        [ttl=D] [priority=P]   P from 0 to 9
 //	        [producer=P seq=S]   message i of the n has sequence S+i; P is a small number
 //	        [queues=(Q1,Q2,…)]   message i goes to queue Qi (instead of queue=Q)
 //	subscribe sub=N queue=Q [credit=N|max] [limit=(name,limit,period[,burst])]
@@ -225,6 +226,8 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			VisibilityTimeout: a.dur("vis", 0),
 			MaxAttempts:       uint32(a.int("max-attempts", 0)),
 			DedupWindow:       a.dur("dedup", 0),
+			MessageTTL:        a.dur("ttl", 0),
+			ExpiredAction:     a.str("expired", ""),
 		}
 		if b := a.list("backoff"); len(b) == 2 {
 			spec.BackoffBase, spec.BackoffMax = parseDur(t, b[0]), parseDur(t, b[1])
@@ -254,9 +257,13 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 				OrderingKey:    a.str("order", ""),
 				IdempotencyKey: a.str("idem", ""),
 				Delay:          a.dur("delay", 0),
+				TTL:            a.dur("ttl", 0),
 				PayloadSize:    uint32(a.int("size", 100)),
 				Body:           []byte("body-" + idName(id)),
 			}}
+			if a.has("priority") {
+				items[i].Msg.Priority = uint8(a.int("priority", 0)) + 1
+			}
 			if a.has("producer") {
 				items[i].Msg.ProducerID = testProducer(uint64(a.int("producer", 0)))
 				items[i].Msg.Sequence = uint64(a.int("seq", 0)) + uint64(i)
@@ -439,6 +446,9 @@ func fmtValue(v any) string {
 	case QueueStats:
 		fmt.Fprintf(&b, "%s ready=%d delayed=%d leased=%d dead-lettered=%d subscriptions=%d vis=%v max-attempts=%d\n",
 			v.Name, v.Ready, v.Delayed, v.Leased, v.DeadLettered, v.Subscriptions, v.VisibilityTimeout, v.MaxAttempts)
+		if v.MessageTTL != 0 || v.Counts.TTLExpired != 0 {
+			fmt.Fprintf(&b, "  ttl=%v expired-action=%s ttl-expired=%d dead-lettered-count=%d\n", v.MessageTTL, v.ExpiredAction, v.Counts.TTLExpired, v.Counts.DeadLettered)
+		}
 		for _, k := range v.FairnessKeys {
 			fmt.Fprintf(&b, "  key %s pending=%d weight=%d deficit=%d delivered=%d\n", k.Key, k.Pending, k.Weight, k.Deficit, k.Delivered)
 		}
@@ -571,6 +581,9 @@ func fmtMutation(m Mutation) string {
 				return s + " " + err.Error()
 			}
 			s += fmt.Sprintf(" vis=%v max-attempts=%d backoff=%v/%v dedup=%v", spec.VisibilityTimeout, spec.MaxAttempts, spec.BackoffBase, spec.BackoffMax, spec.DedupWindow)
+			if spec.MessageTTL != 0 || spec.ExpiredAction != "" {
+				s += fmt.Sprintf(" ttl=%v expired=%q", spec.MessageTTL, spec.ExpiredAction)
+			}
 		}
 		return s
 	case bytes.HasPrefix(key, []byte(prefixDedup)):
@@ -634,6 +647,12 @@ func fmtMutation(m Mutation) string {
 			if meta.Due != 0 {
 				s += " due=" + rel(meta.Due)
 			}
+			if meta.Expires != 0 {
+				s += " expires=" + rel(meta.Expires)
+			}
+			if meta.Priority != 0 {
+				s += fmt.Sprintf(" priority=%d", meta.Priority-1)
+			}
 			s += fmt.Sprintf(" body=%q", body)
 		}
 		return s
@@ -648,6 +667,9 @@ func fmtMutation(m Mutation) string {
 			s += fmt.Sprintf(" attempts=%d", r.attempts)
 			if r.dead {
 				s += " dead"
+			}
+			if r.noTTL {
+				s += " no-ttl"
 			}
 			if r.due != 0 {
 				s += " due=" + rel(r.due)

@@ -54,6 +54,9 @@ func (s *Sched) pick(q *queue) mref {
 			k.delivered++
 			s.noteDelivery(q, k, m.enq)
 			k.run = l.next
+			if k.pr != nil {
+				k.pr.pos[l.rank] = k.run
+			}
 			q.fair.charge(k, int64(m.cost))
 			s.laneSync(l)
 			return x
@@ -103,7 +106,11 @@ func (s *Sched) deliver(sb *sub, x mref) {
 	if q.fair.byTime {
 		q.fair.leased(s.laneOf(m).key, s.lease, s.now)
 	}
-	s.setTimer(x, m, s.now.Add(q.vis))
+	vis := q.vis
+	if sb.lease > 0 {
+		vis = sb.lease
+	}
+	s.setTimer(x, m, s.now.Add(vis))
 	s.leaseLink(sb, x, m)
 	sb.held++
 	s.cur.dl = append(s.cur.dl, pendingDelivery{s: sb, m: x, lease: s.lease})
@@ -148,6 +155,9 @@ func (s *Sched) laneSync(l *lane) {
 	case lsRunnable:
 		if !want {
 			s.ringRemove(l)
+		} else if l.okey != "" && s.laneRank(l) != l.rank {
+			s.ringRemove(l) // its next message is of another priority
+			s.ringAdd(l)
 		}
 	case lsParked:
 		if !want {
@@ -190,34 +200,29 @@ func (s *Sched) keySync(k *fkey) {
 	}
 }
 
+// ringAdd makes l runnable: at the tail of its key's runnable ring, or
+// of its priority's (priority.go).
 func (s *Sched) ringAdd(l *lane) {
 	k := l.key
 	l.state = lsRunnable
-	if k.run == nil {
-		l.next, l.prev = l, l
-		k.run = l
-	} else {
-		l.next = k.run
-		l.prev = k.run.prev
-		k.run.prev.next = l
-		k.run.prev = l
+	r := s.laneRank(l)
+	l.rank = r
+	if k.pr != nil || r != DefaultPriority {
+		s.prioAdd(k, l, r)
+		return
 	}
+	ringInsert(&k.run, l)
 	k.nrun++
 }
 
 func (s *Sched) ringRemove(l *lane) {
 	k := l.key
-	if l.next == l {
-		k.run = nil
-	} else {
-		l.prev.next = l.next
-		l.next.prev = l.prev
-		if k.run == l {
-			k.run = l.next
-		}
-	}
-	l.next, l.prev = nil, nil
 	l.state = lsIdle
+	if k.pr != nil {
+		s.prioRemove(k, l)
+		return
+	}
+	ringCut(&k.run, l)
 	k.nrun--
 }
 

@@ -16,8 +16,10 @@ import (
 // sequences, fairness keys with their deficits, tags and weights, lanes
 // in order and the order they are served in, every message with its
 // state, attempts, due time and lease), subscription (credit, leases held
-// in order, the order they take turns in), timer (in firing order) and
-// token bucket (with its waiters in order and its timer). What depends on
+// in order, the order they take turns in, its own lease length), timer
+// (in firing order), token bucket (with its waiters in order and its
+// timer) and throttled
+// redrive (its rate, key, progress and next move). What depends on
 // when the shell took its Readys (queues left to pump, the last
 // deadline) is left out. Two schedulers that
 // applied the same commands to the same restored records have equal
@@ -56,6 +58,9 @@ func (s *Sched) Digest() [32]byte {
 			d.id(m.id)
 			d.uint(s.leaseOf(m))
 		}
+		if sb.lease != 0 { // its own lease length
+			d.int(int64(sb.lease))
+		}
 	}
 	// The order subscriptions take turns in.
 	var ring []SubID
@@ -91,6 +96,19 @@ func (s *Sched) Digest() [32]byte {
 	d.uint(uint64(len(keys)))
 	for _, k := range keys {
 		d.bucket(s.buckets[k])
+	}
+	// Throttled redrives, in the order they run (none adds nothing).
+	for _, q := range s.redrives {
+		r := q.redrive
+		d.str(q.name)
+		d.uint(uint64(r.rate))
+		d.str(r.key)
+		d.uint(r.moved)
+		d.int(int64(r.next))
+		d.uint(uint64(len(r.ids)))
+		for _, id := range r.ids {
+			d.id(id)
+		}
 	}
 	var sum [32]byte
 	d.h.Sum(sum[:0])
@@ -284,11 +302,12 @@ func (d *digester) queue(s *Sched, q *queue) {
 			lanes = append(lanes, l)
 		}
 		slices.SortFunc(lanes[1:], func(a, b *lane) int {
-			return cmp.Or(cmp.Compare(canon(a.ts), canon(b.ts)), cmp.Compare(a.okey, b.okey))
+			return cmp.Or(cmp.Compare(canon(a.ts), canon(b.ts)), cmp.Compare(a.okey, b.okey), cmp.Compare(a.prio, b.prio))
 		})
 		for _, l := range lanes {
 			d.str(canon(l.ts))
 			d.str(l.okey)
+			d.uint(uint64(l.prio))
 			d.uint(uint64(l.state))
 			d.int(int64(l.n))
 			for x := l.head; x != 0; x = s.msg(x).next {
@@ -300,10 +319,11 @@ func (d *digester) queue(s *Sched, q *queue) {
 		}
 		// The order the key serves its runnable lanes in.
 		d.int(int64(k.nrun))
-		for i, l := int32(0), k.run; i < k.nrun; i, l = i+1, l.next {
+		k.eachRunnable(func(l *lane) {
 			d.str(canon(l.ts))
 			d.str(l.okey)
-		}
+			d.uint(uint64(l.prio))
+		})
 	}
 
 	msgs := make([]mref, 0, q.msgs.len())
@@ -325,6 +345,8 @@ func (d *digester) queue(s *Sched, q *queue) {
 		d.uint(uint64(e.attempts))
 		d.uint(uint64(m.cost))
 		d.uint(uint64(s.weightOf(m)))
+		d.uint(uint64(s.prioOf(m)))
+		d.uint(uint64(e.ttl))
 		if sb := s.slots[e.slot]; sb != nil {
 			d.uint(uint64(sb.id))
 		} else {

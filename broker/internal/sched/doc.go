@@ -77,8 +77,10 @@
 // others are is served within K deliveries however large their bursts. A
 // key's weight is that of its most recently enqueued message.
 //
-// Within a key, messages are grouped into lanes by throttle key set and
-// ordering key; each lane is FIFO. A lane whose next message lacks a
+// Within a key, messages are grouped into lanes by throttle key set,
+// ordering key and, without an ordering key, priority; each lane is
+// FIFO, and the key serves its runnable lanes highest priority first
+// (priority.go), which changes nothing across keys. A lane whose next message lacks a
 // token from one of its buckets parks on that bucket and the key serves
 // its other lanes; a key whose lanes are all parked leaves the round with
 // its deficit kept and rejoins when a bucket wakes a lane at the time its
@@ -104,6 +106,10 @@
 // counted). Bodies are written into the message records and never kept
 // in memory; Delivered.Key tells the shell where to read them.
 //
+// A message with a TTL that passes while it is ready or delayed expires:
+// it is dead-lettered with reason ReasonExpired, or dropped, off the same
+// timer heap as delays and leases (ttl.go).
+//
 // A message is a duplicate, and is not enqueued, when its queue holds its
 // idempotency key (dedup.go) or its producer ID and sequence (an
 // idempotent producer's resent frame; producer.go).
@@ -113,9 +119,12 @@
 // BackoffMax, until MaxAttempts deliveries have failed; then the message
 // moves to the queue's DLQ, "<queue>.dlq", keeping its ID, keys, weight
 // and body, with its attempts and last error. Redrive moves messages back
-// with attempts reset. DLQs apply fairness but neither throttle keys nor
-// ordering keys (they stay on the messages as metadata), and a failure in
-// a DLQ retries with backoff forever: a DLQ has no DLQ.
+// with attempts reset, at once or, throttled, a number a second off Tick
+// (redrive.go); PurgeQueue removes a queue's messages by key range
+// (purge.go) and Peek lists them (peek.go). DLQs apply fairness but
+// neither throttle keys nor ordering keys (they stay on the messages as
+// metadata), and a failure in a DLQ retries with backoff forever: a DLQ
+// has no DLQ.
 //
 // # Errors
 //

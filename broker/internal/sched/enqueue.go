@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 )
@@ -76,7 +77,11 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 	}
 	fk := cmp.Or(m.FairnessKey, DefaultFairnessKey)
 	weight := max(m.Weight, 1)
-	l := s.laneFor(q, fk, ts, m.OrderingKey)
+	prio := m.Priority
+	if prio == DefaultPriority+1 {
+		prio = 0 // the default, named: one lane, one record format
+	}
+	l := s.laneFor(q, fk, ts, m.OrderingKey, prio)
 	q.fair.setWeight(l.key, weight)
 
 	meta := MessageMeta{
@@ -87,22 +92,39 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 		FairnessKey:  fk,
 		ThrottleKeys: names,
 		OrderingKey:  m.OrderingKey,
+		Priority:     prio,
+	}
+	var ttl uint32
+	if d := cmp.Or(m.TTL, q.spec.MessageTTL); d > 0 {
+		ttl = ttlMillis(d)
+		meta.Expires = s.now.Add(time.Duration(ttl) * time.Millisecond)
+	}
+	n := msgRecordLen(m, fk, names)
+	if meta.Expires != 0 || meta.Priority != 0 {
+		n += 8 + 1
 	}
 	b := s.cur
 	key := appendMsgKey(b.alloc(msgKeyLen(q.name))[:0], q.name, m.ID)
-	s.put(key, appendMsgRecord(b.alloc(msgRecordLen(m, fk, names))[:0], &meta, m.Body))
+	s.put(key, appendMsgRecord(b.alloc(n)[:0], &meta, m.Body))
 
 	x, r := s.newMsg()
 	r.id = m.ID
 	r.enq = s.now
 	r.cost = m.PayloadSize
 	s.setWeight(x, r, weight)
+	if prio != 0 {
+		s.setPrio(x, r, prio)
+	}
 	q.counts.Enqueued++
 	s.attach(q, x, r, l)
+	if ttl != 0 {
+		s.extFor(x, r).ttl = ttl
+		q.ttls = true
+	}
 	if due > 0 {
 		r.state = stDelayed
 		q.delayed++
-		s.setTimer(x, r, due)
+		s.setDelay(x, r, due)
 		if l.ordered() {
 			// Keeps its place: the messages behind it wait for it.
 			s.pushBack(l, x, r)
@@ -114,6 +136,9 @@ func (s *Sched) enqueue(it *EnqueueItem) EnqueueResult {
 		l.key.pending++
 		s.pushBack(l, x, r)
 		r.flags |= fListed
+		if ttl != 0 {
+			s.setTimer(x, r, meta.Expires)
+		}
 	}
 	s.laneSync(l)
 	return EnqueueResult{ID: m.ID}
@@ -137,6 +162,10 @@ func (s *Sched) validateMessage(q *queue, m *Message) error {
 		return fmt.Errorf("throttle_keys: %d keys, at most %d: %w", len(m.ThrottleKeys), MaxThrottleKeys, fault.ErrInvalidArgument)
 	case m.Delay < 0:
 		return fmt.Errorf("delay: %v: must not be negative: %w", m.Delay, fault.ErrInvalidArgument)
+	case m.TTL < 0 || m.TTL > MaxTTL:
+		return fmt.Errorf("ttl: %s: want at most %s: %w", FormatDuration(m.TTL), FormatDuration(MaxTTL), fault.ErrInvalidArgument)
+	case m.Priority > MaxPriority+1:
+		return fmt.Errorf("priority: encoded %d: want 0 (the default, %d) or 1 to %d (priorities 0 to %d): %w", m.Priority, DefaultPriority, MaxPriority+1, MaxPriority, fault.ErrInvalidArgument)
 	}
 	for i, k := range m.ThrottleKeys {
 		if len(k) == 0 || len(k) > math.MaxUint16 {
@@ -207,9 +236,11 @@ func (s *Sched) dropBucketIfUnused(b *tbucket) {
 	}
 }
 
-// laneFor returns the lane of (fairness key, throttle set, ordering key)
-// in q, creating the key and the lane as needed.
-func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
+// laneFor returns the lane of (fairness key, throttle set, ordering key,
+// priority) in q, creating the key and the lane as needed. The priority
+// prio, encoded as Message.Priority, is not part of an ordered lane's
+// identity: an ordering key's messages share one lane.
+func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string, prio uint8) *lane {
 	k := q.keys[fk]
 	if k == nil {
 		k = &fkey{q: q, name: fk}
@@ -218,16 +249,19 @@ func (s *Sched) laneFor(q *queue, fk string, ts *tset, okey string) *lane {
 		s.addLane(&k.dflt)
 		q.keys[fk] = k
 	}
-	if ts == nil && okey == "" {
+	if okey != "" {
+		prio = 0
+	}
+	if ts == nil && okey == "" && prio == 0 {
 		return &k.dflt
 	}
-	id := laneID{ts: ts, okey: okey}
+	id := laneID{ts: ts, okey: okey, prio: prio}
 	l := k.lanes[id]
 	if l == nil {
 		if k.lanes == nil {
 			k.lanes = make(map[laneID]*lane)
 		}
-		l = &lane{key: k, ts: ts, okey: okey}
+		l = &lane{key: k, ts: ts, okey: okey, prio: prio}
 		if ts != nil {
 			ts.refs++
 		}
@@ -261,7 +295,7 @@ func (s *Sched) detach(x mref, m *msg) {
 	m.lane = 0
 	s.laneSync(l)
 	if l.refs == 0 && l != &k.dflt {
-		delete(k.lanes, laneID{ts: l.ts, okey: l.okey})
+		delete(k.lanes, laneID{ts: l.ts, okey: l.okey, prio: l.prio})
 		s.dropLane(l)
 		if l.ts != nil {
 			s.releaseTset(l.ts)
@@ -285,9 +319,10 @@ func (s *Sched) leave(x mref, m *msg) {
 	case stReady:
 		q.ready--
 		k.pending--
+		s.untime(m) // its expiry
 	case stDelayed:
 		q.delayed--
-		s.timers.remove(m.ext)
+		s.untime(m) // not in the heap if its timer fired (expire)
 	case stLeased:
 		s.timers.remove(m.ext)
 		s.endLease(x, m)

@@ -46,6 +46,7 @@ import (
 //	spec     = vis:v maxAttempts:u backoffBase:v backoffMax:v dedupWindow:v
 //	           onEnqueue:s onFailure:s policy:s latencyBudget:u latencyIdle:v
 //	           (version 2 on: tenantSeparator:s costByTime:bool)
+//	           (version 4 on: messageTTL:v expiredAction:s)
 //	body     = vis:v maxAttempts:u backoffBase:v backoffMax:v window:v quantum:u
 //	           (0 round:u target:u | 1 budget:u idle:v credit:v V:u seq:u)
 //	           (stfq with a tenant separator: [tenant]; V and seq are then
@@ -61,7 +62,8 @@ import (
 //	           (drr: deficit:v round:u | stfq: tag:u seq:u [idleSince:v] left:u
 //	           (cost by time: est:u))
 //	           [lane] [runnable:lane-in-key]      (the first lane is the default one)
-//	lane     = (not the first: tset:u (0: none, else index+1) orderingKey:s) [msg]
+//	lane     = (not the first: tset:u (0: none, else index+1) orderingKey:s
+//	           (version 4 on: priority:u)) [msg]
 //	idk      = key:s id expires:v
 //	producer = id floor:u expires:v
 //	           (sorted: [seqDelta:u id endsRun:bool] | unsorted: [seq:u id] [run:u])
@@ -86,7 +88,17 @@ import (
 // deciding), whether a state record exists (bit 2), whether a reason,
 // attempts, a due time follow (bits 3-5), whether the message is its
 // ordered lane's in-flight one (bit 6), whether a weight other than 1
-// follows (bit 7). A message appears once: in its lane's list (ready, or
+// follows (bit 7). From version 4 on, bit 7 says that more follows than a
+// weight other than 1:
+//
+//	more = wx:u [ttl:u] [priority:u] (ready in the timer heap: timerIndex:u tseq:u)
+//
+// wx is the weight shifted left by 4, or'd with bits saying that a TTL
+// follows (bit 0, in milliseconds), that a priority follows (bit 1, as
+// Message.Priority), that a redrive took the message's TTL away (bit 2,
+// fNoTTL), and that the message, ready, is in the timer heap (bit 3, its
+// expiry). A message of weight 1 without any of these has no bit 7, as
+// in version 3. A message appears once: in its lane's list (ready, or
 // delayed in place in an ordered lane), in the lease list of the
 // subscription holding it, or among the loose messages (delayed, leased
 // to a closed subscription, deciding).
@@ -113,9 +125,19 @@ import (
 // lane's credit in units of 1/creditUnit of a delivery, where versions 1
 // and 2 counted half deliveries (an older image's credit is converted
 // as it is read), and the start tag of each recently dropped key (an
-// older image's keys take the virtual time). Images are written as version 3; every version up to
-// imageVersion is read.
-const imageVersion = 3
+// older image's keys take the virtual time). Version 4 adds TTLs and
+// priorities: a queue's message TTL and expired action to its spec, a
+// message's TTL, priority and fNoTTL to its record. Version 5 adds, at
+// the end, the subscriptions' own lease lengths and the throttled
+// redrives under way:
+//
+//	lifecycle = [subLease] [redrive]    (absent when both are empty)
+//	subLease  = slot:u lease:v                     (subscriptions with one)
+//	redrive   = queue:u rate:u key:s moved:u next:v [id]   (Sched.redrives order)
+//
+// Images are written as version 5; every version up to imageVersion is
+// read.
+const imageVersion = 5
 
 // ErrBadImage is wrapped by LoadImage's errors. Their text names the
 // byte of the image where decoding stopped and why, as in
@@ -130,7 +152,15 @@ const (
 	imgAttempts  = 1 << 4
 	imgDue       = 1 << 5
 	imgInflight  = 1 << 6
-	imgWeight    = 1 << 7
+	imgWeight    = 1 << 7 // from version 4 on: more follows
+)
+
+// Bits of a message record's more (version 4 on).
+const (
+	imgMoreTTL   = 1 << 0
+	imgMorePrio  = 1 << 1
+	imgMoreNoTTL = 1 << 2
+	imgMoreTimed = 1 << 3
 )
 
 // Fairness key flags.
@@ -313,6 +343,44 @@ func (w *imageWriter) image() {
 	}
 	w.queueList(s.unsorted)
 	w.queueList(s.dirty)
+	if w.version >= 5 {
+		w.lifecycle(ids)
+	}
+}
+
+// lifecycle writes the subscriptions' own lease lengths, in the order of
+// ids, and the throttled redrives.
+func (w *imageWriter) lifecycle(ids []SubID) {
+	s := w.s
+	n := 0
+	for _, id := range ids {
+		if s.subs[id].lease != 0 {
+			n++
+		}
+	}
+	if n == 0 && len(s.redrives) == 0 {
+		return // as images were before
+	}
+	w.uint(uint64(n))
+	for _, id := range ids {
+		if sb := s.subs[id]; sb.lease != 0 {
+			w.uint(uint64(sb.slot))
+			w.dur(sb.lease)
+		}
+	}
+	w.uint(uint64(len(s.redrives)))
+	for _, d := range s.redrives {
+		r := d.redrive
+		w.uint(uint64(d.img))
+		w.uint(uint64(r.rate))
+		w.str(r.key)
+		w.uint(r.moved)
+		w.time(r.next)
+		w.uint(uint64(len(r.ids)))
+		for _, id := range r.ids {
+			w.id(id)
+		}
+	}
 }
 
 // queueList writes a list of queues, leaving out deleted ones (which
@@ -346,6 +414,10 @@ func (w *imageWriter) spec(sp *QueueSpec) {
 	if w.version >= 2 {
 		w.str(sp.TenantSeparator)
 		w.bool(sp.CostByTime)
+	}
+	if w.version >= 4 {
+		w.dur(sp.MessageTTL)
+		w.str(sp.ExpiredAction)
 	}
 }
 
@@ -578,7 +650,7 @@ func (w *imageWriter) key(k *fkey) {
 		lanes = append(lanes, l)
 	}
 	slices.SortFunc(lanes, func(a, b *lane) int {
-		return cmp.Or(strings.Compare(canon(a.ts), canon(b.ts)), strings.Compare(a.okey, b.okey))
+		return cmp.Or(strings.Compare(canon(a.ts), canon(b.ts)), strings.Compare(a.okey, b.okey), cmp.Compare(a.prio, b.prio))
 	})
 	w.lanes = lanes
 	base := w.nlanes
@@ -595,12 +667,13 @@ func (w *imageWriter) key(k *fkey) {
 		}
 		w.uint(uint64(ts))
 		w.str(l.okey)
+		if w.version >= 4 {
+			w.uint(uint64(l.prio))
+		}
 		w.list(l)
 	}
 	w.uint(uint64(k.nrun))
-	for i, l := int32(0), k.run; i < k.nrun; i, l = i+1, l.next {
-		w.uint(uint64(l.img - base))
-	}
+	k.eachRunnable(func(l *lane) { w.uint(uint64(l.img - base)) })
 }
 
 func (w *imageWriter) list(l *lane) {
@@ -632,7 +705,22 @@ func (w *imageWriter) msg(x mref) {
 	if s.laneOf(m).inflight == x {
 		h |= imgInflight
 	}
-	if weight != 1 {
+	var more uint64
+	if w.version >= 4 {
+		if e.ttl != 0 {
+			more |= imgMoreTTL
+		}
+		if p := s.prioOf(m); p != 0 {
+			more |= imgMorePrio
+		}
+		if m.flags&fNoTTL != 0 {
+			more |= imgMoreNoTTL
+		}
+		if m.state == stReady && e.heap != 0 {
+			more |= imgMoreTimed
+		}
+	}
+	if weight != 1 || more != 0 {
 		h |= imgWeight
 	}
 	w.byte(h)
@@ -641,7 +729,17 @@ func (w *imageWriter) msg(x mref) {
 	w.prevEnq = m.enq
 	w.uint(uint64(m.cost))
 	if h&imgWeight != 0 {
-		w.uint(uint64(weight))
+		if w.version >= 4 {
+			w.uint(uint64(weight)<<4 | more)
+			if more&imgMoreTTL != 0 {
+				w.uint(uint64(e.ttl))
+			}
+			if more&imgMorePrio != 0 {
+				w.uint(uint64(s.prioOf(m)))
+			}
+		} else {
+			w.uint(uint64(weight))
+		}
 	}
 	if h&imgAttempts != 0 {
 		w.uint(uint64(e.attempts))
@@ -652,7 +750,7 @@ func (w *imageWriter) msg(x mref) {
 	if h&imgReason != 0 {
 		w.str(reason)
 	}
-	if m.state == stDelayed || m.state == stLeased {
+	if m.state == stDelayed || m.state == stLeased || more&imgMoreTimed != 0 {
 		w.uint(uint64(e.heap - 1))
 		w.uint(s.tseq - e.tseq)
 	}
@@ -964,7 +1062,7 @@ func (r *imageReader) image() {
 	r.timers = make([]xref, nt)
 	for _, step := range []func(){
 		r.throttles, r.tsetList, r.queueList, r.subs, r.eligible, r.waiting, r.loose,
-		r.timerHeap, r.wakes, r.expiry, r.unsorted, r.dirty,
+		r.timerHeap, r.wakes, r.expiry, r.unsorted, r.dirty, r.lifecycle,
 	} {
 		if step(); r.err != nil {
 			return
@@ -1058,7 +1156,15 @@ func (r *imageReader) queueList() {
 			spec.TenantSeparator = r.str("tenant separator", MaxTenantSeparator)
 			spec.CostByTime = r.bool("cost by time")
 		}
+		if r.version >= 4 {
+			spec.MessageTTL = r.dur("message ttl")
+			spec.ExpiredAction = r.str("expired action", 16)
+		}
 		if r.err != nil {
+			return
+		}
+		if e := checkTTL(&spec); e != nil {
+			r.fail("queue %s: %v", name, e)
 			return
 		}
 		if err := validateName(name); err != nil {
@@ -1380,6 +1486,10 @@ func (r *imageReader) key(q *queue) {
 		if i > 0 {
 			t, _ := r.ref("throttle key set", len(r.tsets)+1)
 			okey := r.str("ordering key", imgMaxName)
+			var prio uint8
+			if r.version >= 4 {
+				prio = uint8(min(r.uint("lane priority"), 255))
+			}
 			if r.err != nil {
 				return
 			}
@@ -1387,12 +1497,12 @@ func (r *imageReader) key(q *queue) {
 			if t > 0 {
 				ts = r.tsets[t-1]
 			}
-			id := laneID{ts: ts, okey: okey}
-			if ts == nil && okey == "" || k.lanes[id] != nil {
-				r.fail("queue %s: key %q: lane (%q, %q) repeated", q.name, name, canon(ts), okey)
+			id := laneID{ts: ts, okey: okey, prio: prio}
+			if ts == nil && okey == "" && prio == 0 || k.lanes[id] != nil || prio > MaxPriority+1 || prio == DefaultPriority+1 || okey != "" && prio != 0 {
+				r.fail("queue %s: key %q: lane (%q, %q, %d) repeated or bad", q.name, name, canon(ts), okey, prio)
 				return
 			}
-			l = &lane{key: k, ts: ts, okey: okey}
+			l = &lane{key: k, ts: ts, okey: okey, prio: prio}
 			if k.lanes == nil {
 				k.lanes = make(map[laneID]*lane)
 			}
@@ -1447,8 +1557,26 @@ func (r *imageReader) msg(l *lane, where int) mref {
 	enq := r.prevEnq + Time(r.int("enqueued at"))
 	cost := r.u32("cost")
 	weight := uint32(1)
+	var more uint64
+	var ttl uint32
+	var prio uint8
 	if h&imgWeight != 0 {
-		weight = r.u32("weight")
+		if r.version >= 4 {
+			wx := r.uint("weight")
+			more = wx & 15
+			if wx>>4 > math.MaxUint32 {
+				r.fail("weight %d", wx>>4)
+			}
+			weight = uint32(wx >> 4)
+			if more&imgMoreTTL != 0 {
+				ttl = r.u32("ttl")
+			}
+			if more&imgMorePrio != 0 {
+				prio = uint8(min(r.uint("priority"), 255))
+			}
+		} else {
+			weight = r.u32("weight")
+		}
 	}
 	var attempts uint32
 	if h&imgAttempts != 0 {
@@ -1463,7 +1591,7 @@ func (r *imageReader) msg(l *lane, where int) mref {
 		reason = r.str("reason", MaxReasonLen)
 	}
 	st := msgState(h & imgStateMask)
-	timed := st == stDelayed || st == stLeased
+	timed := st == stDelayed || st == stLeased || more&imgMoreTimed != 0
 	var hidx, tseq, lease uint64
 	if timed {
 		hidx = r.uint("timer index")
@@ -1497,6 +1625,9 @@ func (r *imageReader) msg(l *lane, where int) mref {
 		r.fail("message %s: zero or repeated", formatID(id))
 	case weight == 0 || h&imgReason != 0 && reason == "":
 		r.fail("message %s: weight 0 or empty reason", formatID(id))
+	case more&imgMoreTimed != 0 && (st != stReady || ttl == 0) || more&imgMoreTTL != 0 && (ttl == 0 || ttl > ttlMillis(MaxTTL)) ||
+		more&imgMorePrio != 0 && (prio == 0 || prio > MaxPriority+1 || prio == DefaultPriority+1) || l.okey == "" && l.prio != prio:
+		r.fail("message %s: ttl %d, priority %d or flags %#x do not fit", formatID(id), ttl, prio, more)
 	case timed && (hidx >= uint64(len(r.timers)) || r.timers[hidx] != 0):
 		r.fail("message %s: timer %d out of range or taken", formatID(id), hidx)
 	case inflight && l.inflight != 0:
@@ -1508,9 +1639,16 @@ func (r *imageReader) msg(l *lane, where int) mref {
 	x, m := s.newMsg()
 	m.id, m.enq, m.cost = id, enq, cost
 	s.setWeight(x, m, weight)
-	if due != 0 || lease != 0 || attempts != 0 || timed {
+	s.setPrio(x, m, prio)
+	if due != 0 || lease != 0 || attempts != 0 || timed || ttl != 0 {
 		e := s.extFor(x, m)
-		e.due, e.lease, e.tseq, e.attempts = due, lease, tseq, attempts
+		e.due, e.lease, e.tseq, e.attempts, e.ttl = due, lease, tseq, attempts, ttl
+	}
+	if ttl != 0 && q.parent == nil {
+		q.ttls = true
+	}
+	if more&imgMoreNoTTL != 0 {
+		m.flags |= fNoTTL
 	}
 	s.attach(q, x, m, l)
 	m.state = st
@@ -1934,6 +2072,55 @@ func (r *imageReader) dirty() {
 			return
 		}
 		s.markDirty(q)
+	}
+}
+
+// lifecycle reads what lifecycle wrote (version 5 on).
+func (r *imageReader) lifecycle() {
+	if r.version < 5 || r.off == len(r.b) {
+		return
+	}
+	s := r.s
+	n := r.count("subscription leases", 2)
+	for range n {
+		i, ok := r.ref("subscription slot", len(s.slots))
+		if !ok {
+			return
+		}
+		lease := r.dur("subscription lease")
+		if r.err != nil {
+			return
+		}
+		sb := s.slots[i]
+		if sb == nil || sb.lease != 0 || lease <= 0 {
+			r.fail("subscription slot %d: lease %v: no such subscription, repeated or not positive", i, lease)
+			return
+		}
+		sb.lease = lease
+	}
+	n = r.count("redrives", 5)
+	for range n {
+		j, ok := r.ref("queue", len(r.queues))
+		if !ok {
+			return
+		}
+		d := r.queues[j]
+		rd := &redrive{rate: uint32(r.uint("redrive rate")), key: r.str("redrive key", imgMaxName), moved: r.uint("redrive moved"), next: r.time("redrive next")}
+		k := r.count("redrive IDs", 16)
+		if r.err != nil {
+			return
+		}
+		if d.parent == nil || d.redrive != nil || rd.rate == 0 || rd.rate > MaxRedriveRate || k == 0 {
+			r.fail("queue %s: redrive at %d/s of %d messages: not a DLQ, repeated or empty", d.name, rd.rate, k)
+			return
+		}
+		rd.interval = time.Second / time.Duration(rd.rate)
+		rd.ids = make([][16]byte, k)
+		for i := range rd.ids {
+			rd.ids[i] = r.id("redrive ID")
+		}
+		d.redrive = rd
+		s.redrives = append(s.redrives, d)
 	}
 }
 

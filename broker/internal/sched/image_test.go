@@ -194,6 +194,12 @@ func (l *lockstep) step() {
 		if l.pick(3) == 0 {
 			spec.OnFailure = "function on_failure(m) end"
 		}
+		if l.pick(3) == 0 {
+			spec.MessageTTL = l.dur(4*time.Second) + time.Millisecond
+			if l.pick(2) == 0 {
+				spec.ExpiredAction = ExpireDrop
+			}
+		}
 		l.do("create-queue "+spec.Name, func(s *Sched) { s.CreateQueue(ref, spec) })
 	case op < 5:
 		q := lsQueues[l.pick(len(lsQueues))]
@@ -294,6 +300,12 @@ func (l *lockstep) enqueue(ref Ref) {
 		}
 		if l.pick(4) == 0 {
 			m.Delay = l.dur(2 * time.Second)
+		}
+		if l.pick(4) == 0 {
+			m.TTL = l.dur(3*time.Second) + time.Millisecond
+		}
+		if l.pick(3) == 0 {
+			m.Priority = uint8(l.pick(MaxPriority + 2))
 		}
 		if l.pick(4) == 0 {
 			m.IdempotencyKey = "i" + strconv.Itoa(l.pick(4))

@@ -28,8 +28,11 @@ func checkInvariants(s *Sched, pumped bool) error {
 		if e.heap != uint32(i+1) || m.ext != t {
 			return fmt.Errorf("timer heap: %s at %d has index %d", formatID(m.id), i, int(e.heap)-1)
 		}
-		if m.state != stDelayed && m.state != stLeased {
-			return fmt.Errorf("timer heap: %s in state %v", formatID(m.id), m.state)
+		if m.state != stDelayed && m.state != stLeased && (m.state != stReady || s.expiresAt(m) == 0) {
+			return fmt.Errorf("timer heap: %s in state %v (expiry %d)", formatID(m.id), m.state, s.expiresAt(m))
+		}
+		if exp := s.expiresAt(m); exp != 0 && m.state != stLeased && e.due > exp {
+			return fmt.Errorf("timer heap: %s in state %v due %d after its expiry %d", formatID(m.id), m.state, e.due, exp)
 		}
 		if i > 0 && s.timers.o.before(t, s.timers.a[(i-1)/2]) {
 			return fmt.Errorf("timer heap: order broken at %d", i)
@@ -72,7 +75,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 					return fmt.Errorf("queue %s: message %s: extension record of message %d", name, formatID(id), e.msg)
 				}
 			}
-			if w := s.weightOf(m); w == 0 || (m.weight == 0) != (w >= 1<<16) {
+			if w := s.weightOf(m); w == 0 || (m.weight&weightMask == 0) != (w >= 1<<weightBits) {
 				return fmt.Errorf("queue %s: message %s: weight %d kept as %d", name, formatID(id), w, m.weight)
 			}
 			if (e.lease != 0) != (m.state == stLeased) || (e.slot != 0 && m.state != stLeased) {
@@ -93,8 +96,8 @@ func checkInvariants(s *Sched, pumped bool) error {
 			case stReady:
 				ready++
 				pending[l.key]++
-				if m.flags&fListed == 0 || inHeap(m) {
-					return fmt.Errorf("queue %s: ready message %s: listed %v, in heap %v", name, formatID(id), m.flags&fListed != 0, inHeap(m))
+				if m.flags&fListed == 0 || inHeap(m) != (s.expiresAt(m) != 0) {
+					return fmt.Errorf("queue %s: ready message %s: listed %v, in heap %v, expiry %d", name, formatID(id), m.flags&fListed != 0, inHeap(m), s.expiresAt(m))
 				}
 			case stDelayed:
 				delayed++
@@ -193,7 +196,10 @@ func checkInvariants(s *Sched, pumped bool) error {
 			if nrun != k.nrun {
 				return fmt.Errorf("queue %s key %s: nrun %d, runnable lanes %d", name, fk, k.nrun, nrun)
 			}
-			if k.nrun > 0 {
+			if err := checkPrioRings(s, k); err != nil {
+				return fmt.Errorf("queue %s key %s: %v", name, fk, err)
+			}
+			if k.nrun > 0 && k.pr == nil {
 				var n int32
 				for l := k.run; ; l = l.next {
 					if l.state != lsRunnable || l.key != k {
@@ -210,7 +216,7 @@ func checkInvariants(s *Sched, pumped bool) error {
 				if n != k.nrun {
 					return fmt.Errorf("queue %s key %s: runnable ring %d, nrun %d", name, fk, n, k.nrun)
 				}
-			} else if k.run != nil {
+			} else if k.nrun == 0 && k.run != nil {
 				return fmt.Errorf("queue %s key %s: empty ring with a head", name, fk)
 			}
 			if q.fair.active(k) != (k.nrun > 0) {
@@ -531,6 +537,47 @@ func checkTenantState(q *queue) error {
 	}
 	if inTop != f.top.Len() {
 		return fmt.Errorf("top scheduler holds %d tenants, counted %d", f.top.Len(), inTop)
+	}
+	return nil
+}
+
+// checkPrioRings checks a fairness key's runnable rings by priority: each
+// ring's lanes are runnable, of the key, of the ring's priority, and as
+// many as it counts; the counts sum to nrun, and run is the position in
+// the highest priority's ring.
+func checkPrioRings(s *Sched, k *fkey) error {
+	p := k.pr
+	if p == nil {
+		return nil
+	}
+	var total int32
+	for r := range p.n {
+		if p.n[r] == 0 {
+			if p.pos[r] != nil {
+				return fmt.Errorf("priority %d: empty ring with a position", r)
+			}
+			continue
+		}
+		var n int32
+		for l := p.pos[r]; ; l = l.next {
+			if l.state != lsRunnable || l.key != k || int(l.rank) != r || s.laneRank(l) != l.rank {
+				return fmt.Errorf("priority %d: lane %q (rank %d, now %d, state %d) does not belong", r, l.okey, l.rank, s.laneRank(l), l.state)
+			}
+			n++
+			if l.next == p.pos[r] || n > p.n[r] {
+				break
+			}
+		}
+		if n != p.n[r] {
+			return fmt.Errorf("priority %d: ring of %d, counted %d", r, n, p.n[r])
+		}
+		total += n
+	}
+	if total != k.nrun {
+		return fmt.Errorf("priority rings hold %d lanes, nrun %d", total, k.nrun)
+	}
+	if t := p.top(); t >= 0 && k.run.rank != uint8(t) || t < 0 && k.run != nil {
+		return fmt.Errorf("run is not in the highest priority's ring")
 	}
 	return nil
 }

@@ -46,8 +46,9 @@ func (s *Sched) itemErrs(n int) []error {
 // message returns to the head of its lane, ready at once, without counting
 // an attempt, so its next delivery has the same attempt number. Items are
 // released last first, so messages of one lane keep their order. The
-// deliveries' DRR charge and tokens are not refunded. The reply is an
-// []error, one per item, as for Ack.
+// deliveries' DRR charge and tokens are not refunded; a message whose TTL
+// has passed expires instead (ttl.go). The reply is an []error, one per
+// item, as for Ack.
 func (s *Sched) Release(ref Ref, items []LeaseRef) {
 	errs := s.itemErrs(len(items))
 	for i := len(items) - 1; i >= 0; i-- {
@@ -215,6 +216,10 @@ func (s *Sched) Decide(queue string, id [16]byte, d Decision) {
 // after the policy's backoff.
 func (s *Sched) apply(x mref, m *msg, d Decision) {
 	q := s.queueOf(m)
+	if !d.DeadLetter && m.ext != 0 && s.expired(m) {
+		s.expire(x, m) // back from a lease after its expiry (ttl.go)
+		return
+	}
 	if d.DeadLetter {
 		if q.dlq != nil {
 			s.deadLetter(x, m)
@@ -229,14 +234,19 @@ func (s *Sched) apply(x mref, m *msg, d Decision) {
 	}
 	m.state = stDelayed
 	q.delayed++
-	s.setTimer(x, m, s.now.Add(d.Delay))
+	s.setDelay(x, m, s.now.Add(d.Delay))
 	s.persistState(x, m)
 }
 
 // makeReady puts message x, its record m, in no state, back in its lane:
 // at the head if it is its ordered lane's in-flight message (a retry
-// keeps its place), else at the tail.
+// keeps its place), else at the tail. A message whose TTL has passed
+// expires instead.
 func (s *Sched) makeReady(x mref, m *msg) {
+	if m.ext != 0 && s.expired(m) {
+		s.expire(x, m)
+		return
+	}
 	l := s.laneOf(m)
 	q := l.key.q
 	m.state = stReady
@@ -254,11 +264,17 @@ func (s *Sched) makeReady(x mref, m *msg) {
 	s.markDirty(q)
 }
 
-// clearDue sets m's due time to 0, m being out of the timers, and frees
-// its extension record if that leaves it empty.
+// clearDue sets the due time of m, out of the timers and becoming
+// ready, to its expiry, in the timers, if it has a TTL (ttl.go); else to
+// 0, freeing its extension record if that leaves it empty.
 func (s *Sched) clearDue(m *msg) {
 	if m.ext != 0 {
-		s.exts.at(uint32(m.ext)).due = 0
+		e := s.exts.at(uint32(m.ext))
+		if exp := s.expiresAt(m); exp != 0 {
+			s.setTimer(e.msg, m, exp)
+			return
+		}
+		e.due = 0
 		s.trimExt(m)
 	}
 }
@@ -270,7 +286,7 @@ func (s *Sched) deadLetter(x mref, m *msg) {
 	old := s.laneOf(m)
 	d := old.key.q.dlq
 	old.key.q.counts.DeadLettered++
-	s.moveTo(x, m, s.laneFor(d, old.key.name, old.ts, old.okey))
+	s.moveTo(x, m, s.laneFor(d, old.key.name, old.ts, old.okey, old.prio))
 	m.flags |= fDead
 	s.persistState(x, m)
 	s.makeReady(x, m)
@@ -291,7 +307,7 @@ func (s *Sched) moveTo(x mref, m *msg, l *lane) {
 // persistState writes the state record of message x, its record m.
 func (s *Sched) persistState(x mref, m *msg) {
 	e := s.ext(m)
-	r := stateRecord{dead: m.flags&fDead != 0, attempts: e.attempts, lastErr: s.reason(x, m)}
+	r := stateRecord{dead: m.flags&fDead != 0, noTTL: m.flags&fNoTTL != 0, attempts: e.attempts, lastErr: s.reason(x, m)}
 	if m.state == stDelayed {
 		r.due = e.due
 	}
@@ -305,6 +321,12 @@ func (s *Sched) persistState(x mref, m *msg) {
 // fire handles message x, whose timer is due (already popped).
 func (s *Sched) fire(x mref) {
 	m := s.msg(x)
+	if m.state == stReady || m.state == stDelayed {
+		if s.expired(m) {
+			s.expire(x, m)
+			return
+		}
+	}
 	l := s.laneOf(m)
 	q := l.key.q
 	switch m.state {
@@ -338,54 +360,6 @@ func (s *Sched) fire(x mref) {
 		q.counts.Expired++
 		s.fail(x, m, ReasonLeaseExpired, failNack, 0)
 	}
-}
-
-// Redrive moves up to n messages (0: all) from the DLQ dlq back to its
-// queue, oldest (lowest ID) first, with attempts and last error reset,
-// ready at once. Messages leased or backing off in the DLQ stay. The
-// reply is a Redriven, or an error wrapping fault.ErrQueueNotFound or
-// fault.ErrNotADLQ. It costs O(m log m) for m messages in the DLQ.
-func (s *Sched) Redrive(ref Ref, dlq string, n uint64) {
-	d := s.queues[dlq]
-	if d == nil {
-		s.reply(ref, fmt.Errorf("redrive %s: %w", dlq, fault.ErrQueueNotFound))
-		return
-	}
-	if d.parent == nil {
-		s.reply(ref, fmt.Errorf("redrive %s: %w", dlq, fault.ErrNotADLQ))
-		return
-	}
-	var ready []mref
-	for x := range d.msgs.all() {
-		if s.msg(x).state == stReady {
-			ready = append(ready, x)
-		}
-	}
-	s.sortByID(ready)
-	if n > 0 && uint64(len(ready)) > n {
-		ready = ready[:n]
-	}
-	p := d.parent
-	for _, x := range ready {
-		m := s.msg(x)
-		s.leave(x, m)
-		old := s.laneOf(m)
-		s.moveTo(x, m, s.laneFor(p, old.key.name, old.ts, old.okey))
-		m.flags &^= fDead
-		if m.ext != 0 {
-			s.exts.at(uint32(m.ext)).attempts = 0
-		}
-		s.setReason(x, m, "")
-		if m.flags&fState != 0 {
-			b := s.cur
-			s.del(appendStateKey(b.alloc(stateKeyLen(p.name))[:0], p.name, m.id))
-			m.flags &^= fState
-		}
-		s.makeReady(x, m)
-	}
-	d.counts.Redriven += uint64(len(ready))
-	p.counts.Redriven += uint64(len(ready))
-	s.reply(ref, Redriven{Moved: uint64(len(ready))})
 }
 
 // failureOf describes message x, its record m, failed and waiting for a

@@ -94,6 +94,7 @@ func checkStored(spec *QueueSpec) error {
 		{"backoff_base", spec.BackoffBase},
 		{"backoff_max", spec.BackoffMax},
 		{"dedup_window", spec.DedupWindow},
+		{"message_ttl", spec.MessageTTL},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("queue %s: %s %d: must not be negative: %w", spec.Name, f.name, f.v, fault.ErrInvalidArgument)
@@ -123,6 +124,9 @@ func (s *Sched) checkSpec(spec *QueueSpec) error {
 		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
 	}
 	if e := checkTenants(spec, cmp.Or(spec.Policy, s.cfg.Policy)); e != nil {
+		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
+	}
+	if e := checkTTL(spec); e != nil {
 		return fmt.Errorf("create queue %s: %w: %w", spec.Name, e, fault.ErrInvalidArgument)
 	}
 	set := QueueSettings{
@@ -181,7 +185,7 @@ func (s *Sched) CreateQueue(ref Ref, spec QueueSpec) {
 	q := s.addQueue(spec)
 	b := s.cur
 	key := appendQueueKey(b.alloc(len(prefixQueue) + len(spec.Name))[:0], spec.Name)
-	s.put(key, appendQueueRecord(b.alloc(65 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy) + len(spec.TenantSeparator))[:0], &spec))
+	s.put(key, appendQueueRecord(b.alloc(65 + len(spec.OnEnqueue) + len(spec.OnFailure) + len(spec.Policy) + len(spec.TenantSeparator) + 13 + len(spec.ExpiredAction))[:0], &spec))
 	s.reply(ref, QueueCreated{Name: q.name, DLQ: q.dlq.name})
 }
 
@@ -263,6 +267,7 @@ func (s *Sched) DeleteQueue(ref Ref, name string) {
 // deletes the records by range.
 func (s *Sched) dropQueue(q *queue) {
 	q.deleted = true
+	s.stopRedrive(q)
 	ended := fmt.Errorf("queue %s deleted: %w", q.name, fault.ErrQueueNotFound)
 	for _, id := range sortedKeys(q.subs, func(a, b SubID) int { return cmp.Compare(a, b) }) {
 		sb := q.subs[id]
@@ -290,7 +295,8 @@ func (s *Sched) dropQueue(q *queue) {
 	delete(s.queues, q.name)
 }
 
-// dropTimers takes the timers of q's messages (delayed or leased) out of
+// dropTimers takes the timers of q's messages (delayed, leased, or ready
+// with a TTL) out of
 // Sched.timers one by one in order of message ID, as deleting the
 // messages one by one did: the heap's layout, which images record, comes
 // out as it did then, and does not depend on the layout of q's ID index.
@@ -298,12 +304,12 @@ func (s *Sched) dropQueue(q *queue) {
 // (unless it grew past maxDropScratch): O(t log t) for t timers, against
 // O(m log m) for sorting all m messages.
 func (s *Sched) dropTimers(q *queue) {
-	if q.delayed+q.leased == 0 {
+	if q.delayed+q.leased == 0 && !q.ttls {
 		return
 	}
 	ms := s.drop[:0]
 	for x := range q.msgs.all() {
-		if m := s.msg(x); m.state == stDelayed || m.state == stLeased {
+		if m := s.msg(x); m.state == stDelayed || m.state == stLeased || m.ext != 0 && s.exts.at(uint32(m.ext)).heap != 0 {
 			ms = append(ms, x)
 		}
 	}
@@ -448,11 +454,14 @@ func (s *Sched) queueStats(q *queue, name string, top int) QueueStats {
 		MaxAttempts:       q.policy.MaxAttempts,
 		Policy:            q.fair.name(),
 		Counts:            q.counts,
+		Redrive:           q.redriveProgress(),
 	}
 	if q.fair.stfq && q.fair.budget > 0 {
 		st.LatencyBudget, st.LatencyIdle = q.fair.budget, q.fair.idle
 	}
 	st.TenantSeparator, st.CostByTime = q.fair.sep, q.fair.byTime
+	st.MessageTTL = q.home().spec.MessageTTL
+	st.ExpiredAction = cmp.Or(q.home().spec.ExpiredAction, ExpireDeadLetter)
 	st.Bytes = q.msgs.bytes
 	if q.dlq != nil {
 		st.DeadLettered = uint64(q.dlq.msgs.len())

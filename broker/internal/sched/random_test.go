@@ -132,6 +132,12 @@ func (r *randomRun) step(i int) {
 		if r.pick(3) == 0 {
 			spec.OnFailure = "function on_failure(m) end"
 		}
+		if r.pick(3) == 0 {
+			spec.MessageTTL = r.dur(6*time.Second) + time.Millisecond
+			if r.pick(2) == 0 {
+				spec.ExpiredAction = ExpireDrop
+			}
+		}
 		r.last = "create-queue " + q
 		s.CreateQueue(ref, spec)
 	case op < 5:
@@ -271,6 +277,12 @@ func (r *randomRun) enqueue(ref Ref) {
 		}
 		if r.pick(4) == 0 {
 			m.Delay = r.dur(3 * time.Second)
+		}
+		if r.pick(4) == 0 {
+			m.TTL = r.dur(4*time.Second) + time.Millisecond
+		}
+		if r.pick(3) == 0 {
+			m.Priority = uint8(r.pick(MaxPriority + 2))
 		}
 		if r.pick(4) == 0 {
 			m.IdempotencyKey = "i" + strconv.Itoa(r.pick(5))

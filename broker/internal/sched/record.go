@@ -146,6 +146,18 @@ func cutReason(r string) string {
 //
 // Times are Unix nanoseconds; due is 0 for a message enqueued without
 // delay.
+//
+// A message with a TTL or a priority other than the default is written
+// as version 2, which adds two fields before the body:
+//
+//	| ... ordering_key: len 2B, bytes | expires 8B | priority 1B | body |
+//
+// expires is when the message expires (Unix nanoseconds), 0 for never;
+// priority is encoded as Message.Priority (0: the default). Every other
+// message is written as version 1, byte for byte as before TTLs, so
+// that data written by an older broker, and records of messages using
+// neither, read the same.
+const msgRecordVersion2 = 2
 
 // MessageMeta is the metadata of a message record.
 type MessageMeta struct {
@@ -156,6 +168,11 @@ type MessageMeta struct {
 	FairnessKey  string   // resolved ("default" for none)
 	ThrottleKeys []string // sorted, without duplicates
 	OrderingKey  string   // empty for none
+	// Expires is when the message expires (Unix nanoseconds); 0 for
+	// never.
+	Expires Time
+	// Priority is 0 for DefaultPriority, else 1 + the priority (0 to 9).
+	Priority uint8
 }
 
 func msgRecordLen(m *Message, fk string, keys []string) int {
@@ -167,7 +184,12 @@ func msgRecordLen(m *Message, fk string, keys []string) int {
 }
 
 func appendMsgRecord(b []byte, meta *MessageMeta, body []byte) []byte {
-	b = append(b, recordVersion)
+	v2 := meta.Expires != 0 || meta.Priority != 0
+	if v2 {
+		b = append(b, msgRecordVersion2)
+	} else {
+		b = append(b, recordVersion)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(meta.EnqueuedAt))
 	b = binary.BigEndian.AppendUint64(b, uint64(meta.Due))
 	b = binary.BigEndian.AppendUint32(b, meta.Weight)
@@ -178,6 +200,10 @@ func appendMsgRecord(b []byte, meta *MessageMeta, body []byte) []byte {
 		b = appendString16(b, k)
 	}
 	b = appendString16(b, meta.OrderingKey)
+	if v2 {
+		b = binary.BigEndian.AppendUint64(b, uint64(meta.Expires))
+		b = append(b, meta.Priority)
+	}
 	return append(b, body...)
 }
 
@@ -191,7 +217,7 @@ func appendString16(b []byte, s string) []byte {
 // truncated or of an unknown version.
 func DecodeMessageRecord(value []byte) (meta MessageMeta, body []byte, err error) {
 	d := decoder{b: value, what: "message record"}
-	d.version()
+	v2 := d.msgVersion()
 	meta.EnqueuedAt = Time(d.u64())
 	meta.Due = Time(d.u64())
 	meta.Weight = d.u32()
@@ -209,6 +235,14 @@ func DecodeMessageRecord(value []byte) (meta MessageMeta, body []byte, err error
 		}
 	}
 	meta.OrderingKey = d.str16()
+	if v2 {
+		meta.Expires = Time(d.u64())
+		meta.Priority = d.u8()
+		if d.err == nil && (meta.Priority > MaxPriority+1 || meta.Expires < 0) {
+			d.off -= 9
+			d.fail("expires %d, priority %d", meta.Expires, meta.Priority)
+		}
+	}
 	if d.err != nil {
 		return MessageMeta{}, nil, d.err
 	}
@@ -219,7 +253,7 @@ func DecodeMessageRecord(value []byte) (meta MessageMeta, body []byte, err error
 // decoding the rest, for the delivery path. body aliases value.
 func MessageBody(value []byte) ([]byte, error) {
 	d := decoder{b: value, what: "message record"}
-	d.version()
+	v2 := d.msgVersion()
 	d.skip(8 + 8 + 4 + 4)
 	d.skip16()
 	n := int(d.u16())
@@ -227,6 +261,9 @@ func MessageBody(value []byte) ([]byte, error) {
 		d.skip16()
 	}
 	d.skip16()
+	if v2 {
+		d.skip(8 + 1)
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -240,22 +277,30 @@ func MessageBody(value []byte) ([]byte, error) {
 //	| ver 1B | flags 1B | attempts 4B | due 8B  | last_error: len 2B, bytes |
 //	+--------+----------+-------------+---------+--------------------------+
 //
-// flags bit 0: dead-lettered (the message is in its queue's DLQ). due is
+// flags bit 0: dead-lettered (the message is in its queue's DLQ); bit 1:
+// the message no longer expires (a redrive took its TTL away). due is
 // the end of a retry backoff, 0 for ready.
 type stateRecord struct {
 	dead     bool
+	noTTL    bool
 	attempts uint32
 	due      Time
 	lastErr  string
 }
 
-const stateDead = 1
+const (
+	stateDead  = 1
+	stateNoTTL = 2
+)
 
 func appendStateRecord(b []byte, r *stateRecord) []byte {
 	b = append(b, recordVersion)
 	var flags byte
 	if r.dead {
 		flags |= stateDead
+	}
+	if r.noTTL {
+		flags |= stateNoTTL
 	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint32(b, r.attempts)
@@ -267,10 +312,11 @@ func decodeStateRecord(value []byte) (r stateRecord, err error) {
 	d := decoder{b: value, what: "state record"}
 	d.version()
 	flags := d.u8()
-	if flags&^stateDead != 0 {
+	if flags&^(stateDead|stateNoTTL) != 0 {
 		d.fail("flags %#x", flags)
 	}
 	r.dead = flags&stateDead != 0
+	r.noTTL = flags&stateNoTTL != 0
 	r.attempts = d.u32()
 	r.due = Time(d.u64())
 	r.lastErr = d.str16()
@@ -371,10 +417,13 @@ func decodeRunRecord(value []byte, last uint64) ([]pentry, error) {
 //	+-------------------------------------------------------------+
 //	| policy: len 4B, bytes | latency_budget 4B | latency_idle 8B ns |
 //	+-------------------------------------------------------------+
-//	| tenant_separator: len 4B, bytes | cost_by_time 1B (1)        |
+//	| tenant_separator: len 4B, bytes | cost_by_time 1B (0 or 1)   |
 //	+-------------------------------------------------------------+
-//	(cost_by_time absent when false, the last row when both are zero,
-//	the last two when all five are: the defaults)
+//	| message_ttl 8B ns | expired_action: len 4B, bytes            |
+//	+-------------------------------------------------------------+
+//	(the TTL row absent when both are zero; then cost_by_time absent
+//	when false, the tenant row when both are zero, the policy row when
+//	all five are: the defaults, as records were before each)
 func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, recordVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.VisibilityTimeout))
@@ -386,19 +435,30 @@ func appendQueueRecord(b []byte, spec *QueueSpec) []byte {
 	b = append(b, spec.OnEnqueue...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.OnFailure)))
 	b = append(b, spec.OnFailure...)
-	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime {
+	ttl := spec.MessageTTL != 0 || spec.ExpiredAction != ""
+	if spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime && !ttl {
 		return b // as records were before policies: the defaults
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.Policy)))
 	b = append(b, spec.Policy...)
 	b = binary.BigEndian.AppendUint32(b, spec.LatencyBudget)
 	b = binary.BigEndian.AppendUint64(b, uint64(spec.LatencyIdle))
-	if spec.TenantSeparator == "" && !spec.CostByTime {
+	if spec.TenantSeparator == "" && !spec.CostByTime && !ttl {
 		return b // as records were before tenants
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(spec.TenantSeparator)))
 	b = append(b, spec.TenantSeparator...)
-	if spec.CostByTime {
+	switch {
+	case ttl:
+		var c byte
+		if spec.CostByTime {
+			c = 1
+		}
+		b = append(b, c)
+		b = binary.BigEndian.AppendUint64(b, uint64(spec.MessageTTL))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(spec.ExpiredAction)))
+		b = append(b, spec.ExpiredAction...)
+	case spec.CostByTime:
 		b = append(b, 1)
 	}
 	return b
@@ -428,10 +488,22 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 		if d.err == nil && d.off < len(d.b) {
 			spec.TenantSeparator = d.str32()
 			if d.err == nil && d.off < len(d.b) {
-				if c := d.u8(); c != 1 && d.err == nil {
+				c := d.u8()
+				ttl := d.err == nil && d.off < len(d.b)
+				if (c > 1 || c == 0 && !ttl) && d.err == nil {
 					d.fail("cost_by_time %d", c)
 				}
-				spec.CostByTime = true
+				spec.CostByTime = c == 1
+				if ttl {
+					spec.MessageTTL = d.duration()
+					spec.ExpiredAction = d.str32()
+					if e := checkTTL(&spec); e != nil && d.err == nil {
+						d.fail("%v", e)
+					}
+					if d.err == nil && spec.MessageTTL == 0 && spec.ExpiredAction == "" {
+						d.fail("message ttl written all zero")
+					}
+				}
 			} else if spec.TenantSeparator == "" && d.err == nil {
 				d.fail("empty tenant separator")
 			}
@@ -439,7 +511,7 @@ func decodeQueueRecord(name string, value []byte) (spec QueueSpec, err error) {
 				d.fail("%v", e)
 			}
 		}
-		if d.err == nil && spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime {
+		if d.err == nil && spec.Policy == "" && spec.LatencyBudget == 0 && spec.LatencyIdle == 0 && spec.TenantSeparator == "" && !spec.CostByTime && spec.MessageTTL == 0 && spec.ExpiredAction == "" {
 			d.fail("settings written all zero") // written only when one is set
 		}
 	}
@@ -484,6 +556,17 @@ func (d *decoder) version() {
 		d.off--
 		d.fail("unknown version %d", v)
 	}
+}
+
+// msgVersion reads a message record's version, 1 or 2, and reports
+// whether it is 2.
+func (d *decoder) msgVersion() bool {
+	v := d.u8()
+	if d.err == nil && v != recordVersion && v != msgRecordVersion2 {
+		d.off--
+		d.fail("unknown version %d", v)
+	}
+	return v == msgRecordVersion2
 }
 
 func (d *decoder) u8() uint8 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"time"
 )
 
 // Restore loads one stored record. The shell calls it for every record
@@ -148,8 +149,11 @@ func (s *Sched) restoreMsg(key, value []byte) error {
 	if q.msgs.get(&s.recs, id) != 0 || id == [16]byte{} {
 		return fmt.Errorf("bad message id %s", formatID(id))
 	}
+	if meta.Priority == DefaultPriority+1 {
+		meta.Priority = 0 // as Enqueue stores it
+	}
 	ts := s.internTset(meta.ThrottleKeys)
-	l := s.laneFor(q, meta.FairnessKey, ts, meta.OrderingKey)
+	l := s.laneFor(q, meta.FairnessKey, ts, meta.OrderingKey, meta.Priority)
 	weight := max(meta.Weight, 1)
 	q.fair.setWeight(l.key, weight)
 	x, m := s.newMsg()
@@ -157,7 +161,13 @@ func (s *Sched) restoreMsg(key, value []byte) error {
 	m.enq = meta.EnqueuedAt
 	m.cost = meta.PayloadSize
 	s.setWeight(x, m, weight)
+	s.setPrio(x, m, meta.Priority)
 	s.attach(q, x, m, l)
+	if meta.Expires != 0 {
+		ms := (meta.Expires - meta.EnqueuedAt + Time(time.Millisecond) - 1) / Time(time.Millisecond)
+		s.extFor(x, m).ttl = uint32(min(max(ms, 1), Time(ttlMillis(MaxTTL))))
+		q.ttls = true
+	}
 	if meta.Due > 0 {
 		s.restoreDelayed(x, m, meta.Due)
 	} else {
@@ -190,10 +200,18 @@ func (s *Sched) restoreState(key, value []byte) error {
 	}
 	s.setReason(x, m, r.lastErr)
 	m.flags |= fState
+	if r.noTTL {
+		s.dropTTL(m)
+		m.flags |= fNoTTL
+		if m.state == stReady {
+			s.untime(m) // its expiry; a delayed message is re-timed below
+			s.clearDue(m)
+		}
+	}
 	if r.dead {
 		l := s.laneOf(m)
 		s.leave(x, m)
-		s.moveTo(x, m, s.laneFor(q.dlq, l.key.name, l.ts, l.okey))
+		s.moveTo(x, m, s.laneFor(q.dlq, l.key.name, l.ts, l.okey, l.prio))
 		m.flags |= fDead
 		if r.due > 0 {
 			s.restoreDelayed(x, m, r.due)
@@ -216,13 +234,13 @@ func (s *Sched) restoreDue(x mref, m *msg, due Time) {
 	switch {
 	case due == 0 && m.state == stReady:
 	case due > 0 && m.state == stDelayed:
-		s.setTimer(x, m, due)
+		s.setDelay(x, m, due)
 	case m.flags&fListed != 0 && due > 0: // ready → delayed, in place
 		q.ready--
 		k.pending--
 		m.state = stDelayed
 		q.delayed++
-		s.setTimer(x, m, due)
+		s.setDelay(x, m, due)
 		if !l.ordered() {
 			s.unlink(l, x, m)
 			m.flags &^= fListed
@@ -249,6 +267,11 @@ func (s *Sched) restoreReady(x mref, m *msg) {
 	l.key.pending++
 	s.pushBack(l, x, m)
 	m.flags |= fListed
+	if exp := s.expiresAt(m); exp != 0 {
+		s.setTimer(x, m, exp)
+	} else {
+		s.clearDue(m) // a due time it had in its queue, dead-lettered
+	}
 	s.laneSync(l)
 }
 
@@ -259,7 +282,7 @@ func (s *Sched) restoreDelayed(x mref, m *msg, due Time) {
 	l := s.laneOf(m)
 	m.state = stDelayed
 	l.key.q.delayed++
-	s.setTimer(x, m, due)
+	s.setDelay(x, m, due)
 	if l.ordered() {
 		s.pushBack(l, x, m)
 		m.flags |= fListed

@@ -176,6 +176,9 @@ type Sched struct {
 	// drop is DeleteQueue's scratch: the timed messages of the queue it
 	// deletes.
 	drop []mref
+	// redrives lists the DLQs running a throttled redrive, in the order
+	// they started (redrive.go).
+	redrives []*queue
 }
 
 // New returns a scheduler with no queues. Restore stored records before
@@ -235,6 +238,9 @@ func (s *Sched) Tick(now Time) {
 		s.wake(b)
 	}
 	s.sortRestored()
+	if len(s.redrives) > 0 {
+		s.runRedrives()
+	}
 	for {
 		q, ok := s.expiry.top()
 		if !ok || q.dnext > s.now {
@@ -316,6 +322,9 @@ func (s *Sched) deadline() Time {
 	}
 	if q, ok := s.expiry.top(); ok && (d == 0 || q.dnext < d) {
 		d = q.dnext
+	}
+	if r := s.redriveDeadline(); r != 0 && (d == 0 || r < d) {
+		d = r
 	}
 	return d
 }

@@ -39,12 +39,17 @@ const (
 	fListed                   // in its lane's list
 	fReason                   // has a last failure reason in Sched.reasons
 	fFresh                    // leased in the Ready being built, not yet handed out
+	fNoTTL                    // its stored record has an expiry a redrive took away (ttl.go)
 )
 
-// laneID identifies a lane within its fairness key.
+// laneID identifies a lane within its fairness key. prio is the
+// priority of the lane's messages (encoded as Message.Priority) in a
+// lane without an ordering key; 0 in one with an ordering key, whose
+// messages keep their order whatever their priorities.
 type laneID struct {
 	ts   *tset
 	okey string
+	prio uint8
 }
 
 type laneState uint8
@@ -67,6 +72,9 @@ type lane struct {
 	refs       int32 // messages of any state in the lane
 	ts         *tset // nil: no throttle keys
 	okey       string
+	// prio is its laneID's; rank is the priority (0 to 9) it was put in
+	// its key's runnable rings with (priority.go).
+	prio, rank uint8
 	// inflight is an ordered lane's message that left the list for
 	// delivery and has not been acked or dead-lettered: it blocks the
 	// lane, and a retry puts it back at the head.
@@ -158,8 +166,13 @@ type fkey struct {
 	sflow stfq.Flow[*fkey]
 	q     *queue
 	name  string
-	// run is the runnable ring's next lane to serve; nrun its length.
+	// run is the runnable ring's next lane to serve; nrun its length,
+	// counting every ring's lanes when pr is set.
 	run *lane
+	// pr holds a runnable ring per priority, once a lane of a priority
+	// other than the default has been runnable (priority.go); run is then
+	// the position in the highest priority's ring.
+	pr *prioRings
 	// refs counts the key's messages in any state; the key is dropped at 0.
 	refs int32
 	// pending counts its stReady messages.
@@ -283,6 +296,9 @@ type sub struct {
 	id     SubID
 	q      *queue
 	credit uint32
+	// lease is its deliveries' lease length; 0: the queue's visibility
+	// timeout.
+	lease time.Duration
 	// held counts the messages leased to it (its lease list's length); it
 	// takes deliveries only while held < Sched.maxHeld.
 	held   uint32
@@ -329,8 +345,13 @@ type queue struct {
 	limits    map[string]*tbucket
 	dirty     bool
 	deleted   bool
+	// ttls is set once a message with a TTL joined the queue: ready
+	// messages may then be in the timer heap.
+	ttls bool
 	// counts are its cumulative events (QueueStats.Counts).
 	counts QueueCounts
+	// redrive is a DLQ's throttled redrive under way (redrive.go).
+	redrive *redrive
 
 	// prods are the idempotent producers the queue remembers, listed
 	// from phead to ptail by expiry (producer.go).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/fault"
 	"github.com/fila-mq/fila/broker/internal/sched/bucket"
@@ -28,6 +29,15 @@ const MaxRateLimits = 16
 // its rate (limit per period) and burst (0 means limit), keeping the
 // tokens it holds.
 func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits []RateLimit) {
+	s.SubscribeLease(ref, id, queue, credit, limits, 0)
+}
+
+// SubscribeLease is Subscribe with the subscription's own lease length:
+// its deliveries are leased for lease instead of the queue's visibility
+// timeout (a per-consumer lease timeout); 0 means the queue's. A lease
+// above Config.MaxLeaseExtension, or negative, fails with
+// fault.ErrInvalidArgument.
+func (s *Sched) SubscribeLease(ref Ref, id SubID, queue string, credit uint32, limits []RateLimit, lease time.Duration) {
 	q := s.queues[queue]
 	if q == nil {
 		s.reply(ref, fmt.Errorf("subscribe %s: %w", queue, fault.ErrQueueNotFound))
@@ -37,8 +47,13 @@ func (s *Sched) Subscribe(ref Ref, id SubID, queue string, credit uint32, limits
 		s.reply(ref, fmt.Errorf("subscribe %s: %w", queue, err))
 		return
 	}
+	if lease < 0 || lease > s.cfg.MaxLeaseExtension {
+		s.reply(ref, fmt.Errorf("subscribe %s: lease timeout %s: want at most max_lease_extension (%s): %w",
+			queue, FormatDuration(lease), FormatDuration(s.cfg.MaxLeaseExtension), fault.ErrInvalidArgument))
+		return
+	}
 	credit = min(credit, s.maxHeld)
-	sb := &sub{id: id, q: q, credit: credit, group: -1, egroup: -1}
+	sb := &sub{id: id, q: q, credit: credit, lease: lease, group: -1, egroup: -1}
 	s.allocSlot(sb)
 	now := int64(s.now)
 	for _, rl := range limits {
@@ -228,9 +243,14 @@ func (s *Sched) closeSub(sb *sub) {
 
 // undeliver returns message x, its record m, leased in the Ready being
 // built, to the head of its lane as if it had not been picked. Its tokens
-// and DRR charge are not refunded.
+// and DRR charge are not refunded. A message whose TTL has passed
+// expires instead (ttl.go).
 func (s *Sched) undeliver(x mref, m *msg) {
 	s.leave(x, m)
+	if m.ext != 0 && s.expired(m) {
+		s.expire(x, m)
+		return
+	}
 	l := s.laneOf(m)
 	q := l.key.q
 	m.state = stReady

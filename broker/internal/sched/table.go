@@ -12,8 +12,8 @@ package sched
 // with a million messages as with none.
 //
 // A record holds what every message needs, in 48 bytes; what only some
-// need (a due time, a timer, a lease, failed attempts, a weight of 2^16
-// or more) is in an extension record of a second slab, referred to by
+// need (a due time, a timer, a lease, failed attempts, a weight of 2^12
+// or more, a TTL) is in an extension record of a second slab, referred to by
 // the first. A ready message that has never failed has none: it costs
 // its 48 bytes and its slot in the ID index.
 
@@ -38,7 +38,9 @@ type xref uint32
 //	offset 32  prev     4
 //	offset 36  cost     4  payload bytes, the DRR cost
 //	offset 40  ext      4  its extension record, 0 for none
-//	offset 44  weight   2  its weight if below 2^16, else 0 (then in ext)
+//	offset 44  weight   2  bits 0-11: its weight if below 2^12, else 0
+//	                       (then in ext); bits 12-15: its priority as
+//	                       Message.Priority encodes it (0: the default)
 //	offset 46  state    1
 //	offset 47  flags    1
 type msg struct {
@@ -53,19 +55,22 @@ type msg struct {
 	next, prev mref
 	cost       uint32 // payload bytes, the DRR cost (≥ 1 when charged)
 	ext        xref
-	// weight is the message's weight (at least 1) when it is below 2^16;
-	// 0 means it is in the extension record.
+	// weight is, in bits 0-11, the message's weight (at least 1) when it
+	// is below 2^12, 0 when it is in the extension record; in bits 12-15,
+	// its priority (0 for DefaultPriority, else 1 + the priority).
 	weight uint16
 	state  msgState
 	flags  uint8
 }
 
 // msgExt extends a msg with what only messages in a timer, leased,
-// failed or of a large weight need. Layout, 48 bytes (44 used), aligned
-// to 8:
+// failed, of a large weight or with a TTL need. Layout, 48 bytes,
+// aligned to 8:
 //
-//	offset  0  due       8  stDelayed: due time; stLeased: lease deadline;
-//	                        stDeciding: the deadline of the lease that failed
+//	offset  0  due       8  stDelayed: due time (at most its expiry);
+//	                        stLeased: lease deadline; stReady with a TTL:
+//	                        its expiry; stDeciding: the deadline of the
+//	                        lease that failed
 //	offset  8  tseq      8  when its timer was set, orders equal deadlines
 //	offset 16  lease     8  stLeased: the lease token; else 0
 //	offset 24  attempts  4  failed attempts recorded
@@ -73,6 +78,7 @@ type msg struct {
 //	offset 32  heap      4  1 + its index in Sched.timers; 0 when not in it
 //	offset 36  weight    4  the message's weight when msg.weight is 0
 //	offset 40  msg       4  the message it extends
+//	offset 44  ttl       4  its TTL in milliseconds from enq, 0 for none
 //
 // Lease tokens and tseqs stay 64-bit: a lease can be extended for as
 // long as the consumer wants while other deliveries draw tokens, and a
@@ -91,6 +97,11 @@ type msgExt struct {
 	// msg is the message extended; a free record's msg links the slab
 	// page's free list.
 	msg mref
+	// ttl is the message's time to live in milliseconds from its enqueue
+	// time (at most MaxTTL), 0 for none. It is kept while the message is
+	// dead-lettered, where it does not apply, so that a redrive knows to
+	// record that the message no longer expires.
+	ttl uint32
 }
 
 // link returns the field a free record links its page's free list with.
@@ -313,7 +324,7 @@ func (s *Sched) trimExt(m *msg) {
 	if m.ext == 0 {
 		return
 	}
-	if e := s.exts.at(uint32(m.ext)); e.due == 0 && e.lease == 0 && e.attempts == 0 && e.slot == 0 && e.heap == 0 && m.weight != 0 {
+	if e := s.exts.at(uint32(m.ext)); e.due == 0 && e.lease == 0 && e.attempts == 0 && e.slot == 0 && e.heap == 0 && e.ttl == 0 && m.weight&weightMask != 0 {
 		s.exts.free(uint32(m.ext))
 		m.ext = 0
 	}
@@ -344,22 +355,39 @@ func (s *Sched) attempts(m *msg) uint32 {
 	return s.exts.at(uint32(m.ext)).attempts
 }
 
+// The bits of msg.weight: the weight below, the priority above.
+const (
+	weightBits = 12
+	weightMask = 1<<weightBits - 1
+)
+
 // weightOf returns m's weight.
 func (s *Sched) weightOf(m *msg) uint32 {
-	if m.weight != 0 {
-		return uint32(m.weight)
+	if w := m.weight & weightMask; w != 0 {
+		return uint32(w)
 	}
 	return s.exts.at(uint32(m.ext)).weight
 }
 
 // setWeight sets message x's weight, w ≥ 1; m is its record.
 func (s *Sched) setWeight(x mref, m *msg, w uint32) {
-	if w < 1<<16 {
-		m.weight = uint16(w)
+	p := m.weight &^ weightMask
+	if w < 1<<weightBits {
+		m.weight = p | uint16(w)
 		return
 	}
-	m.weight = 0
+	m.weight = p
 	s.extFor(x, m).weight = w
+}
+
+// prioOf returns m's priority as Message.Priority encodes it: 0 for
+// DefaultPriority, else 1 + the priority.
+func (s *Sched) prioOf(m *msg) uint8 { return uint8(m.weight >> weightBits) }
+
+// setPrio sets m's priority, p encoded as Message.Priority (at most
+// MaxPriority+1).
+func (s *Sched) setPrio(_ mref, m *msg, p uint8) {
+	m.weight = m.weight&weightMask | uint16(p)<<weightBits
 }
 
 // addLane gives l an index in Sched.lanes, for its messages to name.

@@ -251,10 +251,10 @@ func TestImageVersion(t *testing.T) {
 	if credit%(creditUnit/2) != 0 || credit == s.queues["a"].fair.creditMax {
 		t.Fatalf("credit %d: want a whole number of half deliveries, below the ceiling", credit)
 	}
-	if v := s.AppendImage(nil)[0]; v != 3 {
-		t.Fatalf("written as version %d; want 3", v)
+	if v := s.AppendImage(nil)[0]; v != imageVersion {
+		t.Fatalf("written as version %d; want %d", v, imageVersion)
 	}
-	for _, v := range []byte{2, 3} {
+	for _, v := range []byte{2, 3, 4} {
 		img := s.appendImage(nil, v)
 		c, err := LoadImage(Config{}, img)
 		if err != nil {

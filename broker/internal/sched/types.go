@@ -79,6 +79,13 @@ type QueueSpec struct {
 	// take ten times longer gets a tenth of the deliveries. A drr queue
 	// may not. A DLQ follows its queue's.
 	CostByTime bool
+	// MessageTTL is the time to live of the queue's messages enqueued
+	// without a TTL of their own, counted from enqueue, at most MaxTTL;
+	// 0 means none. A DLQ's messages do not expire.
+	MessageTTL time.Duration
+	// ExpiredAction is what happens to a message that expires:
+	// ExpireDeadLetter (also "") or ExpireDrop.
+	ExpiredAction string
 }
 
 // A Message is one message to enqueue. The shell resolves hooks first, so
@@ -110,6 +117,16 @@ type Message struct {
 	Sequence   uint64
 	// Delay defers the first delivery to enqueue time + Delay.
 	Delay time.Duration
+	// TTL is the message's time to live from enqueue, at most MaxTTL; 0
+	// means its queue's MessageTTL (none if the queue has none). A
+	// message that expires before it is delivered is dead-lettered with
+	// reason ReasonExpired, or dropped, by its queue's ExpiredAction.
+	TTL time.Duration
+	// Priority is the message's priority within its fairness key,
+	// encoded so that zero is the default: 0 means DefaultPriority (4),
+	// 1 to 10 mean priorities 0 to 9. Higher priorities are delivered
+	// first within the key; an ordering key's order wins over it.
+	Priority uint8
 	// PayloadSize is the payload's length in bytes, the message's DRR
 	// cost (at least 1 is charged). Body is opaque, so the shell states it.
 	PayloadSize uint32
@@ -378,11 +395,6 @@ type QueueCreated struct {
 	Name, DLQ string // the queue and its dead-letter queue
 }
 
-// Redriven is Redrive's result: how many messages moved.
-type Redriven struct {
-	Moved uint64 // messages moved back to the parent queue
-}
-
 // QueueSummary is one queue in ListQueues' result.
 type QueueSummary struct {
 	Name    string // the queue's name
@@ -423,6 +435,10 @@ type QueueStats struct {
 	// CostByTime reports whether the queue shares consumer time rather
 	// than deliveries; each key's Lag is then in milliseconds.
 	CostByTime bool
+	// MessageTTL is the queue's message TTL, 0 for none; ExpiredAction
+	// is ExpireDeadLetter or ExpireDrop (a DLQ's: its queue's).
+	MessageTTL    time.Duration
+	ExpiredAction string
 	// FairnessKeys lists keys with pending messages, most pending first
 	// (then by key), at most the top asked for (MaxStatsKeys).
 	FairnessKeys []FairnessKeyStats
@@ -445,6 +461,9 @@ type QueueStats struct {
 	ThrottleKeys []ThrottleKeyStats
 	// Counts are the queue's cumulative event counts.
 	Counts QueueCounts
+	// Redrive is the throttled redrive under way from the queue's DLQ
+	// (or from the queue, a DLQ); nil for none.
+	Redrive *RedriveProgress
 }
 
 // QueueCounts are a queue's cumulative event counts, in messages, since
@@ -464,6 +483,12 @@ type QueueCounts struct {
 	// Redriven counts messages moved back from the DLQ; a DLQ's own
 	// stats count them too.
 	Redriven uint64
+	// TTLExpired counts messages that expired by their TTL before being
+	// delivered, dead-lettered (also counted in DeadLettered) or
+	// dropped.
+	TTLExpired uint64
+	// Purged counts messages removed by PurgeQueue.
+	Purged uint64
 }
 
 // MaxStatsKeys bounds QueueStats.FairnessKeys.

@@ -20,6 +20,7 @@ import (
 //	acl.set            target_key_id, permissions
 //	queue.created      queue
 //	queue.deleted      queue
+//	queue.purged       queue, purged
 //	queue.move_planned queue, replicas (the node IDs it moves to)
 //	node.drain_planned node_id, queues (the queues whose move it planned)
 //	node.drain_undone  node_id
@@ -45,6 +46,7 @@ const (
 	auditACLSet           = "acl.set"
 	auditQueueCreated     = "queue.created"
 	auditQueueDeleted     = "queue.deleted"
+	auditQueuePurged      = "queue.purged"
 	auditQueueMovePlanned = "queue.move_planned"
 	auditNodeDrainPlanned = "node.drain_planned"
 	auditNodeDrainUndone  = "node.drain_undone"

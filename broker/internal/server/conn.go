@@ -413,6 +413,8 @@ func answerReserve(f wire.Frame) int64 {
 		return base + 64*int64(len(f.Items))
 	case *wire.ListQueues, *wire.QueueStats, *wire.ListConfig, *wire.ListAPIKeys, *wire.GetACL, *wire.Explain:
 		return 64 << 10
+	case *wire.Peek:
+		return 4 << 20 // its result's bound
 	}
 	return base
 }

@@ -278,12 +278,31 @@ func (c *conn) handle(id uint32, f wire.Frame) error {
 			c.respond(id, res)
 		})
 	case *wire.Redrive:
-		return n.Redrive(ctx, p, f.DeadLetterQueue, f.Count, func(r node.Result) {
+		spec := node.RedriveSpec{N: f.Count, Rate: f.Rate, FairnessKey: f.FairnessKey}
+		return n.RedriveWith(ctx, p, f.DeadLetterQueue, spec, f.Cancel, func(r node.Result) {
 			if err := r.Err; err != nil {
 				c.respondErr(id, err)
 				return
 			}
-			c.respond(id, &wire.RedriveResult{Moved: r.Redriven.Moved})
+			c.respond(id, &wire.RedriveResult{Moved: r.Redriven.Moved, Pending: r.Redriven.Pending})
+		})
+	case *wire.PurgeQueue:
+		name := f.Name
+		return n.PurgeQueue(ctx, p, name, f.IncludeLeased, func(r node.Result) {
+			if err := r.Err; err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.audit(auditQueuePurged, "queue", name, "purged", r.Purged.Count)
+			c.respond(id, &wire.PurgeQueueResult{Purged: r.Purged.Count})
+		})
+	case *wire.Peek:
+		return n.Peek(ctx, p, f.Queue, f.After, int(f.Count), f.FairnessKey, func(res *wire.PeekResult, err error) {
+			if err != nil {
+				c.respondErr(id, err)
+				return
+			}
+			c.respond(id, res)
 		})
 	case *wire.SetConfig, *wire.GetConfig, *wire.ListConfig, *wire.DeleteConfig:
 		return c.config(id, f)
@@ -845,7 +864,7 @@ func (c *conn) subscribe(id uint32, f *wire.Subscribe) error {
 	// The node checks the key once the subscription is where an ACL
 	// change looks for it (Server.keyChanged): a change either sees it
 	// there or is seen there.
-	err := c.s.n.Subscribe(c.ctx, c.principal, sub.id, f.Queue, credit, limits, sub, func(r node.Result) {
+	err := c.s.n.SubscribeLease(c.ctx, c.principal, sub.id, f.Queue, credit, limits, msDur(f.LeaseTimeoutMS), sub, func(r node.Result) {
 		err := r.Err
 		release := false
 		c.mu.Lock()
@@ -969,6 +988,8 @@ func (c *conn) createQueue(id uint32, f *wire.CreateQueue) error {
 		LatencyIdle:       msDur(f.LatencyIdleMS),
 		TenantSeparator:   f.TenantSeparator,
 		CostByTime:        f.CostByTime,
+		MessageTTL:        msDur(f.MessageTTLMS),
+		ExpiredAction:     f.ExpiredAction,
 	}
 	return c.s.n.CreateQueue(c.ctx, c.principal, spec, int(min(f.Shards, 1<<16)), func(r node.Result) {
 		if err := r.Err; err != nil {
@@ -987,6 +1008,7 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 		Subscriptions: st.Subscriptions, VisibilityTimeoutMS: uint64(st.VisibilityTimeout / time.Millisecond), MaxAttempts: st.MaxAttempts,
 		Policy: st.Policy, LatencyBudget: st.LatencyBudget, LatencyIdleMS: uint64(st.LatencyIdle / time.Millisecond),
 		TenantSeparator: st.TenantSeparator, CostByTime: st.CostByTime, Bytes: st.Bytes,
+		MessageTTLMS: uint64(st.MessageTTL / time.Millisecond), ExpiredAction: st.ExpiredAction, MessagesExpired: st.Counts.TTLExpired,
 		BackloggedKeys: st.BackloggedKeys, WindowMS: uint64(st.Window / time.Millisecond),
 		WindowDelivered: st.WindowDelivered, JainIndex: st.JainIndex,
 	}
@@ -1000,6 +1022,10 @@ func (c *conn) statsFrame(st node.QueueStats) *wire.QueueStatsResult {
 	}
 	for _, k := range st.ThrottleKeys {
 		r.ThrottleKeys = append(r.ThrottleKeys, wire.ThrottleKeyStats{Key: k.Key, Rate: k.Rate, Burst: k.Burst, Tokens: k.Tokens, Waiting: k.Waiting})
+	}
+	r.MessagesPurged = st.Counts.Purged
+	if rd := st.Redrive; rd != nil {
+		r.RedriveRate, r.RedriveKey, r.RedriveMoved, r.RedriveRemaining = rd.Rate, rd.FairnessKey, rd.Moved, rd.Remaining
 	}
 	if hs, ok := c.s.n.HookStats(st.Name); ok {
 		r.Hooks = wire.HookStats{

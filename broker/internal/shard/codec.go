@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
@@ -52,7 +53,15 @@ func AppendCommand(b []byte, c Command) []byte {
 		b = binary.AppendVarint(b, int64(sp.BackoffBase))
 		b = binary.AppendVarint(b, int64(sp.BackoffMax))
 		b = binary.AppendVarint(b, int64(sp.DedupWindow))
-		if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 || sp.TenantSeparator != "" || sp.CostByTime { // absent as before policies: the defaults
+		if c.Kind() == KindCreateQueueTTL { // every optional field, then the TTL's
+			b = appendString(b, sp.Policy)
+			b = binary.AppendUvarint(b, uint64(sp.LatencyBudget))
+			b = binary.AppendVarint(b, int64(sp.LatencyIdle))
+			b = appendString(b, sp.TenantSeparator)
+			b = appendBool(b, sp.CostByTime)
+			b = binary.AppendVarint(b, int64(sp.MessageTTL))
+			b = appendString(b, sp.ExpiredAction)
+		} else if sp.Policy != "" || sp.LatencyBudget != 0 || sp.LatencyIdle != 0 || sp.TenantSeparator != "" || sp.CostByTime { // absent as before policies: the defaults
 			b = appendString(b, sp.Policy)
 			b = binary.AppendUvarint(b, uint64(sp.LatencyBudget))
 			b = binary.AppendVarint(b, int64(sp.LatencyIdle))
@@ -66,7 +75,8 @@ func AppendCommand(b []byte, c Command) []byte {
 	case *DeleteQueue:
 		b = appendString(b, c.Name)
 	case *Enqueue:
-		seqs := c.Kind() == KindEnqueueSeq
+		life := c.Kind() == KindEnqueueLife
+		seqs := c.Kind() == KindEnqueueSeq || life
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for i := range c.Items {
 			it := &c.Items[i]
@@ -88,6 +98,10 @@ func AppendCommand(b []byte, c Command) []byte {
 				b = append(b, m.ProducerID[:]...)
 				b = binary.AppendUvarint(b, m.Sequence)
 			}
+			if life {
+				b = binary.AppendVarint(b, int64(m.TTL))
+				b = append(b, m.Priority)
+			}
 		}
 	case *Subscribe:
 		b = binary.AppendUvarint(b, uint64(c.Sub))
@@ -99,6 +113,9 @@ func AppendCommand(b []byte, c Command) []byte {
 			b = binary.AppendUvarint(b, uint64(l.Limit))
 			b = binary.AppendVarint(b, int64(l.Period))
 			b = binary.AppendUvarint(b, uint64(l.Burst))
+		}
+		if c.Kind() == KindSubscribeLease {
+			b = binary.AppendVarint(b, int64(c.Lease))
 		}
 	case *Unsubscribe:
 		b = binary.AppendUvarint(b, uint64(c.Sub))
@@ -131,6 +148,15 @@ func AppendCommand(b []byte, c Command) []byte {
 	case *Redrive:
 		b = appendString(b, c.DLQ)
 		b = binary.AppendUvarint(b, c.N)
+		if c.Kind() == KindRedriveWith {
+			b = binary.AppendUvarint(b, uint64(c.Rate))
+			b = appendString(b, c.FairnessKey)
+		}
+	case *CancelRedrive:
+		b = appendString(b, c.DLQ)
+	case *PurgeQueue:
+		b = appendString(b, c.Name)
+		b = appendBool(b, c.IncludeLeased)
 	case *Decide:
 		b = appendString(b, c.Queue)
 		b = append(b, c.ID[:]...)
@@ -164,6 +190,16 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = &Tick{Now: sched.Time(d.varint())}
 	case KindLeaseEpoch:
 		c = &LeaseEpoch{Base: d.uvarint()}
+	case KindCreateQueueTTL:
+		sp := sched.QueueSpec{Name: d.string(), VisibilityTimeout: d.duration(), OnEnqueue: d.string(), OnFailure: d.string(),
+			MaxAttempts: d.u32(), BackoffBase: d.duration(), BackoffMax: d.duration(), DedupWindow: d.duration()}
+		sp.Policy, sp.LatencyBudget, sp.LatencyIdle = d.string(), d.u32(), d.duration()
+		sp.TenantSeparator, sp.CostByTime = d.string(), d.bool()
+		sp.MessageTTL, sp.ExpiredAction = d.duration(), d.string()
+		if sp.MessageTTL == 0 && sp.ExpiredAction == "" {
+			d.fail("message ttl and expired action written zero")
+		}
+		c = &CreateQueue{Spec: sp}
 	case KindCreateQueue:
 		var sp sched.QueueSpec
 		sp.Name = d.string()
@@ -199,11 +235,15 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = &CreateQueue{Spec: sp}
 	case KindDeleteQueue:
 		c = &DeleteQueue{Name: d.string()}
-	case KindEnqueue, KindEnqueueSeq:
-		seqs := Kind(b[0]) == KindEnqueueSeq
+	case KindEnqueue, KindEnqueueSeq, KindEnqueueLife:
+		life := Kind(b[0]) == KindEnqueueLife
+		seqs := Kind(b[0]) == KindEnqueueSeq || life
 		minSize := minItemSize
 		if seqs {
 			minSize += 16 + 1
+		}
+		if life {
+			minSize += 1 + 1
 		}
 		n := d.count(minSize)
 		items := make([]sched.EnqueueItem, n)
@@ -229,14 +269,26 @@ func DecodeCommand(b []byte) (Command, error) {
 				m.ProducerID = d.id()
 				m.Sequence = d.uvarint()
 			}
+			if life {
+				m.TTL = d.duration()
+				m.Priority = d.u8()
+			}
+		}
+		if life && !slices.ContainsFunc(items, func(it sched.EnqueueItem) bool { return it.Msg.TTL != 0 || it.Msg.Priority != 0 }) {
+			d.fail("no item with a ttl or a priority")
 		}
 		c = &Enqueue{Items: items}
-	case KindSubscribe:
+	case KindSubscribe, KindSubscribeLease:
 		s := &Subscribe{Sub: sched.SubID(d.uvarint()), Queue: d.string(), Credit: d.u32()}
 		if n := d.count(4); n > 0 {
 			s.Limits = make([]sched.RateLimit, n)
 			for i := range s.Limits {
 				s.Limits[i] = sched.RateLimit{Name: d.string(), Limit: d.u32(), Period: d.duration(), Burst: d.u32()}
+			}
+		}
+		if Kind(b[0]) == KindSubscribeLease {
+			if s.Lease = d.duration(); s.Lease == 0 {
+				d.fail("lease written zero")
 			}
 		}
 		c = s
@@ -266,8 +318,19 @@ func DecodeCommand(b []byte) (Command, error) {
 			items[i] = sched.ExtendItem{LeaseRef: d.ref(), Duration: d.duration()}
 		}
 		c = &Extend{Items: items}
-	case KindRedrive:
-		c = &Redrive{DLQ: d.string(), N: d.uvarint()}
+	case KindRedrive, KindRedriveWith:
+		r := &Redrive{DLQ: d.string(), N: d.uvarint()}
+		if Kind(b[0]) == KindRedriveWith {
+			r.Rate, r.FairnessKey = d.u32(), d.string()
+			if r.Rate == 0 && r.FairnessKey == "" {
+				d.fail("rate and key written zero")
+			}
+		}
+		c = r
+	case KindCancelRedrive:
+		c = &CancelRedrive{DLQ: d.string()}
+	case KindPurgeQueue:
+		c = &PurgeQueue{Name: d.string(), IncludeLeased: d.bool()}
 	case KindDecide:
 		dc := &Decide{Queue: d.string(), ID: d.id()}
 		dc.Decision.DeadLetter = d.bool()
@@ -373,6 +436,16 @@ func (d *decoder) u32() uint32 {
 }
 
 func (d *decoder) duration() time.Duration { return time.Duration(d.varint()) }
+
+func (d *decoder) u8() uint8 {
+	if d.err != nil || len(d.b) == 0 {
+		d.fail("truncated byte")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
 
 // count reads a list length, at most the bytes left divided by the
 // element's smallest encoding.

@@ -43,10 +43,20 @@ func everyCommand() []Command {
 		&Extend{Items: []sched.ExtendItem{{LeaseRef: ref, Duration: time.Minute}}},
 		&Release{Items: []sched.LeaseRef{ref, {Queue: "jobs.dlq", ID: [16]byte{4}, Lease: 1}}},
 		&Redrive{DLQ: "jobs.dlq", N: 10},
+		&Redrive{DLQ: "jobs.dlq", Rate: 100, FairnessKey: "acme"},
+		&CancelRedrive{DLQ: "jobs.dlq"},
+		&PurgeQueue{Name: "jobs", IncludeLeased: true},
+		&Subscribe{Sub: 8, Queue: "jobs", Credit: 1, Lease: 5 * time.Minute},
 		&Decide{Queue: "jobs", ID: [16]byte{5}, Decision: sched.Decision{DeadLetter: true, Delay: time.Second}},
 		&SetThrottle{Key: "provider:a", Rate: 12.5, Burst: 100},
 		&RemoveThrottle{Key: "provider:a"},
 		&Deliver{},
+		&Enqueue{Items: []sched.EnqueueItem{
+			{Queue: "jobs", Msg: sched.Message{ID: [16]byte{14}, TTL: 90 * time.Second, Priority: 10, Body: []byte{},
+				ProducerID: [16]byte{0x01, 0x9a, 15: 8}, Sequence: 3}},
+			{Queue: "jobs", Msg: sched.Message{ID: [16]byte{15}, Body: []byte{}}}, // neither
+		}},
+		&CreateQueue{Spec: sched.QueueSpec{Name: "ttl", MessageTTL: time.Hour, ExpiredAction: sched.ExpireDrop, CostByTime: true, Policy: sched.PolicySTFQ}},
 	}
 }
 

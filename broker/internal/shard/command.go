@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/fila-mq/fila/broker/internal/sched"
 )
@@ -50,6 +51,24 @@ const (
 	// producers' IDs and sequences; one without any keeps KindEnqueue
 	// and its encoding from before producers.
 	KindEnqueueSeq Kind = 19
+
+	// The message lifecycle: purge, a throttled redrive's cancellation.
+	KindPurgeQueue    Kind = 20
+	KindCancelRedrive Kind = 21
+	// KindSubscribeLease tags a Subscribe with its own lease length, and
+	// KindRedriveWith a Redrive with a rate or a fairness key; those
+	// without keep KindSubscribe and KindRedrive and their encodings
+	// from before.
+	KindSubscribeLease Kind = 22
+	KindRedriveWith    Kind = 23
+	// KindEnqueueLife tags an Enqueue whose items carry a TTL or a
+	// priority: each item ends with the producer fields of
+	// KindEnqueueSeq, then its TTL and its priority. KindCreateQueueTTL
+	// tags a CreateQueue with a message TTL or an expired action, whose
+	// optional fields are then all written. Those without keep their
+	// older kinds and encodings.
+	KindEnqueueLife    Kind = 24
+	KindCreateQueueTTL Kind = 25
 )
 
 var kindNames = [...]string{
@@ -59,6 +78,9 @@ var kindNames = [...]string{
 	KindRetryAfter: "RetryAfter", KindExtend: "Extend", KindRelease: "Release", KindRedrive: "Redrive",
 	KindDecide: "Decide", KindSetThrottle: "SetThrottle", KindRemoveThrottle: "RemoveThrottle",
 	KindDeliver: "Deliver", KindEnqueueSeq: "EnqueueSeq",
+	KindPurgeQueue: "PurgeQueue", KindCancelRedrive: "CancelRedrive",
+	KindSubscribeLease: "SubscribeLease", KindRedriveWith: "RedriveWith",
+	KindEnqueueLife: "EnqueueLife", KindCreateQueueTTL: "CreateQueueTTL",
 }
 
 // String returns the kind's name, e.g. "Enqueue".
@@ -103,6 +125,9 @@ type Subscribe struct {
 	Queue  string
 	Credit uint32
 	Limits []sched.RateLimit
+	// Lease is the subscription's lease length; 0 means the queue's
+	// visibility timeout (sched.Sched.SubscribeLease).
+	Lease time.Duration
 }
 
 // Unsubscribe closes subscription Sub. With Release its leased messages
@@ -140,11 +165,28 @@ type Extend struct{ Items []sched.ExtendItem }
 type Release struct{ Items []sched.LeaseRef }
 
 // Redrive moves up to N messages (0: all) from a dead-letter queue back to
-// its parent. Result: Redriven, or Err wrapping fault.ErrQueueNotFound or
-// fault.ErrNotADLQ.
+// its parent, all at once, or with Rate (messages per second) in the
+// background; only FairnessKey's unless it is empty
+// (sched.Sched.RedriveWith). Result: Redriven, or Err wrapping
+// fault.ErrQueueNotFound, fault.ErrNotADLQ or fault.ErrInvalidArgument.
 type Redrive struct {
-	DLQ string
-	N   uint64
+	DLQ         string
+	N           uint64
+	Rate        uint32
+	FairnessKey string
+}
+
+// CancelRedrive stops a dead-letter queue's throttled redrive. Result:
+// Redriven (what it moved and left), or Err wrapping
+// fault.ErrQueueNotFound or fault.ErrNotADLQ.
+type CancelRedrive struct{ DLQ string }
+
+// PurgeQueue removes a queue's (or DLQ's) ready and delayed messages,
+// and with IncludeLeased its leased ones (sched.Sched.PurgeQueue).
+// Result: Purged, or Err wrapping fault.ErrQueueNotFound.
+type PurgeQueue struct {
+	Name          string
+	IncludeLeased bool
 }
 
 // Decide applies an on_failure verdict to a failed message waiting for
@@ -180,25 +222,42 @@ func (*Tick) Kind() Kind { return KindTick }
 // Kind returns KindLeaseEpoch.
 func (*LeaseEpoch) Kind() Kind { return KindLeaseEpoch }
 
-// Kind returns KindCreateQueue.
-func (*CreateQueue) Kind() Kind { return KindCreateQueue }
+// Kind returns KindCreateQueueTTL if the queue has a message TTL or an
+// expired action, else KindCreateQueue.
+func (c *CreateQueue) Kind() Kind {
+	if c.Spec.MessageTTL != 0 || c.Spec.ExpiredAction != "" {
+		return KindCreateQueueTTL
+	}
+	return KindCreateQueue
+}
 
 // Kind returns KindDeleteQueue.
 func (*DeleteQueue) Kind() Kind { return KindDeleteQueue }
 
-// Kind returns KindEnqueueSeq if an item has a producer ID, else
-// KindEnqueue.
+// Kind returns KindEnqueueLife if an item has a TTL or a priority, else
+// KindEnqueueSeq if an item has a producer ID, else KindEnqueue.
 func (c *Enqueue) Kind() Kind {
+	k := KindEnqueue
 	for i := range c.Items {
-		if c.Items[i].Msg.ProducerID != ([16]byte{}) {
-			return KindEnqueueSeq
+		m := &c.Items[i].Msg
+		if m.TTL != 0 || m.Priority != 0 {
+			return KindEnqueueLife
+		}
+		if m.ProducerID != ([16]byte{}) {
+			k = KindEnqueueSeq
 		}
 	}
-	return KindEnqueue
+	return k
 }
 
-// Kind returns KindSubscribe.
-func (*Subscribe) Kind() Kind { return KindSubscribe }
+// Kind returns KindSubscribeLease if the subscription has its own lease
+// length, else KindSubscribe.
+func (c *Subscribe) Kind() Kind {
+	if c.Lease != 0 {
+		return KindSubscribeLease
+	}
+	return KindSubscribe
+}
 
 // Kind returns KindUnsubscribe.
 func (*Unsubscribe) Kind() Kind { return KindUnsubscribe }
@@ -221,8 +280,20 @@ func (*Extend) Kind() Kind { return KindExtend }
 // Kind returns KindRelease.
 func (*Release) Kind() Kind { return KindRelease }
 
-// Kind returns KindRedrive.
-func (*Redrive) Kind() Kind { return KindRedrive }
+// Kind returns KindRedriveWith if the redrive has a rate or a fairness
+// key, else KindRedrive.
+func (c *Redrive) Kind() Kind {
+	if c.Rate != 0 || c.FairnessKey != "" {
+		return KindRedriveWith
+	}
+	return KindRedrive
+}
+
+// Kind returns KindCancelRedrive.
+func (*CancelRedrive) Kind() Kind { return KindCancelRedrive }
+
+// Kind returns KindPurgeQueue.
+func (*PurgeQueue) Kind() Kind { return KindPurgeQueue }
 
 // Kind returns KindDecide.
 func (*Decide) Kind() Kind { return KindDecide }
@@ -246,7 +317,9 @@ type Result struct {
 	Extended   []sched.ExtendResult  // Extend: one per item
 	Subscribed sched.Subscribed      // Subscribe
 	Created    sched.QueueCreated    // CreateQueue
-	Redriven   sched.Redriven        // Redrive
+	Redriven   sched.Redriven        // Redrive, CancelRedrive
+	Purged     sched.Purged          // PurgeQueue
+	Peeked     sched.PeekPage        // Peek
 	Queues     []sched.QueueSummary  // ListQueues
 	Stats      sched.QueueStats      // QueueStats
 	AllStats   []sched.QueueStats    // AllQueueStats
@@ -273,6 +346,10 @@ func resultOf(v any) Result {
 		return Result{Created: v}
 	case sched.Redriven:
 		return Result{Redriven: v}
+	case sched.Purged:
+		return Result{Purged: v}
+	case sched.PeekPage:
+		return Result{Peeked: v} // built for this reply
 	case []sched.QueueSummary:
 		return Result{Queues: slices.Clone(v)}
 	case sched.Explanation:
@@ -303,7 +380,7 @@ func apply(s *sched.Sched, ref sched.Ref, c Command) {
 	case *Enqueue:
 		s.Enqueue(ref, c.Items)
 	case *Subscribe:
-		s.Subscribe(ref, c.Sub, c.Queue, c.Credit, c.Limits)
+		s.SubscribeLease(ref, c.Sub, c.Queue, c.Credit, c.Limits, c.Lease)
 	case *Unsubscribe:
 		s.Unsubscribe(ref, c.Sub, c.Release)
 	case *AddCredit:
@@ -319,7 +396,11 @@ func apply(s *sched.Sched, ref sched.Ref, c Command) {
 	case *Release:
 		s.Release(ref, c.Items)
 	case *Redrive:
-		s.Redrive(ref, c.DLQ, c.N)
+		s.RedriveWith(ref, c.DLQ, sched.RedriveSpec{N: c.N, Rate: c.Rate, FairnessKey: c.FairnessKey})
+	case *CancelRedrive:
+		s.CancelRedrive(ref, c.DLQ)
+	case *PurgeQueue:
+		s.PurgeQueue(ref, c.Name, c.IncludeLeased)
 	case *Decide:
 		s.Decide(c.Queue, c.ID, c.Decision)
 	case *SetThrottle:

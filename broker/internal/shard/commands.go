@@ -32,6 +32,14 @@ type Query struct {
 		Queue string
 		ID    [16]byte
 	}
+	// Peek, if Queue is set, lists a page of that queue's messages
+	// instead (sched.Sched.Peek).
+	Peek struct {
+		Queue string
+		After [16]byte
+		Count int
+		Key   string
+	}
 }
 
 // Submit proposes cmd and applies it on the shard goroutine. done (may be
@@ -92,6 +100,18 @@ func (sh *Shard) Explain(ctx context.Context, queue string, id [16]byte, done fu
 	}, done: done})
 }
 
+// Peek reads a page of up to count messages of queue, those with IDs
+// above after (zero: from the first) and, unless key is empty, of that
+// fairness key, into Result.Peeked (sched.Sched.Peek), or an Err
+// wrapping fault.ErrQueueNotFound.
+func (sh *Shard) Peek(ctx context.Context, queue string, after [16]byte, count int, key string, done func(Result)) error {
+	return sh.do(ctx, op{read: func() Query {
+		var q Query
+		q.Peek.Queue, q.Peek.After, q.Peek.Count, q.Peek.Key = queue, after, count, key
+		return q
+	}, done: done})
+}
+
 // Barrier runs fn on the shard goroutine after every operation the caller
 // submitted before it. fn must not block.
 func (sh *Shard) Barrier(ctx context.Context, fn func()) error {
@@ -127,6 +147,8 @@ func (sh *Shard) run1(o op) {
 	case o.read != nil:
 		ref := sh.ref(o.done)
 		switch q := o.read(); {
+		case q.Peek.Queue != "":
+			sh.s.Peek(ref, q.Peek.Queue, q.Peek.After, q.Peek.Count, q.Peek.Key)
 		case q.Explain.Queue != "":
 			sh.s.Explain(ref, q.Explain.Queue, q.Explain.ID)
 		case q.All:

@@ -217,6 +217,28 @@ func TestSameCommandsSameState(t *testing.T) {
 		}},
 		&Deliver{},
 	)
+	// The message lifecycle: a subscription with its own lease, a
+	// throttled redrive of one key, cancelled, a purge.
+	step(
+		&Subscribe{Sub: 4, Queue: "jobs", Credit: 1, Lease: time.Minute},
+		&Redrive{DLQ: "jobs.dlq", Rate: 5, FairnessKey: "acme"},
+		at(3*time.Minute),
+		&CancelRedrive{DLQ: "jobs.dlq"},
+		&PurgeQueue{Name: "jobs.dlq", IncludeLeased: true},
+		&Deliver{},
+	)
+	// TTLs and priorities: a queue whose messages expire to be dropped,
+	// a message that expires to the DLQ, priorities within a key.
+	step(
+		&CreateQueue{Spec: sched.QueueSpec{Name: "quotes", MessageTTL: time.Second, ExpiredAction: sched.ExpireDrop}},
+		&Enqueue{Items: []sched.EnqueueItem{
+			msg("quotes", 20, sched.Message{FairnessKey: "acme"}),
+			msg("jobs", 21, sched.Message{FairnessKey: "acme", TTL: 500 * time.Millisecond, Priority: 10}),
+			msg("jobs", 22, sched.Message{FairnessKey: "acme", Priority: 1}),
+		}},
+		at(4*time.Minute),
+		&Deliver{},
+	)
 	step(
 		&DeleteQueue{Name: "hooked"},
 		&Subscribe{Sub: 3, Queue: "jobs", Credit: 100},

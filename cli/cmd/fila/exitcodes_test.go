@@ -117,6 +117,14 @@ func TestExitCodes(t *testing.T) {
 		{as: c, args: []string{"queue", "delete", "jobs.dlq"}, code: 1, want: "a dead-letter queue is deleted with jobs", jsonCode: "INVALID_ARGUMENT"},
 		{as: c, args: []string{"queue", "delete"}, code: 2, want: "accepts 1 arg(s), received 0"},
 		{as: c, args: []string{"queue", "bogus"}, code: 2, want: `unknown command "bogus" for "fila queue"`},
+		{as: c, args: []string{"queue", "purge", "orders"}},
+		{as: c, args: []string{"queue", "purge", "nope"}, code: 3, want: "fila: queue purge nope: queue not found", jsonCode: "QUEUE_NOT_FOUND"},
+		{as: c, args: []string{"queue", "purge"}, code: 2, want: "accepts 1 arg(s), received 0"},
+		{as: w, args: []string{"queue", "purge", "jobs"}, code: 1, want: "forbidden", jsonCode: "FORBIDDEN"},
+		{as: c, args: []string{"queue", "peek", "jobs"}},
+		{as: c, args: []string{"queue", "peek", "nope"}, code: 3, want: "fila: queue peek nope: queue not found", jsonCode: "QUEUE_NOT_FOUND"},
+		{as: c, args: []string{"queue", "peek", "jobs", "--count", "0"}, code: 2, want: "--count 0: want 1 to 1000"},
+		{as: w, args: []string{"queue", "peek", "jobs"}, code: 1, want: "forbidden", jsonCode: "FORBIDDEN"},
 
 		// enqueue, one message and stdin's lines
 		{as: c, args: []string{"enqueue", "jobs", "x"}},
@@ -223,6 +231,7 @@ func TestExitCodes(t *testing.T) {
 	// What each command can end with, each checked above.
 	for command, codes := range map[string][]int{
 		"queue create": {0, 1, 2}, "queue list": {0, 1, 2}, "queue inspect": {0, 1, 2, 3}, "queue delete": {0, 1, 2, 3},
+		"queue purge": {0, 1, 2, 3}, "queue peek": {0, 1, 2, 3},
 		"enqueue": {0, 1, 2, 3}, "consume": {0, 1, 2, 3}, "redrive": {0, 1, 2, 3}, "explain": {0, 1, 2, 3},
 		"config set": {0, 1, 2}, "config get": {0, 1, 2, 3}, "config list": {0, 1, 2}, "config delete": {0, 1, 2, 3},
 		"auth create": {0, 1, 2}, "auth list": {0, 1, 2}, "auth acl": {0, 1, 2, 3}, "auth revoke": {0, 1, 2, 3},

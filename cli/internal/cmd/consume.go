@@ -22,6 +22,7 @@ func newConsumeCmd(g *globals) *cobra.Command {
 		release  bool
 		nack     string
 		wait     time.Duration
+		lease    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "consume QUEUE",
@@ -47,7 +48,8 @@ connection is not back within --timeout, consume fails (exit 1),
 naming why the connection was lost.`,
 		Example: `  fila consume orders --count 10 --wait 5s
   fila consume orders.dlq --release --count 5 -o json   # look at dead letters
-  fila consume jobs --nack "bad input" --count 1        # fail one on purpose`,
+  fila consume jobs --nack "bad input" --count 1        # fail one on purpose
+  fila consume reports --lease-timeout 10m              # slow jobs: a longer lease`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(false),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
@@ -81,7 +83,7 @@ naming why the connection was lost.`,
 				return err
 			}
 			defer c.Close()
-			sub, err := c.Consumer().Subscribe(cctx, queue, fila.Prefetch(prefetch))
+			sub, err := c.Consumer().Subscribe(cctx, queue, fila.Prefetch(prefetch), fila.LeaseTimeout(lease))
 			cancel()
 			if err != nil {
 				return renameOp(err, "subscribe", cmd)
@@ -181,6 +183,7 @@ naming why the connection was lost.`,
 	f.BoolVar(&release, "release", false, "give deliveries back unsettled when done, attempt and headers unchanged: a peek")
 	f.StringVar(&nack, "nack", "", "nack each delivery with this reason instead of acking it")
 	f.DurationVar(&wait, "wait", 0, "stop when no delivery arrives for this long while connected (0: wait forever)")
+	f.DurationVar(&lease, "lease-timeout", 0, "lease deliveries for this long instead of the queue's visibility timeout (0: the queue's; at most the broker's max_lease_extension)")
 	return cmd
 }
 

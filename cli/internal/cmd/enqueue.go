@@ -20,7 +20,8 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 		headers, throttleKeys                    []string
 		fairnessKey, idempotencyKey, orderingKey string
 		weight                                   uint32
-		delay                                    time.Duration
+		delay, ttl                               time.Duration
+		priority                                 int
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue QUEUE PAYLOAD",
@@ -31,6 +32,7 @@ With - as PAYLOAD, every line of stdin is a message, sent in batches of
 was rejected, 3 if the queue does not exist.`,
 		Example: `  fila enqueue orders '{"id": 42}' --fairness-key acme --header tenant=acme
   fila enqueue emails hello --throttle-key provider:sendgrid --delay 30s
+  fila enqueue alerts page-oncall --priority 9 --ttl 5m
   seq 1 100 | fila enqueue jobs - --fairness-key batch-7`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeQueues(false),
@@ -47,9 +49,18 @@ was rejected, 3 if the queue does not exist.`,
 			if delay < 0 {
 				return usagef("--delay %v: want 0 or more", delay)
 			}
+			if ttl < 0 {
+				return usagef("--ttl %v: want 0 or more", ttl)
+			}
+			if priority < -1 || priority > 9 {
+				return usagef("--priority %d: want 0 (lowest) to 9 (highest)", priority)
+			}
 			build := func(body []byte) *fila.Message {
 				m := fila.NewMessage(queue, body).FairnessKey(fairnessKey).Weight(weight).Delay(delay).
-					IdempotencyKey(idempotencyKey).OrderingKey(orderingKey)
+					IdempotencyKey(idempotencyKey).OrderingKey(orderingKey).TTL(ttl)
+				if priority >= 0 {
+					m.Priority(priority)
+				}
 				for _, h := range hs {
 					m.Header(h[0], h[1])
 				}
@@ -95,6 +106,8 @@ was rejected, 3 if the queue does not exist.`,
 	f.Uint32Var(&weight, "weight", 0, "DRR weight of the fairness key (default 1)")
 	f.StringArrayVar(&throttleKeys, "throttle-key", nil, "token bucket to take a token from before delivery (repeatable)")
 	f.DurationVar(&delay, "delay", 0, "deliver no earlier than this after enqueue, such as 30s")
+	f.DurationVar(&ttl, "ttl", 0, "time to live from enqueue, such as 30s: dead-lettered (reason expired) or dropped if not delivered by then (default: the queue's message TTL)")
+	f.IntVar(&priority, "priority", -1, "priority within the fairness key, 0 (lowest) to 9 (highest) (default 4)")
 	f.StringVar(&idempotencyKey, "idempotency-key", "", "deduplicate within the queue's dedup window")
 	f.StringVar(&orderingKey, "ordering-key", "", "deliver messages sharing this key one at a time, in order")
 	return cmd

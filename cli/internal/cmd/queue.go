@@ -16,7 +16,8 @@ import (
 
 func newQueueCmd(g *globals) *cobra.Command {
 	q := &cobra.Command{Use: "queue", Short: "Create, inspect, list and delete queues"}
-	q.AddCommand(newQueueCreateCmd(g), newQueueDeleteCmd(g), newQueueListCmd(g), newQueueInspectCmd(g))
+	q.AddCommand(newQueueCreateCmd(g), newQueueDeleteCmd(g), newQueueListCmd(g), newQueueInspectCmd(g),
+		newQueuePurgeCmd(g), newQueuePeekCmd(g))
 	return q
 }
 
@@ -26,8 +27,9 @@ func newQueueCreateCmd(g *globals) *cobra.Command {
 		latencyIdle                        time.Duration
 		maxAttempts, latencyBudget, shards uint32
 		onEnqueue, onFailure, policy       string
-		tenantSep                          string
+		tenantSep, expiredAction           string
 		costByTime                         bool
+		messageTTL                         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -41,6 +43,7 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
   fila queue create webhooks --visibility-timeout 2m --max-attempts 5 --on-enqueue hooks/tenant.lua
   fila queue create jobs --policy stfq
   fila queue create reports --tenant-separator /
+  fila queue create quotes --message-ttl 30s --expired-action drop
   fila queue create events --shards 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,12 +55,16 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 					return err
 				}
 			}
+			if messageTTL < 0 {
+				return usagef("--message-ttl %v: want 0 or more", messageTTL)
+			}
 			if backoffBase > 0 && backoffMax > 0 && backoffBase > backoffMax {
 				return usagef("--backoff-base %v: want at most --backoff-max %v", backoffBase, backoffMax)
 			}
 			spec := fila.NewQueueSpec(args[0]).VisibilityTimeout(vt).MaxAttempts(maxAttempts).
 				Backoff(backoffBase, backoffMax).DedupWindow(dedup).Policy(policy).
-				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep).Shards(shards)
+				LatencyLane(latencyBudget, latencyIdle).TenantSeparator(tenantSep).Shards(shards).
+				MessageTTL(messageTTL).ExpiredAction(expiredAction)
 			if costByTime {
 				spec.CostByTime()
 			}
@@ -101,6 +108,8 @@ files of Lua source defining on_enqueue(msg) and on_failure(msg).`,
 	f.DurationVar(&latencyIdle, "latency-idle", 0, "stfq: how long a fairness key must have had nothing pending to enter the latency lane even if it was served more than its share (0: the broker's default, 100ms)")
 	f.StringVar(&tenantSep, "tenant-separator", "", `stfq: schedule tenants, then each tenant's keys; a key's tenant is the key up to the first separator ("acme" of "acme/job-7" with "/"), so a tenant's keys share one tenant's share (unset: no hierarchy)`)
 	f.BoolVar(&costByTime, "cost-by-time", false, "stfq: share consumer time rather than deliveries: charge each delivery the lease time it held (to ack, nack, release or expiry), so keys with slow jobs get fewer deliveries")
+	f.DurationVar(&messageTTL, "message-ttl", 0, "time to live of messages enqueued without --ttl, from enqueue, such as 10m, at most 720h (0: none)")
+	f.StringVar(&expiredAction, "expired-action", "", `what happens to a message whose TTL passes before it is delivered: "dead-letter" (to the DLQ, reason expired) or "drop" (unset: dead-letter)`)
 	f.Uint32Var(&shards, "shards", 0, "cluster: split the queue into this many shards (2 to 256), each its own Raft group, spread by the hash of the fairness key (0 or 1: not sharded)")
 	f.StringVar(&onEnqueue, "on-enqueue", "", "file of Lua source defining on_enqueue(msg)")
 	f.StringVar(&onFailure, "on-failure", "", "file of Lua source defining on_failure(msg)")
@@ -273,6 +282,9 @@ func statsJSON(st *fila.QueueStats) any {
 		"latency_idle_ms":       st.LatencyIdle.Milliseconds(),
 		"tenant_separator":      st.TenantSeparator,
 		"cost_by_time":          st.CostByTime,
+		"message_ttl_ms":        st.MessageTTL.Milliseconds(),
+		"expired_action":        st.ExpiredAction,
+		"messages_expired":      st.MessagesExpired,
 		"shards":                st.Shards,
 		"fairness_keys":         fk,
 		"backlogged_keys":       st.BackloggedKeys,
@@ -280,6 +292,8 @@ func statsJSON(st *fila.QueueStats) any {
 		"window_delivered":      st.WindowDelivered,
 		"jain_index":            st.JainIndex,
 		"throttle_keys":         tk,
+		"redrive":               redriveJSON(st.Redrive),
+		"purged":                st.Purged,
 		"hooks": map[string]any{
 			"on_enqueue_calls":    st.OnEnqueueCalls,
 			"on_enqueue_failures": st.OnEnqueueErr,
@@ -309,8 +323,22 @@ func (g *globals) printStats(st *fila.QueueStats) error {
 	if st.CostByTime {
 		fmt.Fprintf(w, "  cost by time: shares are of consumer time (lease time held); lag in ms\n")
 	}
+	if st.MessageTTL > 0 || st.MessagesExpired > 0 {
+		ttl := "none"
+		if st.MessageTTL > 0 {
+			ttl = st.MessageTTL.String()
+		}
+		fmt.Fprintf(w, "  message ttl %s (expired: %s), %d expired\n", ttl, st.ExpiredAction, st.MessagesExpired)
+	}
 	if st.TenantSeparator != "" {
 		fmt.Fprintf(w, "  tenants: a key's tenant is the key up to the first %q; tenants share by weight, a tenant's keys evenly\n", st.TenantSeparator)
+	}
+	if r := st.Redrive; r != nil {
+		key := "all keys"
+		if r.FairnessKey != "" {
+			key = "key " + strconv.Quote(r.FairnessKey)
+		}
+		fmt.Fprintf(w, "  redrive: %d moved, %d remaining, %d/s, %s\n", r.Moved, r.Remaining, r.Rate, key)
 	}
 	fmt.Fprintf(w, "  hooks: on_enqueue %d calls (%d failed), on_failure %d calls (%d failed), circuit %s (%d trips)\n",
 		st.OnEnqueueCalls, st.OnEnqueueErr, st.OnFailureCalls, st.OnFailureErr, map[bool]string{true: "open", false: "closed"}[st.CircuitOpen], st.CircuitTrips)
@@ -366,28 +394,72 @@ func ms(d time.Duration) string {
 }
 
 func newRedriveCmd(g *globals) *cobra.Command {
-	var count uint64
+	var (
+		count  uint64
+		rate   uint32
+		key    string
+		cancel bool
+	)
 	cmd := &cobra.Command{
-		Use:               "redrive DLQ",
-		Short:             "Move messages from a dead-letter queue back to its queue",
-		Long:              "Move up to --count messages (0: all) from the dead-letter queue DLQ back to its parent queue, oldest first, with their attempts reset.",
-		Example:           "  fila redrive orders.dlq --count 100",
+		Use:   "redrive DLQ",
+		Short: "Move messages from a dead-letter queue back to its queue",
+		Long: `Move up to --count messages (0: all) from the dead-letter queue DLQ back
+to its parent queue, oldest first, with their attempts reset. Each keeps
+its fairness key, so the queue's fair scheduling shares a large redrive
+with live traffic instead of letting it arrive as one burst.
+
+--key moves only that fairness key's dead letters. --rate R moves R
+messages a second in the background: the command returns at once, the
+progress (moved, remaining, rate) shows in "fila queue inspect", and
+--cancel stops it, leaving the rest in the DLQ. A broker restart stops
+a throttled redrive too; run it again to move the rest.`,
+		Example: `  fila redrive orders.dlq --count 100
+  fila redrive orders.dlq --rate 50 --key acme
+  fila redrive orders.dlq --cancel`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeQueues(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cancel && (count != 0 || rate != 0 || key != "") {
+				return usagef("--cancel takes no --count, --rate or --key")
+			}
 			return g.admin(cmd, "redrive", func(ctx context.Context, a *fila.Administrator) error {
-				moved, err := a.Redrive(ctx, args[0], count)
+				var (
+					st  *fila.RedriveStatus
+					err error
+				)
+				if cancel {
+					st, err = a.CancelRedrive(ctx, args[0])
+				} else {
+					st, err = a.RedriveWith(ctx, args[0], fila.RedriveCount(count), fila.RedriveRate(rate), fila.RedriveKey(key))
+				}
 				if err != nil {
 					return err
 				}
 				if g.output == "json" {
-					return g.printJSON(map[string]any{"dead_letter_queue": args[0], "moved": moved})
+					return g.printJSON(map[string]any{"dead_letter_queue": args[0], "moved": st.Moved, "pending": st.Pending})
 				}
-				fmt.Fprintf(g.stdout, "moved %d messages from %s\n", moved, args[0])
+				switch {
+				case cancel:
+					fmt.Fprintf(g.stdout, "cancelled the redrive of %s: %d moved, %d left\n", args[0], st.Moved, st.Pending)
+				case rate > 0 && st.Pending > 0:
+					fmt.Fprintf(g.stdout, "redriving %d more messages from %s at %d/s (%d moved so far)\n", st.Pending, args[0], rate, st.Moved)
+				default:
+					fmt.Fprintf(g.stdout, "moved %d messages from %s\n", st.Moved, args[0])
+				}
 				return nil
 			})
 		},
 	}
 	cmd.Flags().Uint64Var(&count, "count", 0, "most messages to move (0: all)")
+	cmd.Flags().Uint32Var(&rate, "rate", 0, "messages per second, moved in the background (0: all at once)")
+	cmd.Flags().StringVar(&key, "key", "", "only this fairness key's dead letters")
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "stop the DLQ's throttled redrive")
 	return cmd
+}
+
+func redriveJSON(r *fila.RedriveProgress) any {
+	if r == nil {
+		return nil
+	}
+	return map[string]any{"rate": r.Rate, "fairness_key": r.FairnessKey, "moved": r.Moved, "remaining": r.Remaining}
 }

@@ -38,6 +38,13 @@ func (m *EnqueueMessage) appendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.DelayMS)
 	dst = appendString(dst, m.IdempotencyKey)
 	dst = appendString(dst, m.OrderingKey)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.TTLMS != 0 || m.Priority != 0 {
+		dst = appendU64(dst, m.TTLMS)
+		if m.Priority != 0 {
+			dst = appendU8(dst, m.Priority)
+		}
+	}
 	return endStruct(dst, at)
 }
 
@@ -88,6 +95,12 @@ func (m *EnqueueMessage) decodeFields(r *reader, prev *EnqueueMessage) {
 	m.DelayMS = r.u64("delay_ms")
 	m.IdempotencyKey = r.strLike("idempotency_key", prev.IdempotencyKey)
 	m.OrderingKey = r.strLike("ordering_key", prev.OrderingKey)
+	if r.more() {
+		m.TTLMS = r.u64("ttl_ms")
+	}
+	if r.more() {
+		m.Priority = r.u8("priority")
+	}
 }
 
 func (m *EnqueueItemResult) appendTo(dst []byte) []byte {
@@ -338,6 +351,72 @@ func (m *ExtendLeaseItemResult) decodeFields(r *reader, prev *ExtendLeaseItemRes
 	m.Code = Code(r.u16("code"))
 	m.Message = r.strLike("message", prev.Message)
 	m.LeaseDeadlineAtMS = r.u64("lease_deadline_at_ms")
+}
+
+func (m *PeekedMessage) appendTo(dst []byte) []byte {
+	dst, at := beginStruct(dst)
+	dst = appendUUID(dst, m.ID)
+	dst = appendString(dst, m.FairnessKey)
+	dst = appendString(dst, m.State)
+	dst = appendU32(dst, m.Attempts)
+	dst = appendU64(dst, m.EnqueuedAtMS)
+	dst = appendU64(dst, m.DueAtMS)
+	dst = appendU32(dst, uint32(len(m.Headers)))
+	for i := range m.Headers {
+		dst = m.Headers[i].appendTo(dst)
+	}
+	dst = appendU32(dst, m.PayloadSize)
+	dst = appendBytes(dst, m.Preview)
+	return endStruct(dst, at)
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *PeekedMessage) decodeFields(r *reader, prev *PeekedMessage) {
+	if prev == nil {
+		prev = &PeekedMessage{}
+	}
+	m.ID = r.uuid("id")
+	m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
+	m.State = r.strLike("state", prev.State)
+	m.Attempts = r.u32("attempts")
+	m.EnqueuedAtMS = r.u64("enqueued_at_ms")
+	m.DueAtMS = r.u64("due_at_ms")
+	if n := r.count("headers", 8, MaxPeekedMessageHeaders); n > 0 {
+		var out []MessageHeader
+		for i := 0; i < n; i++ {
+			s, base := r.sub("headers")
+			var x MessageHeader
+			var p *MessageHeader
+			if i < len(prev.Headers) {
+				p = &prev.Headers[i]
+			} else if i > 0 && out != nil {
+				p = &out[i-1]
+			}
+			x.decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "headers", i)
+				break
+			}
+			if out == nil && len(prev.Headers) == n && x == prev.Headers[i] {
+				continue
+			}
+			if out == nil {
+				out = make([]MessageHeader, n)
+				copy(out, prev.Headers[:i])
+			}
+			out[i] = x
+		}
+		if out == nil && r.err == nil {
+			m.Headers = prev.Headers
+		} else {
+			m.Headers = out
+		}
+	} else {
+		m.Headers = nil
+	}
+	m.PayloadSize = r.u32("payload_size")
+	m.Preview = r.bytes("preview")
 }
 
 func (m *QueueSummary) appendTo(dst []byte) []byte {
@@ -1082,6 +1161,10 @@ func (m *Subscribe) AppendTo(dst []byte) []byte {
 	for i := range m.RateLimits {
 		dst = m.RateLimits[i].appendTo(dst)
 	}
+	// Optional fields: sent up to the last one that is not zero.
+	if m.LeaseTimeoutMS != 0 {
+		dst = appendU64(dst, m.LeaseTimeoutMS)
+	}
 	return dst
 }
 
@@ -1125,6 +1208,9 @@ func (m *Subscribe) decodeFields(r *reader, prev *Subscribe) {
 		}
 	} else {
 		m.RateLimits = nil
+	}
+	if r.more() {
+		m.LeaseTimeoutMS = r.u64("lease_timeout_ms")
 	}
 }
 
@@ -1933,18 +2019,24 @@ func (m *CreateQueue) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.BackoffMaxMS)
 	dst = appendU64(dst, m.DedupWindowMS)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
+			if m.LatencyIdleMS != 0 || m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 {
+				if m.TenantSeparator != "" || m.CostByTime || m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 					dst = appendString(dst, m.TenantSeparator)
-					if m.CostByTime || m.Shards != 0 {
+					if m.CostByTime || m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 						dst = appendBool(dst, m.CostByTime)
-						if m.Shards != 0 {
+						if m.Shards != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" {
 							dst = appendU32(dst, m.Shards)
+							if m.MessageTTLMS != 0 || m.ExpiredAction != "" {
+								dst = appendU64(dst, m.MessageTTLMS)
+								if m.ExpiredAction != "" {
+									dst = appendString(dst, m.ExpiredAction)
+								}
+							}
 						}
 					}
 				}
@@ -1985,6 +2077,12 @@ func (m *CreateQueue) decodeFields(r *reader, prev *CreateQueue) {
 	}
 	if r.more() {
 		m.Shards = r.u32("shards")
+	}
+	if r.more() {
+		m.MessageTTLMS = r.u64("message_ttl_ms")
+	}
+	if r.more() {
+		m.ExpiredAction = r.strLike("expired_action", prev.ExpiredAction)
 	}
 }
 
@@ -2197,26 +2295,50 @@ func (m *QueueStatsResult) AppendTo(dst []byte) []byte {
 	}
 	dst = m.Hooks.appendTo(dst)
 	// Optional fields: sent up to the last one that is not zero.
-	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+	if m.Policy != "" || m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 		dst = appendString(dst, m.Policy)
-		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+		if m.LatencyBudget != 0 || m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 			dst = appendU32(dst, m.LatencyBudget)
-			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+			if m.LatencyIdleMS != 0 || m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 				dst = appendU64(dst, m.LatencyIdleMS)
-				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+				if m.BackloggedKeys != 0 || m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 					dst = appendU64(dst, m.BackloggedKeys)
-					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+					if m.WindowMS != 0 || m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 						dst = appendU64(dst, m.WindowMS)
-						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+						if m.WindowDelivered != 0 || math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 							dst = appendU64(dst, m.WindowDelivered)
-							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+							if math.Float64bits(m.JainIndex) != 0 || m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 								dst = appendF64(dst, m.JainIndex)
-								if m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 {
+								if m.TenantSeparator != "" || m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 									dst = appendString(dst, m.TenantSeparator)
-									if m.CostByTime || m.Bytes != 0 {
+									if m.CostByTime || m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 										dst = appendBool(dst, m.CostByTime)
-										if m.Bytes != 0 {
+										if m.Bytes != 0 || m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
 											dst = appendU64(dst, m.Bytes)
+											if m.MessageTTLMS != 0 || m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+												dst = appendU64(dst, m.MessageTTLMS)
+												if m.ExpiredAction != "" || m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+													dst = appendString(dst, m.ExpiredAction)
+													if m.MessagesExpired != 0 || m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+														dst = appendU64(dst, m.MessagesExpired)
+														if m.RedriveRate != 0 || m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+															dst = appendU32(dst, m.RedriveRate)
+															if m.RedriveKey != "" || m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+																dst = appendString(dst, m.RedriveKey)
+																if m.RedriveMoved != 0 || m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+																	dst = appendU64(dst, m.RedriveMoved)
+																	if m.RedriveRemaining != 0 || m.MessagesPurged != 0 {
+																		dst = appendU64(dst, m.RedriveRemaining)
+																		if m.MessagesPurged != 0 {
+																			dst = appendU64(dst, m.MessagesPurged)
+																		}
+																	}
+																}
+															}
+														}
+													}
+												}
+											}
 										}
 									}
 								}
@@ -2344,6 +2466,30 @@ func (m *QueueStatsResult) decodeFields(r *reader, prev *QueueStatsResult) {
 	}
 	if r.more() {
 		m.Bytes = r.u64("bytes")
+	}
+	if r.more() {
+		m.MessageTTLMS = r.u64("message_ttl_ms")
+	}
+	if r.more() {
+		m.ExpiredAction = r.strLike("expired_action", prev.ExpiredAction)
+	}
+	if r.more() {
+		m.MessagesExpired = r.u64("messages_expired")
+	}
+	if r.more() {
+		m.RedriveRate = r.u32("redrive_rate")
+	}
+	if r.more() {
+		m.RedriveKey = r.strLike("redrive_key", prev.RedriveKey)
+	}
+	if r.more() {
+		m.RedriveMoved = r.u64("redrive_moved")
+	}
+	if r.more() {
+		m.RedriveRemaining = r.u64("redrive_remaining")
+	}
+	if r.more() {
+		m.MessagesPurged = r.u64("messages_purged")
 	}
 }
 
@@ -2585,6 +2731,16 @@ func (m *DeleteConfigOk) Decode(body []byte) error {
 func (m *Redrive) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.DeadLetterQueue)
 	dst = appendU64(dst, m.Count)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Rate != 0 || m.FairnessKey != "" || m.Cancel {
+		dst = appendU32(dst, m.Rate)
+		if m.FairnessKey != "" || m.Cancel {
+			dst = appendString(dst, m.FairnessKey)
+			if m.Cancel {
+				dst = appendBool(dst, m.Cancel)
+			}
+		}
+	}
 	return dst
 }
 
@@ -2596,6 +2752,15 @@ func (m *Redrive) decodeFields(r *reader, prev *Redrive) {
 	}
 	m.DeadLetterQueue = r.strLike("dead_letter_queue", prev.DeadLetterQueue)
 	m.Count = r.u64("count")
+	if r.more() {
+		m.Rate = r.u32("rate")
+	}
+	if r.more() {
+		m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
+	}
+	if r.more() {
+		m.Cancel = r.bool("cancel")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
@@ -2610,6 +2775,10 @@ func (m *Redrive) Decode(body []byte) error {
 // AppendTo appends m's encoded body to dst.
 func (m *RedriveResult) AppendTo(dst []byte) []byte {
 	dst = appendU64(dst, m.Moved)
+	// Optional fields: sent up to the last one that is not zero.
+	if m.Pending != 0 {
+		dst = appendU64(dst, m.Pending)
+	}
 	return dst
 }
 
@@ -2618,6 +2787,9 @@ func (m *RedriveResult) AppendTo(dst []byte) []byte {
 func (m *RedriveResult) decodeFields(r *reader, prev *RedriveResult) {
 	_ = prev
 	m.Moved = r.u64("moved")
+	if r.more() {
+		m.Pending = r.u64("pending")
+	}
 }
 
 // Decode replaces m's fields with those decoded from body; see Frame.
@@ -3052,6 +3224,127 @@ func (m *ExplainResult) decodeFields(r *reader, prev *ExplainResult) {
 func (m *ExplainResult) Decode(body []byte) error {
 	var strs internTable
 	r := newReader(body, "ExplainResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *PurgeQueue) AppendTo(dst []byte) []byte {
+	dst = appendString(dst, m.Name)
+	dst = appendBool(dst, m.IncludeLeased)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *PurgeQueue) decodeFields(r *reader, prev *PurgeQueue) {
+	if prev == nil {
+		prev = &PurgeQueue{}
+	}
+	m.Name = r.strLike("name", prev.Name)
+	m.IncludeLeased = r.bool("include_leased")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *PurgeQueue) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "PurgeQueue")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *PurgeQueueResult) AppendTo(dst []byte) []byte {
+	dst = appendU64(dst, m.Purged)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *PurgeQueueResult) decodeFields(r *reader, prev *PurgeQueueResult) {
+	_ = prev
+	m.Purged = r.u64("purged")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *PurgeQueueResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "PurgeQueueResult")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *Peek) AppendTo(dst []byte) []byte {
+	dst = appendString(dst, m.Queue)
+	dst = appendU32(dst, m.Count)
+	dst = appendUUID(dst, m.After)
+	dst = appendString(dst, m.FairnessKey)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *Peek) decodeFields(r *reader, prev *Peek) {
+	if prev == nil {
+		prev = &Peek{}
+	}
+	m.Queue = r.strLike("queue", prev.Queue)
+	m.Count = r.u32("count")
+	m.After = r.uuid("after")
+	m.FairnessKey = r.strLike("fairness_key", prev.FairnessKey)
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *Peek) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "Peek")
+	r.strs = &strs
+	m.decodeFields(&r, nil)
+	return r.result()
+}
+
+// AppendTo appends m's encoded body to dst.
+func (m *PeekResult) AppendTo(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(m.Messages)))
+	for i := range m.Messages {
+		dst = m.Messages[i].appendTo(dst)
+	}
+	dst = appendUUID(dst, m.NextAfter)
+	return dst
+}
+
+// decodeFields decodes m's fields from r. prev, when not nil, is the previous item of
+// the list m belongs to: strings equal to prev's are shared instead of copied.
+func (m *PeekResult) decodeFields(r *reader, prev *PeekResult) {
+	_ = prev
+	if n := r.count("messages", 56, MaxPeekResultMessages); n > 0 {
+		m.Messages = make([]PeekedMessage, n)
+		for i := range m.Messages {
+			s, base := r.sub("messages")
+			var p *PeekedMessage
+			if i > 0 {
+				p = &m.Messages[i-1]
+			}
+			m.Messages[i].decodeFields(&s, p)
+			if s.err != nil {
+				r.joinItem(&s, base, "messages", i)
+				break
+			}
+		}
+	} else {
+		m.Messages = nil
+	}
+	m.NextAfter = r.uuid("next_after")
+}
+
+// Decode replaces m's fields with those decoded from body; see Frame.
+func (m *PeekResult) Decode(body []byte) error {
+	var strs internTable
+	r := newReader(body, "PeekResult")
 	r.strs = &strs
 	m.decodeFields(&r, nil)
 	return r.result()

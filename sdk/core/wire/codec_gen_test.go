@@ -21,7 +21,9 @@ func drawEnqueueMessage(t *rapid.T) *EnqueueMessage {
 		IdempotencyKey: rapid.StringN(0, 12, -1).Draw(t, "idempotency_key"),
 		OrderingKey:    rapid.StringN(0, 12, -1).Draw(t, "ordering_key"),
 		Payload:        rapid.SliceOfN(rapid.Byte(), 0, 64).Draw(t, "payload"),
+		Priority:       rapid.Uint8().Draw(t, "priority"),
 		Queue:          rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		TTLMS:          rapid.Uint64().Draw(t, "ttl_ms"),
 		ThrottleKeys: drawList(t, "throttle_keys", 3, func(t *rapid.T, label string) string {
 			return rapid.StringN(0, 12, -1).Draw(t, "throttle_keys")
 		}),
@@ -122,6 +124,22 @@ func drawExtendLeaseItemResult(t *rapid.T) *ExtendLeaseItemResult {
 		Code:              Code(rapid.Uint16().Draw(t, "code")),
 		LeaseDeadlineAtMS: rapid.Uint64().Draw(t, "lease_deadline_at_ms"),
 		Message:           rapid.StringN(0, 12, -1).Draw(t, "message"),
+	}
+}
+
+func drawPeekedMessage(t *rapid.T) *PeekedMessage {
+	return &PeekedMessage{
+		Attempts:     rapid.Uint32().Draw(t, "attempts"),
+		DueAtMS:      rapid.Uint64().Draw(t, "due_at_ms"),
+		EnqueuedAtMS: rapid.Uint64().Draw(t, "enqueued_at_ms"),
+		FairnessKey:  rapid.StringN(0, 12, -1).Draw(t, "fairness_key"),
+		Headers: drawList(t, "headers", 3, func(t *rapid.T, label string) MessageHeader {
+			return *drawMessageHeader(t)
+		}),
+		ID:          drawUUID(t, "id"),
+		PayloadSize: rapid.Uint32().Draw(t, "payload_size"),
+		Preview:     rapid.SliceOfN(rapid.Byte(), 0, 64).Draw(t, "preview"),
+		State:       rapid.StringN(0, 12, -1).Draw(t, "state"),
 	}
 }
 
@@ -334,8 +352,9 @@ func drawEnqueueResult(t *rapid.T) *EnqueueResult {
 
 func drawSubscribe(t *rapid.T) *Subscribe {
 	return &Subscribe{
-		Prefetch: rapid.Uint32().Draw(t, "prefetch"),
-		Queue:    rapid.StringN(0, 12, -1).Draw(t, "queue"),
+		LeaseTimeoutMS: rapid.Uint64().Draw(t, "lease_timeout_ms"),
+		Prefetch:       rapid.Uint32().Draw(t, "prefetch"),
+		Queue:          rapid.StringN(0, 12, -1).Draw(t, "queue"),
 		RateLimits: drawList(t, "rate_limits", 3, func(t *rapid.T, label string) RateLimit {
 			return *drawRateLimit(t)
 		}),
@@ -442,9 +461,11 @@ func drawCreateQueue(t *rapid.T) *CreateQueue {
 		BackoffMaxMS:        rapid.Uint64().Draw(t, "backoff_max_ms"),
 		CostByTime:          rapid.Bool().Draw(t, "cost_by_time"),
 		DedupWindowMS:       rapid.Uint64().Draw(t, "dedup_window_ms"),
+		ExpiredAction:       rapid.StringN(0, 12, -1).Draw(t, "expired_action"),
 		LatencyBudget:       rapid.Uint32().Draw(t, "latency_budget"),
 		LatencyIdleMS:       rapid.Uint64().Draw(t, "latency_idle_ms"),
 		MaxAttempts:         rapid.Uint32().Draw(t, "max_attempts"),
+		MessageTTLMS:        rapid.Uint64().Draw(t, "message_ttl_ms"),
 		Name:                rapid.StringN(0, 12, -1).Draw(t, "name"),
 		OnEnqueue:           rapid.StringN(0, 12, -1).Draw(t, "on_enqueue"),
 		OnFailure:           rapid.StringN(0, 12, -1).Draw(t, "on_failure"),
@@ -494,20 +515,28 @@ func drawQueueStatsResult(t *rapid.T) *QueueStatsResult {
 		CostByTime:     rapid.Bool().Draw(t, "cost_by_time"),
 		DeadLettered:   rapid.Uint64().Draw(t, "dead_lettered"),
 		Delayed:        rapid.Uint64().Draw(t, "delayed"),
+		ExpiredAction:  rapid.StringN(0, 12, -1).Draw(t, "expired_action"),
 		FairnessKeys: drawList(t, "fairness_keys", 3, func(t *rapid.T, label string) FairnessKeyStats {
 			return *drawFairnessKeyStats(t)
 		}),
-		Hooks:           *drawHookStats(t),
-		JainIndex:       rapid.Float64Range(-1e+12, 1e+12).Draw(t, "jain_index"),
-		LatencyBudget:   rapid.Uint32().Draw(t, "latency_budget"),
-		LatencyIdleMS:   rapid.Uint64().Draw(t, "latency_idle_ms"),
-		Leased:          rapid.Uint64().Draw(t, "leased"),
-		MaxAttempts:     rapid.Uint32().Draw(t, "max_attempts"),
-		Name:            rapid.StringN(0, 12, -1).Draw(t, "name"),
-		Policy:          rapid.StringN(0, 12, -1).Draw(t, "policy"),
-		Ready:           rapid.Uint64().Draw(t, "ready"),
-		Subscriptions:   rapid.Uint32().Draw(t, "subscriptions"),
-		TenantSeparator: rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
+		Hooks:            *drawHookStats(t),
+		JainIndex:        rapid.Float64Range(-1e+12, 1e+12).Draw(t, "jain_index"),
+		LatencyBudget:    rapid.Uint32().Draw(t, "latency_budget"),
+		LatencyIdleMS:    rapid.Uint64().Draw(t, "latency_idle_ms"),
+		Leased:           rapid.Uint64().Draw(t, "leased"),
+		MaxAttempts:      rapid.Uint32().Draw(t, "max_attempts"),
+		MessageTTLMS:     rapid.Uint64().Draw(t, "message_ttl_ms"),
+		MessagesExpired:  rapid.Uint64().Draw(t, "messages_expired"),
+		MessagesPurged:   rapid.Uint64().Draw(t, "messages_purged"),
+		Name:             rapid.StringN(0, 12, -1).Draw(t, "name"),
+		Policy:           rapid.StringN(0, 12, -1).Draw(t, "policy"),
+		Ready:            rapid.Uint64().Draw(t, "ready"),
+		RedriveKey:       rapid.StringN(0, 12, -1).Draw(t, "redrive_key"),
+		RedriveMoved:     rapid.Uint64().Draw(t, "redrive_moved"),
+		RedriveRate:      rapid.Uint32().Draw(t, "redrive_rate"),
+		RedriveRemaining: rapid.Uint64().Draw(t, "redrive_remaining"),
+		Subscriptions:    rapid.Uint32().Draw(t, "subscriptions"),
+		TenantSeparator:  rapid.StringN(0, 12, -1).Draw(t, "tenant_separator"),
 		ThrottleKeys: drawList(t, "throttle_keys", 3, func(t *rapid.T, label string) ThrottleKeyStats {
 			return *drawThrottleKeyStats(t)
 		}),
@@ -559,13 +588,19 @@ func drawDeleteConfigOk(t *rapid.T) *DeleteConfigOk {
 
 func drawRedrive(t *rapid.T) *Redrive {
 	return &Redrive{
+		Cancel:          rapid.Bool().Draw(t, "cancel"),
 		Count:           rapid.Uint64().Draw(t, "count"),
 		DeadLetterQueue: rapid.StringN(0, 12, -1).Draw(t, "dead_letter_queue"),
+		FairnessKey:     rapid.StringN(0, 12, -1).Draw(t, "fairness_key"),
+		Rate:            rapid.Uint32().Draw(t, "rate"),
 	}
 }
 
 func drawRedriveResult(t *rapid.T) *RedriveResult {
-	return &RedriveResult{Moved: rapid.Uint64().Draw(t, "moved")}
+	return &RedriveResult{
+		Moved:   rapid.Uint64().Draw(t, "moved"),
+		Pending: rapid.Uint64().Draw(t, "pending"),
+	}
 }
 
 func drawCreateAPIKey(t *rapid.T) *CreateAPIKey {
@@ -644,6 +679,35 @@ func drawExplainResult(t *rapid.T) *ExplainResult {
 			return rapid.StringN(0, 12, -1).Draw(t, "throttle_keys")
 		}),
 		UntilMS: rapid.Uint64().Draw(t, "until_ms"),
+	}
+}
+
+func drawPurgeQueue(t *rapid.T) *PurgeQueue {
+	return &PurgeQueue{
+		IncludeLeased: rapid.Bool().Draw(t, "include_leased"),
+		Name:          rapid.StringN(0, 12, -1).Draw(t, "name"),
+	}
+}
+
+func drawPurgeQueueResult(t *rapid.T) *PurgeQueueResult {
+	return &PurgeQueueResult{Purged: rapid.Uint64().Draw(t, "purged")}
+}
+
+func drawPeek(t *rapid.T) *Peek {
+	return &Peek{
+		After:       drawUUID(t, "after"),
+		Count:       rapid.Uint32().Draw(t, "count"),
+		FairnessKey: rapid.StringN(0, 12, -1).Draw(t, "fairness_key"),
+		Queue:       rapid.StringN(0, 12, -1).Draw(t, "queue"),
+	}
+}
+
+func drawPeekResult(t *rapid.T) *PeekResult {
+	return &PeekResult{
+		Messages: drawList(t, "messages", 3, func(t *rapid.T, label string) PeekedMessage {
+			return *drawPeekedMessage(t)
+		}),
+		NextAfter: drawUUID(t, "next_after"),
 	}
 }
 
@@ -1017,6 +1081,26 @@ var roundTripCases = []struct {
 		return drawExplainResult(t)
 	},
 	name: "ExplainResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawPurgeQueue(t)
+	},
+	name: "PurgeQueue",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawPurgeQueueResult(t)
+	},
+	name: "PurgeQueueResult",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawPeek(t)
+	},
+	name: "Peek",
+}, {
+	draw: func(t *rapid.T) Frame {
+		return drawPeekResult(t)
+	},
+	name: "PeekResult",
 }, {
 	draw: func(t *rapid.T) Frame {
 		return drawTopology(t)

@@ -101,6 +101,8 @@ func TestNestedTrailingBytesIgnored(t *testing.T) {
 		item = appendU64(item, 0)       // delay
 		item = appendString(item, "")   // idempotency key
 		item = appendString(item, "")   // ordering key
+		item = appendU64(item, 0)       // ttl
+		item = append(item, 0)          // priority
 		item = append(item, 1, 2, 3, 4) // a later field
 		item = endStruct(item, at)
 		body = append(body, item...)

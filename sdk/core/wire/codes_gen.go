@@ -293,6 +293,10 @@ var (
 	DeleteConfigCodes = CodeSet{}
 	// RedriveCodes are the domain codes Redrive can return.
 	RedriveCodes = CodeSet{CodeQueueNotFound, CodeNotADLQ, CodeQueueSharded}
+	// PurgeQueueCodes are the domain codes PurgeQueue can return.
+	PurgeQueueCodes = CodeSet{CodeQueueNotFound, CodeQueueSharded}
+	// PeekCodes are the domain codes Peek can return.
+	PeekCodes = CodeSet{CodeQueueNotFound, CodeQueueSharded}
 	// CreateAPIKeyCodes are the domain codes CreateAPIKey can return.
 	CreateAPIKeyCodes = CodeSet{}
 	// RevokeAPIKeyCodes are the domain codes RevokeAPIKey can return.
@@ -364,6 +368,10 @@ func (o Opcode) Codes() CodeSet {
 		return DeleteConfigCodes
 	case OpRedrive:
 		return RedriveCodes
+	case OpPurgeQueue:
+		return PurgeQueueCodes
+	case OpPeek:
+		return PeekCodes
 	case OpCreateAPIKey:
 		return CreateAPIKeyCodes
 	case OpRevokeAPIKey:

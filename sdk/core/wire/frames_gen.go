@@ -35,6 +35,8 @@ const (
 	MaxDeliveredMessageHeaders = 1026
 	// MaxDeliveredMessageThrottleKeys is the most items DeliveredMessage.ThrottleKeys may hold; decoders refuse more.
 	MaxDeliveredMessageThrottleKeys = 64
+	// MaxPeekedMessageHeaders is the most items PeekedMessage.Headers may hold; decoders refuse more.
+	MaxPeekedMessageHeaders = 1024
 	// MaxAPIKeyInfoPermissions is the most items APIKeyInfo.Permissions may hold; decoders refuse more.
 	MaxAPIKeyInfoPermissions = 1000
 	// MaxClusterGroupReplicas is the most items ClusterGroup.Replicas may hold; decoders refuse more.
@@ -79,6 +81,8 @@ const (
 	MaxGetACLResultPermissions = 1000
 	// MaxExplainResultThrottleKeys is the most items ExplainResult.ThrottleKeys may hold; decoders refuse more.
 	MaxExplainResultThrottleKeys = 64
+	// MaxPeekResultMessages is the most items PeekResult.Messages may hold; decoders refuse more.
+	MaxPeekResultMessages = 1000
 	// MaxClusterStatusResultNodes is the most items ClusterStatusResult.Nodes may hold; decoders refuse more.
 	MaxClusterStatusResultNodes = 1000
 	// MaxClusterStatusResultPending is the most items ClusterStatusResult.Pending may hold; decoders refuse more.
@@ -102,6 +106,7 @@ var OptionalFrom = map[string]int{
 	"Delivery":            1,
 	"DrainNode":           1,
 	"Enqueue":             1,
+	"EnqueueMessage":      9,
 	"ExplainResult":       7,
 	"FairnessKeyStats":    5,
 	"HandshakeOk":         5,
@@ -109,7 +114,10 @@ var OptionalFrom = map[string]int{
 	"QueueStatsResult":    11,
 	"QueueSummary":        6,
 	"Rebalance":           0,
+	"Redrive":             2,
+	"RedriveResult":       1,
 	"ShardInfo":           4,
+	"Subscribe":           3,
 	"TopologyResult":      2,
 }
 
@@ -235,6 +243,14 @@ const (
 	OpExplain Opcode = 0x021D
 	// OpExplainResult is the opcode of ExplainResult (response).
 	OpExplainResult Opcode = 0x021E
+	// OpPurgeQueue is the opcode of PurgeQueue (request).
+	OpPurgeQueue Opcode = 0x021F
+	// OpPurgeQueueResult is the opcode of PurgeQueueResult (response).
+	OpPurgeQueueResult Opcode = 0x0220
+	// OpPeek is the opcode of Peek (request).
+	OpPeek Opcode = 0x0221
+	// OpPeekResult is the opcode of PeekResult (response).
+	OpPeekResult Opcode = 0x0222
 	// OpTopology is the opcode of Topology (request).
 	OpTopology Opcode = 0x0301
 	// OpTopologyResult is the opcode of TopologyResult (response).
@@ -379,6 +395,14 @@ func (o Opcode) String() string {
 		return "Explain"
 	case OpExplainResult:
 		return "ExplainResult"
+	case OpPurgeQueue:
+		return "PurgeQueue"
+	case OpPurgeQueueResult:
+		return "PurgeQueueResult"
+	case OpPeek:
+		return "Peek"
+	case OpPeekResult:
+		return "PeekResult"
 	case OpTopology:
 		return "Topology"
 	case OpTopologyResult:
@@ -540,6 +564,14 @@ func (o Opcode) Kind() FrameKind {
 		return KindRequest
 	case OpExplainResult:
 		return KindResponse
+	case OpPurgeQueue:
+		return KindRequest
+	case OpPurgeQueueResult:
+		return KindResponse
+	case OpPeek:
+		return KindRequest
+	case OpPeekResult:
+		return KindResponse
 	case OpTopology:
 		return KindRequest
 	case OpTopologyResult:
@@ -615,6 +647,10 @@ func (o Opcode) Response() Opcode {
 		return OpDeleteConfigOk
 	case OpRedrive:
 		return OpRedriveResult
+	case OpPurgeQueue:
+		return OpPurgeQueueResult
+	case OpPeek:
+		return OpPeekResult
 	case OpCreateAPIKey:
 		return OpCreateAPIKeyResult
 	case OpRevokeAPIKey:
@@ -756,6 +792,14 @@ func New(op Opcode) Frame {
 		return new(Explain)
 	case OpExplainResult:
 		return new(ExplainResult)
+	case OpPurgeQueue:
+		return new(PurgeQueue)
+	case OpPurgeQueueResult:
+		return new(PurgeQueueResult)
+	case OpPeek:
+		return new(Peek)
+	case OpPeekResult:
+		return new(PeekResult)
 	case OpTopology:
 		return new(Topology)
 	case OpTopologyResult:
@@ -853,6 +897,20 @@ type EnqueueMessage struct {
 	// OrderingKey (string) Empty for none. Messages sharing an ordering key are
 	// delivered one at a time, in enqueue order.
 	OrderingKey string
+	// TTLMS (u64) Time to live, counted from enqueue: a message not delivered
+	// within it expires (it is dead-lettered with reason `expired`, or dropped, by
+	// the queue's expired_action); a message leased at that time expires only if
+	// it comes back to be delivered again later. 0 means the queue's
+	// message_ttl_ms (none if the queue has none). At most 30 days (2,592,000,000
+	// ms); above, INVALID_ARGUMENT.
+	TTLMS uint64
+	// Priority (u8) Priority within the message's fairness key, encoded so that
+	// zero is the default: 0 means priority 4, and 1 to 10 mean priorities 0 to 9.
+	// Among the ready messages of one fairness key, a higher priority is delivered
+	// first, first in first out within a priority; fairness across keys is
+	// unchanged, and an ordering key's order wins over priority. Above 10,
+	// INVALID_ARGUMENT.
+	Priority uint8
 }
 
 // EnqueueItemResult is the outcome of one message of an Enqueue batch.
@@ -991,6 +1049,34 @@ type ExtendLeaseItemResult struct {
 	Message string
 	// LeaseDeadlineAtMS (u64) The new deadline when code is OK, Unix milliseconds.
 	LeaseDeadlineAtMS uint64
+}
+
+// PeekedMessage is one message listed by Peek.
+type PeekedMessage struct {
+	// ID (uuid) Message ID.
+	ID [16]byte
+	// FairnessKey (string) Its fairness key.
+	FairnessKey string
+	// State (string) `ready` (including waiting for a throttle token or behind its
+	// ordering key), `delayed` (an enqueue delay or a retry's backoff), `deciding`
+	// (waiting for the on_failure hook) or `leased`. A client shows an unknown
+	// state as it is.
+	State string
+	// Attempts (u32) Failed attempts so far.
+	Attempts uint32
+	// EnqueuedAtMS (u64) When it was enqueued, Unix milliseconds.
+	EnqueuedAtMS uint64
+	// DueAtMS (u64) delayed: when it becomes ready; leased: when its lease ends; 0
+	// otherwise.
+	DueAtMS uint64
+	// Headers ([]MessageHeader) Its headers as enqueued, followed, in a DLQ, by
+	// `fila-attempts` and `fila-error` (the reason of its last failure), as a
+	// delivery from the DLQ carries them.
+	Headers []MessageHeader
+	// PayloadSize (u32) The payload's full length, bytes.
+	PayloadSize uint32
+	// Preview (bytes) The payload's first 256 bytes at most.
+	Preview []byte
 }
 
 // QueueSummary is one queue in a ListQueues result.
@@ -1417,6 +1503,11 @@ type Subscribe struct {
 	// RateLimits ([]RateLimit) Consumer-declared limits; the broker delivers to
 	// this subscription only within every one.
 	RateLimits []RateLimit
+	// LeaseTimeoutMS (u64) The lease length of this subscription's deliveries, in
+	// place of the queue's visibility timeout: a per-consumer lease timeout,
+	// shorter or longer. 0 means the queue's. Above the broker's maximum ([queue]
+	// max_lease_extension, default 12 hours), INVALID_ARGUMENT.
+	LeaseTimeoutMS uint64
 }
 
 // Opcode returns OpSubscribe.
@@ -1736,6 +1827,15 @@ type CreateQueue struct {
 	// At most 256; above, INVALID_ARGUMENT. More than 1 on a broker in single-node
 	// mode: NOT_SUPPORTED.
 	Shards uint32
+	// MessageTTLMS (u64) Time to live of the queue's messages, counted from
+	// enqueue, for messages enqueued without their own ttl_ms. At most 30 days
+	// (2,592,000,000 ms); above, INVALID_ARGUMENT. 0: messages expire only by
+	// their own ttl_ms.
+	MessageTTLMS uint64
+	// ExpiredAction (string) What happens to a message that expires: `dead-letter`
+	// (moved to the DLQ with fila-error `expired`) or `drop` (deleted). Empty
+	// means `dead-letter`; any other value fails with INVALID_ARGUMENT.
+	ExpiredAction string
 }
 
 // Opcode returns OpCreateQueue.
@@ -1879,6 +1979,30 @@ type QueueStatsResult struct {
 	// (headers not counted); a rebalance weighs the queue by it. 0 from a server
 	// that predates it.
 	Bytes uint64
+	// MessageTTLMS (u64) The queue's message TTL; 0 for none.
+	MessageTTLMS uint64
+	// ExpiredAction (string) What happens to an expired message: `dead-letter` or
+	// `drop`. Empty from a server that predates TTLs.
+	ExpiredAction string
+	// MessagesExpired (u64) Messages that expired by their TTL since the replica
+	// started (dead-lettered or dropped).
+	MessagesExpired uint64
+	// RedriveRate (u32) A throttled redrive under way from the queue's DLQ (or
+	// from this queue, a DLQ): its rate in messages per second; 0 when none is
+	// running.
+	RedriveRate uint32
+	// RedriveKey (string) The fairness key the throttled redrive moves; empty for
+	// all keys (or none running).
+	RedriveKey string
+	// RedriveMoved (u64) Messages the throttled redrive has moved so far.
+	RedriveMoved uint64
+	// RedriveRemaining (u64) Messages the throttled redrive has still to move
+	// (some may be passed over when their turn comes: leased or backing off in the
+	// DLQ by then).
+	RedriveRemaining uint64
+	// MessagesPurged (u64) Messages removed by PurgeQueue since the replica
+	// started.
+	MessagesPurged uint64
 }
 
 // Opcode returns OpQueueStatsResult.
@@ -1992,6 +2116,19 @@ type Redrive struct {
 	DeadLetterQueue string
 	// Count (u64) Most messages to move; 0 means all.
 	Count uint64
+	// Rate (u32) Messages per second: a throttled redrive. The broker chooses the
+	// messages now and moves them in the background at this rate (each keeping its
+	// fairness key, so the queue's fair scheduling shares them with live traffic),
+	// shows its progress in QueueStatsResult and replaces a throttled redrive
+	// already running on the DLQ. It does not survive a broker restart. At most
+	// 1,000,000; above, INVALID_ARGUMENT. 0 moves them all at once, as before.
+	Rate uint32
+	// FairnessKey (string) Only this fairness key's dead letters; empty for all.
+	FairnessKey string
+	// Cancel (bool) Stop the DLQ's throttled redrive instead, leaving the messages
+	// it has not moved in the DLQ; the other fields are ignored. The result counts
+	// what it moved and what it left (zeros when none was running).
+	Cancel bool
 }
 
 // Opcode returns OpRedrive.
@@ -2004,6 +2141,9 @@ func (*Redrive) Opcode() Opcode {
 type RedriveResult struct {
 	// Moved (u64) Messages moved.
 	Moved uint64
+	// Pending (u64) A throttled redrive: the messages it has still to move (when
+	// cancelled, those it left). 0 otherwise.
+	Pending uint64
 }
 
 // Opcode returns OpRedriveResult.
@@ -2196,6 +2336,76 @@ type ExplainResult struct {
 // Opcode returns OpExplainResult.
 func (*ExplainResult) Opcode() Opcode {
 	return OpExplainResult
+}
+
+// PurgeQueue is the body of a PurgeQueue frame (opcode 0x021f, request).
+// Remove every ready and delayed message of a queue or a DLQ (delayed includes
+// messages backing off after a failure and those waiting for the on_failure
+// hook), and with include_leased its leased messages too. Leased messages kept
+// run on and can still be acked. Idempotency keys and producer sequences are
+// kept. The broker deletes them by key range: a few storage records, not one
+// per message. Needs the admin permission on the queue.
+type PurgeQueue struct {
+	// Name (string) The queue or DLQ.
+	Name string
+	// IncludeLeased (bool) Remove leased messages too: their consumers' acks then
+	// fail with MESSAGE_NOT_FOUND.
+	IncludeLeased bool
+}
+
+// Opcode returns OpPurgeQueue.
+func (*PurgeQueue) Opcode() Opcode {
+	return OpPurgeQueue
+}
+
+// PurgeQueueResult is the body of a PurgeQueueResult frame (opcode 0x0220,
+// response). How many messages were removed.
+type PurgeQueueResult struct {
+	// Purged (u64) Messages removed.
+	Purged uint64
+}
+
+// Opcode returns OpPurgeQueueResult.
+func (*PurgeQueueResult) Opcode() Opcode {
+	return OpPurgeQueueResult
+}
+
+// Peek is the body of a Peek frame (opcode 0x0221, request). List messages of
+// a queue or DLQ without leasing them, by message ID (enqueue order), a page
+// at a time. Needs the admin permission on the queue, as QueueStats. Changes
+// nothing.
+type Peek struct {
+	// Queue (string) The queue or DLQ.
+	Queue string
+	// Count (u32) Most messages to list: 1 to 1000; 0 means 1000. The broker may
+	// list fewer to keep the result within 4 MiB; next_after then resumes after
+	// the last one.
+	Count uint32
+	// After (uuid) List messages with IDs above this one: the previous page's
+	// next_after. Zero for the first page.
+	After [16]byte
+	// FairnessKey (string) Only this fairness key's messages; empty for all.
+	FairnessKey string
+}
+
+// Opcode returns OpPeek.
+func (*Peek) Opcode() Opcode {
+	return OpPeek
+}
+
+// PeekResult is the body of a PeekResult frame (opcode 0x0222, response). A
+// page of messages.
+type PeekResult struct {
+	// Messages ([]PeekedMessage) The messages, by increasing ID.
+	Messages []PeekedMessage
+	// NextAfter (uuid) The after of the next page: the last listed message's ID
+	// when more follow; zero when this is the last page.
+	NextAfter [16]byte
+}
+
+// Opcode returns OpPeekResult.
+func (*PeekResult) Opcode() Opcode {
+	return OpPeekResult
 }
 
 // Topology is the body of a Topology frame (opcode 0x0301, request). Ask which
