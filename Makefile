@@ -8,6 +8,12 @@ PKGS     := work
 FUZZTIME ?= 30s
 # staticcheck, at a pinned version, fetched through the module proxy.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The Python client's interpreter and type checker (Debian's python3 and mypy
+# on a fresh machine; .ci/run installs them).
+PYTHON ?= python3
+MYPY   ?= mypy
+# The Python client's conformance driver, run from any directory.
+PYDRIVER = env PYTHONPATH=$(CURDIR)/clients/python/src $(PYTHON) -m fila.conformance
 # apidiff, at a pinned version, fetched through the module proxy.
 APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
 
@@ -31,6 +37,25 @@ test: build build-faults ## run every test (unit, property, end-to-end, generate
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_TEST_CLI_BIN=$(BIN)/fila \
 		FILA_TEST_RACE_SERVER_BIN=$(BIN)/race/fila-server-faults FILA_TEST_FAULTS_SERVER_BIN=$(BIN)/fila-server-faults \
 		$(GO) test -count=1 -timeout 25m $(PKGS)
+	$(MAKE) test-typescript
+	$(MAKE) test-python
+
+.PHONY: test-typescript
+test-typescript: build ## the TypeScript client (clients/typescript): npm ci, tsc, node --test (with a live fila-server), and the conformance transcripts in core mode, client mode and live-broker mode
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build
+	cd clients/typescript && FILA_TEST_SERVER_BIN=$(BIN)/fila-server node --test dist/test/
+	cd conformance && $(GO) run ./cmd/fila-conformance core -exec "node $(CURDIR)/clients/typescript/dist/conformance.js core" testdata
+	cd conformance && $(GO) run ./cmd/fila-conformance client -exec "node $(CURDIR)/clients/typescript/dist/conformance.js client" testdata
+	cd conformance && $(GO) run ./cmd/fila-conformance client -exec "node $(CURDIR)/clients/typescript/dist/conformance.js client" -live -server-bin $(BIN)/fila-server testdata
+
+.PHONY: test-python
+test-python: build ## the Python client (clients/python): unittest (with a live fila-server), mypy --strict, and the conformance transcripts in core mode, client mode and against a live fila-server
+	cd clients/python && PYTHONPATH=src FILA_TEST_SERVER_BIN=$(BIN)/fila-server $(PYTHON) -m unittest discover -s tests -t .
+	@if command -v $(MYPY) >/dev/null; then echo 'cd clients/python && $(MYPY) --strict src/fila'; cd clients/python && $(MYPY) --strict src/fila; \
+	else echo 'test-python: $(MYPY) not found, type check skipped (apt-get install mypy; .ci/run installs it)'; fi
+	cd conformance && $(GO) run ./cmd/fila-conformance core -exec "$(PYDRIVER) core" testdata
+	cd conformance && $(GO) run ./cmd/fila-conformance client -exec "$(PYDRIVER) client" testdata
+	cd conformance && $(GO) run ./cmd/fila-conformance client -live -server-bin $(BIN)/fila-server -exec "$(PYDRIVER) client" testdata
 
 .PHONY: build-race
 build-race: ## build bin/race/fila-server and bin/race/fila with the race detector
@@ -103,6 +128,10 @@ break-it: build ## a producer and consumer while hostile clients take turns, 20s
 	FILA_TEST_SERVER_BIN=$(BIN)/fila-server FILA_BREAKIT_PHASE=$${PHASE:-20s} FILA_BREAKIT_NICE=$${NICE-19} FILA_BREAKIT_OUT=$(CURDIR)/bench/results/break-it.md \
 		$(GO) test -count=1 -timeout 30m -run '^TestBreakIt$$' -v ./broker/e2e
 	@echo; cat $(CURDIR)/bench/results/break-it.md
+
+.PHONY: bench-clients
+bench-clients: build ## produce and consume throughput of the Go, Python and (if built) TypeScript clients against one fila-server: 1 KiB, 256 outstanding, prefetch 1024 (COUNT= messages, default 50000); prints a table
+	BIN=$(BIN) PYTHON=$(PYTHON) scripts/bench-clients.sh
 
 .PHONY: bench-compare
 bench-compare: ## Fila beside NATS JetStream (default sync, sync always) and RabbitMQ quorum queues (if installed), about 5 minutes; results in bench/results

@@ -19,9 +19,76 @@ type CoreOptions struct {
 	// core reports, instead of checking them.
 	Rewrite bool
 
+	// Exec, when set, is a command line (run with sh -c) whose program
+	// is the core under test instead of the Go core: a driver that speaks
+	// the JSON-lines protocol of docs/conformance.md on its stdin and
+	// stdout. It is started once per transcript. Cluster conversations
+	// (nodes), which replay against the Go core's Router, are skipped:
+	// ReplayCore returns an error wrapping ErrSkipped.
+	Exec string
+
 	// outFilter, when set, transforms every chunk the core writes before
 	// it is compared: the tests use it to stand in for a broken codec.
 	outFilter func([]byte) []byte
+}
+
+// ErrSkipped is returned by ReplayCore for a transcript the target cannot
+// replay: a cluster conversation against a core given by CoreOptions.Exec.
+var ErrSkipped = errors.New("conformance: skipped")
+
+// A coreTarget is the client core under test: the Go core (goCore), or a
+// foreign core behind a driver program (execCore). The replay asks it for
+// what a shell would, and renders what it reports.
+type coreTarget interface {
+	receive(b []byte)
+	tick(now core.Time)
+	send(f wire.Frame) error
+	subscribe(f *wire.Subscribe) error
+	unsubscribe(sub uint32) error
+	settle(sub uint32, leases []uint64)
+	close()
+	// drain calls each with every Ready the core has, in order; a Ready
+	// is valid only during the call.
+	drain(each func(core.Ready))
+	// stop ends the core (a driver's process).
+	stop()
+}
+
+// goCore is the Go core, sdk/core's Conn.
+type goCore struct{ c *core.Conn }
+
+func newGoCore(hs *wire.Handshake) *goCore {
+	return &goCore{core.New(core.Config{
+		ClientName:   hs.ClientName,
+		APIKey:       hs.APIKey,
+		Capabilities: hs.Capabilities,
+		MaxFrameSize: int(hs.MaxFrameSize),
+	})}
+}
+
+func (g *goCore) receive(b []byte)   { g.c.Receive(b) } // a failure shows in the state events
+func (g *goCore) tick(now core.Time) { g.c.Tick(now) }
+func (g *goCore) send(f wire.Frame) error {
+	_, err := g.c.Send(f)
+	return err
+}
+func (g *goCore) subscribe(f *wire.Subscribe) error {
+	_, err := g.c.SubscribeLease(f.Queue, f.Prefetch, f.RateLimits, f.LeaseTimeoutMS)
+	return err
+}
+func (g *goCore) unsubscribe(sub uint32) error {
+	_, err := g.c.Unsubscribe(sub)
+	return err
+}
+func (g *goCore) settle(sub uint32, leases []uint64) { g.c.Settle(sub, leases...) }
+func (g *goCore) close()                             { g.c.Close() }
+func (g *goCore) stop()                              {}
+func (g *goCore) drain(each func(core.Ready)) {
+	for g.c.HasReady() {
+		rd := g.c.Ready()
+		each(rd)
+		g.c.Advance(rd)
+	}
 }
 
 // ReplayCore replays t against the sans-io client core (sdk/core) with a
@@ -43,9 +110,18 @@ func ReplayCore(t *Transcript, opts CoreOptions) (changed bool, err error) {
 	if _, err := t.CheckHex(false); err != nil {
 		return false, err
 	}
+	if opts.Exec != "" && len(t.Nodes) > 0 {
+		return false, fmt.Errorf("%w: %s is a cluster conversation, which replays against the Go core's Router only", ErrSkipped, t.Name)
+	}
 	r := &coreRun{t: t, opts: opts, b: newBindings(), held: map[uint32][]uint64{},
 		outs: map[string][]byte{}, nodeStates: map[string]core.State{}}
 	r.run()
+	if r.c != nil {
+		r.c.stop()
+		if x, ok := r.c.(*execCore); ok && x.err != nil {
+			r.mismatch(nil, x.err.Error())
+		}
+	}
 	if opts.Rewrite {
 		return r.changed, nil
 	}
@@ -59,7 +135,7 @@ type coreRun struct {
 	t    *Transcript
 	opts CoreOptions
 	b    *bindings
-	c    *core.Conn
+	c    coreTarget
 	now  core.Time
 
 	// A cluster conversation's Router (see corerouter.go), what it wrote
@@ -193,7 +269,7 @@ func (r *coreRun) step(bl *Block) bool {
 		case r.rt != nil:
 			r.rt.Tick(r.now)
 		case r.c != nil:
-			r.c.Tick(r.now)
+			r.c.tick(r.now)
 		}
 	}
 	return true
@@ -204,7 +280,7 @@ func (r *coreRun) receive(bl *Block, raw []byte) bool {
 		r.mismatch(bl, "a server frame before the client's Handshake")
 		return false
 	}
-	r.c.Receive(raw) // a failure shows in the state events
+	r.c.receive(raw)
 	return true
 }
 
@@ -220,13 +296,17 @@ func (r *coreRun) clientFrame(bl *Block) bool {
 			r.mismatch(bl, fmt.Sprintf("the first client frame is %v; the core always starts with Handshake", bl.frame.op))
 			return false
 		}
-		r.c = core.New(core.Config{
-			ClientName:   hs.ClientName,
-			APIKey:       hs.APIKey,
-			Capabilities: hs.Capabilities,
-			MaxFrameSize: int(hs.MaxFrameSize),
-		})
-		r.c.Tick(r.now)
+		if r.opts.Exec != "" {
+			x, err := startExecCore(r.opts.Exec, hs)
+			if err != nil {
+				r.mismatch(bl, err.Error())
+				return false
+			}
+			r.c = x
+		} else {
+			r.c = newGoCore(hs)
+		}
+		r.c.tick(r.now)
 	} else if r.drain(); len(r.out) == 0 {
 		if !r.invoke(bl) {
 			return true
@@ -279,13 +359,13 @@ func (r *coreRun) invoke(bl *Block) bool {
 	}
 	switch f := f.(type) {
 	case *wire.Subscribe:
-		_, err = r.c.SubscribeLease(f.Queue, f.Prefetch, f.RateLimits, f.LeaseTimeoutMS)
+		err = r.c.subscribe(f)
 	case *wire.Unsubscribe:
-		_, err = r.c.Unsubscribe(f.Subscription)
+		err = r.c.unsubscribe(f.Subscription)
 	case *wire.Credit:
-		r.c.Settle(f.Subscription, r.settleable(f.Subscription, int(f.Credits))...)
+		r.c.settle(f.Subscription, r.settleable(f.Subscription, int(f.Credits)))
 	case *wire.GoAway:
-		r.c.Close()
+		r.c.close()
 	case *wire.Handshake:
 		err = errors.New("the core sends Handshake only once, first")
 	case *wire.Pong:
@@ -295,7 +375,7 @@ func (r *coreRun) invoke(bl *Block) bool {
 			err = fmt.Errorf("a client does not send %v", f.Opcode())
 			break
 		}
-		_, err = r.c.Send(f)
+		err = r.c.send(f)
 	}
 	if err != nil {
 		m := r.mismatch(bl, "the core cannot send "+bl.frame.op.String()+": "+err.Error())
@@ -365,16 +445,14 @@ func (r *coreRun) drain() {
 	if r.c == nil {
 		return
 	}
-	for r.c.HasReady() {
-		rd := r.c.Ready()
+	r.c.drain(func(rd core.Ready) {
 		o := rd.Out
 		if r.opts.outFilter != nil && len(o) > 0 {
 			o = r.opts.outFilter(append([]byte(nil), o...))
 		}
 		r.out = append(r.out, o...)
 		r.record(rd)
-		r.c.Advance(rd)
-	}
+	})
 }
 
 // record renders a Ready's events, one line each.

@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fila-mq/fila/gen/internal/golang"
 	"github.com/fila-mq/fila/gen/internal/render"
 	"github.com/fila-mq/fila/gen/internal/spec"
 )
@@ -128,13 +130,6 @@ func TestSpecChecks(t *testing.T) {
 			`struct "LeaseRef": doc must start with a noun phrase`,
 		},
 		{
-			"two types with one Go name",
-			func(s string) string {
-				return s + "\n[[structs]]\nname = \"APIKeyInfo\"\ndoc = \"A key again.\"\nfields = []\n"
-			},
-			`struct "APIKeyInfo": Go name APIKeyInfo already used by "ApiKeyInfo"`,
-		},
-		{
 			"type name that is not CamelCase",
 			func(s string) string {
 				return s + "\n[[structs]]\nname = \"key_info\"\ndoc = \"A key again.\"\nfields = []\n"
@@ -158,6 +153,24 @@ func TestSpecChecks(t *testing.T) {
 	}
 	if _, err := spec.Parse(base); err != nil {
 		t.Fatalf("the committed spec does not validate: %v", err)
+	}
+}
+
+// TestGoNameClash: two types whose Go names are one (initialisms in
+// capitals) are refused by the Go backend; the spec itself is
+// language-neutral and accepts them.
+func TestGoNameClash(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join(root, render.SpecPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.Parse(append(base, "\n[[structs]]\nname = \"APIKeyInfo\"\ndoc = \"A key again.\"\nfields = []\n"...))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := `struct "APIKeyInfo": Go name APIKeyInfo already used by "ApiKeyInfo"`
+	if _, err := golang.Wire(s); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("golang.Wire(spec with APIKeyInfo) = %v; want an error containing %q", err, want)
 	}
 }
 
@@ -204,6 +217,64 @@ func TestNewCodeGetsErrorValuesOnBothSides(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("go build %s with the new code: %v\n%s", pkg, err, out)
 		}
+	}
+}
+
+// generatedBy lists, for each language with generated code, a file of
+// its that declares every error code: adding a code to the spec must make
+// each stale until regenerated. A new backend adds its line.
+var generatedBy = []struct{ lang, file string }{
+	{"Go", "sdk/core/wire/codes_gen.go"},
+	{"Python", "clients/python/src/fila/_errors_gen.py"},
+	{"TypeScript", "clients/typescript/src/errors_gen.ts"},
+}
+
+// TestNewCodeMakesEveryLanguageStale adds an error code to a copy of the
+// spec without regenerating: the freshness check (make check-gen) must
+// name a stale file of every language, and regenerating must clear it.
+func TestNewCodeMakesEveryLanguageStale(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join(root, render.SpecPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files, err := render.All(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The committed tree, as generated, plus the edited spec.
+	if err := render.Write(dir, files); err != nil {
+		t.Fatal(err)
+	}
+	s := string(base) + "\n[[codes]]\nname = \"QUEUE_PAUSED\"\nvalue = 90\nscope = \"domain\"\ntext = \"queue paused\"\ndoc = \"The queue is paused.\"\n"
+	s = strings.Replace(s, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_SHARDED"]`, `codes = ["QUEUE_NOT_FOUND", "MESSAGE_TOO_LARGE", "QUEUE_SHARDED", "QUEUE_PAUSED"]`, 1)
+	if err := os.MkdirAll(filepath.Join(dir, "spec"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, render.SpecPath), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := render.All(dir)
+	if err != nil {
+		t.Fatalf("generate from the edited spec: %v", err)
+	}
+	stale, err := render.Stale(dir, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range generatedBy {
+		if !slices.Contains(stale, g.file) {
+			t.Errorf("%s: %s is not stale after a code was added to the spec (stale: %v)", g.lang, g.file, stale)
+		}
+		if !strings.Contains(string(fresh[g.file]), "QUEUE_PAUSED") && !strings.Contains(string(fresh[g.file]), "QueuePaused") {
+			t.Errorf("%s: regenerated %s does not declare the new code", g.lang, g.file)
+		}
+	}
+	if err := render.Write(dir, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := render.Stale(dir, fresh); err != nil || len(stale) > 0 {
+		t.Errorf("after regenerating: stale %v, %v; want none", stale, err)
 	}
 }
 

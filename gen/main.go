@@ -5,6 +5,8 @@
 //	broker/internal/fault/errors_gen.go
 //	broker/internal/server/codes_gen.go, codes_gen_test.go
 //	sdk/go/errors_gen.go, errors_gen_test.go
+//	clients/python/src/fila/_wire_gen.py, _errors_gen.py
+//	clients/typescript/src/wire_gen.ts, errors_gen.ts
 //	docs/protocol.md (keeping its hand-written prose sections)
 //
 // Usage, from the repository root:

@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "how long to wait for the side under test")
 	var (
 		rewrite   *bool
+		execCmd   *string
+		live      *bool
 		addr      *string
 		serverBin *string
 		listen    *string
@@ -59,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "core":
 		rewrite = fs.Bool("rewrite", false, "rewrite the hex and events blocks instead of checking them")
+		execCmd = fs.String("exec", "", "replay against the core behind this driver command line (JSON lines on its stdin and stdout; see docs/conformance.md) instead of the Go core")
 	case "broker", "record":
 		addr = fs.String("addr", "", "a running broker to use (it must hold none of the transcripts' queues); default: start fila-server for each configuration")
 		serverBin = fs.String("server-bin", os.Getenv("FILA_TEST_SERVER_BIN"), "the fila-server binary to start (default $FILA_TEST_SERVER_BIN, else built with go build)")
@@ -67,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	case "client":
 		listen = fs.String("listen", "127.0.0.1:5555", "where the fake broker listens")
+		execCmd = fs.String("exec", "", "run this client program for each transcript, as `CMD <transcript name> <addr>`, against a fake broker on a free port (exit status 77: skipped); see docs/conformance.md")
+		live = fs.Bool("live", false, "with -exec: run the program against a live fila-server (one per configuration) instead of the fake broker, for the transcripts a live broker produces; it must exit 0")
+		serverBin = fs.String("server-bin", os.Getenv("FILA_TEST_SERVER_BIN"), "with -live: the fila-server binary to start (default $FILA_TEST_SERVER_BIN, else built with go build)")
 	case "rewrite":
 	case "list":
 		target = fs.String("target", "", "list only the transcripts for this target: core, broker or client")
@@ -88,10 +95,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "core":
-		return replayCore(ts, *rewrite, stdout, stderr)
+		if *execCmd != "" && *rewrite {
+			fmt.Fprintln(stderr, "fila-conformance core: -rewrite regenerates from the Go core; it does not go with -exec")
+			return 2
+		}
+		return replayCore(ts, *rewrite, *execCmd, stdout, stderr)
 	case "broker":
 		return replayBroker(ctx, ts, *addr, *serverBin, *timeout, stdout, stderr)
 	case "client":
+		if *execCmd != "" && *live {
+			return execLive(ctx, ts, *execCmd, *serverBin, stdout, stderr)
+		}
+		if *execCmd != "" {
+			return execClient(ctx, ts, *execCmd, *timeout, stdout, stderr)
+		}
 		return serveClient(ctx, ts, *listen, *timeout, stdout, stderr)
 	case "rewrite":
 		return rewriteAll(ts, stdout, stderr)
@@ -166,7 +183,7 @@ func tally(stdout io.Writer, passed, failed, skipped int) int {
 	return 0
 }
 
-func replayCore(ts []*conformance.Transcript, rewrite bool, stdout, stderr io.Writer) int {
+func replayCore(ts []*conformance.Transcript, rewrite bool, execCmd string, stdout, stderr io.Writer) int {
 	passed, failed, skipped := 0, 0, 0
 	for _, t := range ts {
 		if !t.Applies("core") {
@@ -181,7 +198,11 @@ func replayCore(ts []*conformance.Transcript, rewrite bool, stdout, stderr io.Wr
 			passed++
 			continue
 		}
-		if _, err := conformance.ReplayCore(t, conformance.CoreOptions{}); err != nil {
+		if _, err := conformance.ReplayCore(t, conformance.CoreOptions{Exec: execCmd}); errors.Is(err, conformance.ErrSkipped) {
+			fmt.Fprintf(stdout, "skip %s: a cluster conversation (nodes), replayed against the Go core's Router only\n", t.Name)
+			skipped++
+			continue
+		} else if err != nil {
 			fmt.Fprintf(stdout, "FAIL %s\n%v\n", t.Name, err)
 			failed++
 			continue
@@ -339,6 +360,76 @@ func serveClient(ctx context.Context, ts []*conformance.Transcript, listen strin
 			return 1
 		default:
 			fmt.Fprintf(stdout, "ok   %s\n", t.Name)
+			passed++
+		}
+	}
+	return tally(stdout, passed, failed, skipped)
+}
+
+// execClient runs the client program for each transcript meant for
+// clients, against a fake broker of its own.
+func execClient(ctx context.Context, ts []*conformance.Transcript, execCmd string, timeout time.Duration, stdout, stderr io.Writer) int {
+	passed, failed, skipped := 0, 0, 0
+	for _, t := range ts {
+		if !t.Applies("client") {
+			skipped++
+			continue
+		}
+		err := conformance.ExecClient(ctx, t, execCmd, conformance.ClientOptions{Timeout: timeout})
+		var f *conformance.Failure
+		switch {
+		case errors.Is(err, conformance.ErrSkipped):
+			fmt.Fprintf(stdout, "skip %s: the client does not implement it (exit status %d)\n", t.Name, conformance.SkipStatus)
+			skipped++
+		case errors.As(err, &f):
+			fmt.Fprintf(stdout, "FAIL %s\n%v\n", t.Name, err)
+			failed++
+		case err != nil:
+			fmt.Fprintln(stderr, err)
+			return 1
+		default:
+			fmt.Fprintf(stdout, "ok   %s\n", t.Name)
+			passed++
+		}
+	}
+	return tally(stdout, passed, failed, skipped)
+}
+
+// execLive runs the client program for each transcript a live broker
+// produces (those for both clients and brokers) against a fila-server
+// started with the transcript's configuration: live-broker mode. The
+// program must exit 0 (or 77: skipped).
+func execLive(ctx context.Context, ts []*conformance.Transcript, execCmd, bin string, stdout, stderr io.Writer) int {
+	bs, err := newBrokers("", bin)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer bs.stop()
+	passed, failed, skipped := 0, 0, 0
+	for _, t := range ts {
+		if !t.Applies("client") || !t.Applies("broker") {
+			skipped++
+			continue
+		}
+		addr, err := bs.get(t.BrokerEnv, t.Fresh)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		out, err := exec.CommandContext(cctx, "sh", "-c", execCmd+" '"+t.Name+"' "+addr).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee) && ee.ExitCode() == conformance.SkipStatus:
+			fmt.Fprintf(stdout, "skip %s: the client does not implement it (exit status %d)\n", t.Name, conformance.SkipStatus)
+			skipped++
+		case err != nil:
+			fmt.Fprintf(stdout, "FAIL %s (live): %v\n%s", t.Name, err, out)
+			failed++
+		default:
+			fmt.Fprintf(stdout, "ok   %s (live)\n", t.Name)
 			passed++
 		}
 	}

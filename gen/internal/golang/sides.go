@@ -28,7 +28,7 @@ func errorValues(f *File, s *spec.Spec, prefix string, value func(spec.Code) Cod
 	for _, g := range codeGroups {
 		var defs []Code
 		for _, c := range s.CodesByScope(g.scope) {
-			id := "Err" + spec.GoName(c.Name)
+			id := "Err" + GoName(c.Name)
 			defs = append(defs, comments(fmt.Sprintf("%s is %s: %s", id, c.Name, lowerFirst(c.Doc))), Id(id).Op("=").Add(value(c)))
 		}
 		f.Add(comments(prefix + g.doc))
@@ -57,7 +57,7 @@ func Broker(s *spec.Spec) map[string]*File {
 		if c.Scope == spec.ScopeOK {
 			continue
 		}
-		d[Qual(faultPath, "Err"+spec.GoName(c.Name))] = Qual(WirePath, "Code"+spec.GoName(c.Name))
+		d[Qual(faultPath, "Err"+GoName(c.Name))] = Qual(WirePath, "Code"+GoName(c.Name))
 	}
 	f.Comment("faultCodes maps every broker error value to its wire code.")
 	f.Var().Id("faultCodes").Op("=").Map(Op("*").Qual(faultPath, "Error")).Qual(WirePath, "Code").Values(d)
@@ -80,7 +80,7 @@ func Broker(s *spec.Spec) map[string]*File {
 		if c.Scope == spec.ScopeOK {
 			continue
 		}
-		cases = append(cases, Values(Qual(faultPath, "Err"+spec.GoName(c.Name)), Qual(WirePath, "Code"+spec.GoName(c.Name))))
+		cases = append(cases, Values(Qual(faultPath, "Err"+GoName(c.Name)), Qual(WirePath, "Code"+GoName(c.Name))))
 	}
 	t.Comment("TestCodeOfEveryCode checks that every code of the spec maps from its broker")
 	t.Comment("error value, bare and wrapped.")
@@ -118,7 +118,7 @@ func SDK(s *spec.Spec) map[string]*File {
 
 	var codeDefs []Code
 	for _, c := range s.Codes {
-		id := "Code" + spec.GoName(c.Name)
+		id := "Code" + GoName(c.Name)
 		codeDefs = append(codeDefs, comments(fmt.Sprintf("%s is code %d, %s, %s scope. %s", id, c.Value, c.Name, c.Scope, c.Doc)), Id(id).Op("=").Qual(WirePath, id))
 	}
 	f.Add(comments("The protocol's error codes, as Code values, so that a program reads and compares an error's code (CodeOf, StatusError.Code) without importing the codec package."))
@@ -129,7 +129,7 @@ func SDK(s *spec.Spec) map[string]*File {
 		if c.Scope == spec.ScopeOK {
 			continue
 		}
-		sentCases = append(sentCases, Case(Qual(WirePath, "Code"+spec.GoName(c.Name))).Block(Return(Id("Err"+spec.GoName(c.Name)))))
+		sentCases = append(sentCases, Case(Qual(WirePath, "Code"+GoName(c.Name))).Block(Return(Id("Err"+GoName(c.Name)))))
 	}
 	f.Comment("sentinel returns the sentinel error of a wire code; nil for OK or an unknown code.")
 	f.Func().Id("sentinel").Params(Id("c").Qual(WirePath, "Code")).Error().Block(
@@ -142,7 +142,7 @@ func SDK(s *spec.Spec) map[string]*File {
 		if len(op.Codes) == 0 {
 			continue
 		}
-		goOp := spec.GoName(op.Name)
+		goOp := GoName(op.Name)
 		codeType := goOp + "Code"
 		errType := goOp + "Error"
 		verb := opVerb(op.Name)
@@ -153,7 +153,7 @@ func SDK(s *spec.Spec) map[string]*File {
 		var names []string
 		for _, name := range op.Codes {
 			c := s.Code(name)
-			id := goOp + spec.GoName(name)
+			id := goOp + GoName(name)
 			names = append(names, id)
 			defs = append(defs, docComment(id, c.Doc), Id(id).Id(codeType).Op("=").Lit(c.Value))
 		}
@@ -164,7 +164,7 @@ func SDK(s *spec.Spec) map[string]*File {
 		)
 
 		f.Add(comments(fmt.Sprintf("%s is a domain failure of %s; Code is one of %s. Other failures of %s are *StatusError. errors.Is matches the code's sentinel, such as Err%s, and CodeOf returns the code as a Code.",
-			errType, goOp, strings.Join(names, ", "), goOp, spec.GoName(op.Codes[0]))))
+			errType, goOp, strings.Join(names, ", "), goOp, GoName(op.Codes[0]))))
 		f.Type().Id(errType).Struct(
 			Id("Code").Id(codeType),
 			Comment("Target is what the failure concerns: a queue name, a key ID; may be empty."),
@@ -186,7 +186,7 @@ func SDK(s *spec.Spec) map[string]*File {
 
 		var codeCases []Code
 		for _, name := range op.Codes {
-			codeCases = append(codeCases, Qual(WirePath, "Code"+spec.GoName(name)))
+			codeCases = append(codeCases, Qual(WirePath, "Code"+GoName(name)))
 		}
 		opCases = append(opCases, Case(Qual(WirePath, opName(op.Request))).Block(
 			Switch(Id("c")).Block(
@@ -228,22 +228,22 @@ func SDK(s *spec.Spec) map[string]*File {
 		for _, name := range op.Codes {
 			rows = append(rows, Values(Dict{
 				Id("op"):   Qual(WirePath, opName(op.Request)),
-				Id("code"): Qual(WirePath, "Code"+spec.GoName(name)),
-				Id("sent"): Id("Err" + spec.GoName(name)),
+				Id("code"): Qual(WirePath, "Code"+GoName(name)),
+				Id("sent"): Id("Err" + GoName(name)),
 				Id("check"): Func().Params(Id("err").Error()).Bool().Block(
-					Var().Id("e").Op("*").Id(spec.GoName(op.Name)+"Error"),
-					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Id(spec.GoName(op.Name)+spec.GoName(name))),
+					Var().Id("e").Op("*").Id(GoName(op.Name)+"Error"),
+					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Id(GoName(op.Name)+GoName(name))),
 				),
 			}))
 		}
 		for _, c := range s.CodesByScope(spec.ScopeStatus) {
 			rows = append(rows, Values(Dict{
 				Id("op"):   Qual(WirePath, opName(op.Request)),
-				Id("code"): Qual(WirePath, "Code"+spec.GoName(c.Name)),
-				Id("sent"): Id("Err" + spec.GoName(c.Name)),
+				Id("code"): Qual(WirePath, "Code"+GoName(c.Name)),
+				Id("sent"): Id("Err" + GoName(c.Name)),
 				Id("check"): Func().Params(Id("err").Error()).Bool().Block(
 					Var().Id("e").Op("*").Id("StatusError"),
-					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Qual(WirePath, "Code"+spec.GoName(c.Name))),
+					Return(Qual("errors", "As").Call(Id("err"), Op("&").Id("e")).Op("&&").Id("e").Dot("Code").Op("==").Qual(WirePath, "Code"+GoName(c.Name))),
 				),
 			}))
 		}

@@ -25,16 +25,19 @@ func typeName(name string) string {
 	if name == "Error" {
 		return "ErrorFrame"
 	}
-	return spec.GoName(name)
+	return GoName(name)
 }
 
 // opName is the Go name of a frame's opcode constant, such as
 // OpCreateAPIKey.
-func opName(frame string) string { return "Op" + spec.GoName(frame) }
+func opName(frame string) string { return "Op" + GoName(frame) }
 
 // Wire renders the files of package wire: frames_gen.go, codes_gen.go,
 // codec_gen.go and codec_gen_test.go, keyed by file name.
 func Wire(s *spec.Spec) (map[string]*File, error) {
+	if err := CheckNames(s); err != nil {
+		return nil, err
+	}
 	g := &wireGen{s: s}
 	files := map[string]*File{
 		"frames_gen.go":     g.frames(),
@@ -217,7 +220,7 @@ func (g *wireGen) frames() *File {
 				continue
 			}
 			id := maxName(owner, fd.Name)
-			maxDefs = append(maxDefs, Comment(fmt.Sprintf("%s is the most items %s.%s may hold; decoders refuse more.", id, typeName(owner), spec.GoName(fd.Name))),
+			maxDefs = append(maxDefs, Comment(fmt.Sprintf("%s is the most items %s.%s may hold; decoders refuse more.", id, typeName(owner), GoName(fd.Name))),
 				Id(id).Op("=").Lit(fd.Max))
 		}
 	}
@@ -254,7 +257,7 @@ func (g *wireGen) frames() *File {
 
 	var flagDefs []Code
 	for _, fl := range g.s.Flags {
-		id := "Flag" + spec.GoName(fl.Name)
+		id := "Flag" + GoName(fl.Name)
 		flagDefs = append(flagDefs, docComment(id, fl.Doc), Id(id).Id("Flags").Op("=").Lit(1).Op("<<").Lit(fl.Bit))
 	}
 	f.Const().Defs(flagDefs...)
@@ -338,7 +341,7 @@ func (g *wireGen) frames() *File {
 		var defs []Code
 		var cases []Code
 		for _, v := range e.Values {
-			id := en + spec.GoName(v.Name)
+			id := en + GoName(v.Name)
 			defs = append(defs, docComment(id, v.Doc), Id(id).Id(en).Op("=").Lit(v.Value))
 			cases = append(cases, Case(Id(id)).Block(Return(Lit(strings.ToLower(v.Name)))))
 		}
@@ -366,7 +369,7 @@ func (g *wireGen) frames() *File {
 // maxName is the Go name of the constant holding a list field's maximum,
 // such as MaxEnqueueMessageHeaders.
 func maxName(owner, field string) string {
-	return "Max" + typeName(owner) + spec.GoName(field)
+	return "Max" + typeName(owner) + GoName(field)
 }
 
 // listLimit is the max argument of a list's count: its declared maximum,
@@ -389,7 +392,7 @@ func (g *wireGen) recordType(f *File, name, doc string, fields []spec.Field) {
 	f.Add(comments(typeName(name) + " " + doc))
 	var defs []Code
 	for _, fd := range fields {
-		defs = append(defs, docComment(spec.GoName(fd.Name), fieldDoc(fd)), Id(spec.GoName(fd.Name)).Add(g.goType(fd.Type)))
+		defs = append(defs, docComment(GoName(fd.Name), fieldDoc(fd)), Id(GoName(fd.Name)).Add(g.goType(fd.Type)))
 	}
 	f.Type().Id(typeName(name)).Struct(defs...)
 }
@@ -405,7 +408,7 @@ func (g *wireGen) codes() *File {
 	f.Type().Id("Code").Uint16()
 	var defs []Code
 	for _, c := range g.s.Codes {
-		id := "Code" + spec.GoName(c.Name)
+		id := "Code" + GoName(c.Name)
 		defs = append(defs, comments(fmt.Sprintf("%s is code %d, %s scope. %s", id, c.Value, c.Scope, c.Doc)), Id(id).Id("Code").Op("=").Lit(c.Value))
 	}
 	f.Const().Defs(defs...)
@@ -413,7 +416,7 @@ func (g *wireGen) codes() *File {
 	var strCases, scopeCases []Code
 	scopeID := map[spec.Scope]string{spec.ScopeOK: "ScopeOK", spec.ScopeConnection: "ScopeConnection", spec.ScopeStatus: "ScopeStatus", spec.ScopeDomain: "ScopeDomain"}
 	for _, c := range g.s.Codes {
-		id := "Code" + spec.GoName(c.Name)
+		id := "Code" + GoName(c.Name)
 		strCases = append(strCases, Case(Id(id)).Block(Return(Lit(c.Name))))
 		scopeCases = append(scopeCases, Case(Id(id)).Block(Return(Id(scopeID[c.Scope]))))
 	}
@@ -457,10 +460,10 @@ func (g *wireGen) codes() *File {
 	for _, op := range g.s.Operations {
 		var elems []Code
 		for _, name := range op.Codes {
-			elems = append(elems, Id("Code"+spec.GoName(name)))
+			elems = append(elems, Id("Code"+GoName(name)))
 		}
-		id := spec.GoName(op.Name) + "Codes"
-		setDefs = append(setDefs, Comment(fmt.Sprintf("%s are the domain codes %s can return.", id, spec.GoName(op.Name))),
+		id := GoName(op.Name) + "Codes"
+		setDefs = append(setDefs, Comment(fmt.Sprintf("%s are the domain codes %s can return.", id, GoName(op.Name))),
 			Id(id).Op("=").Id("CodeSet").Values(elems...))
 		opCases = append(opCases, Case(Id(opName(op.Request))).Block(Return(Id(id))))
 	}
@@ -489,7 +492,7 @@ func (g *wireGen) undeclared(f *File) {
 		var body []Code
 		for _, fd := range fr.Fields {
 			if fd.Type == "code" {
-				body = append(body, check(Id("f").Dot(spec.GoName(fd.Name))))
+				body = append(body, check(Id("f").Dot(GoName(fd.Name))))
 				continue
 			}
 			elem, ok := strings.CutPrefix(fd.Type, "[]")
@@ -499,8 +502,8 @@ func (g *wireGen) undeclared(f *File) {
 			}
 			for _, sf := range st.Fields {
 				if sf.Type == "code" {
-					body = append(body, For(Id("i").Op(":=").Range().Id("f").Dot(spec.GoName(fd.Name))).Block(
-						check(Id("f").Dot(spec.GoName(fd.Name)).Index(Id("i")).Dot(spec.GoName(sf.Name))),
+					body = append(body, For(Id("i").Op(":=").Range().Id("f").Dot(GoName(fd.Name))).Block(
+						check(Id("f").Dot(GoName(fd.Name)).Index(Id("i")).Dot(GoName(sf.Name))),
 					))
 				}
 			}
@@ -557,7 +560,7 @@ func (g *wireGen) encodeRecord(f *File, name string, fields []spec.Field, nested
 		fixed = fields[:len(fields)-len(opt)]
 	}
 	for _, fd := range fixed {
-		body = append(body, g.encodeValue(Id("m").Dot(spec.GoName(fd.Name)), fd.Type)...)
+		body = append(body, g.encodeValue(Id("m").Dot(GoName(fd.Name)), fd.Type)...)
 	}
 	if opt != nil {
 		body = append(body, g.encodeOptional(opt)...)
@@ -621,14 +624,14 @@ func (g *wireGen) nonZero(v *Statement, t string) *Statement {
 func (g *wireGen) encodeOptional(opt []spec.Field) []Code {
 	var cond *Statement
 	for _, fd := range opt {
-		nz := g.nonZero(Id("m").Dot(spec.GoName(fd.Name)), fd.Type)
+		nz := g.nonZero(Id("m").Dot(GoName(fd.Name)), fd.Type)
 		if cond == nil {
 			cond = nz
 		} else {
 			cond = cond.Op("||").Add(nz)
 		}
 	}
-	body := g.encodeValue(Id("m").Dot(spec.GoName(opt[0].Name)), opt[0].Type)
+	body := g.encodeValue(Id("m").Dot(GoName(opt[0].Name)), opt[0].Type)
 	if len(opt) > 1 {
 		body = append(body, g.encodeOptional(opt[1:])[1:]...)
 	}
@@ -710,19 +713,19 @@ func (g *wireGen) decodeRecord(f *File, name string, fields []spec.Field) {
 // decodeField returns the statements decoding one field into m, and
 // whether they read prev.
 func (g *wireGen) decodeField(owner string, fd spec.Field) ([]Code, bool) {
-	target := Id("m").Dot(spec.GoName(fd.Name))
+	target := Id("m").Dot(GoName(fd.Name))
 	label := Lit(fd.Name)
 	limit := listLimit(owner, fd)
 	t := fd.Type
 	if elem, ok := strings.CutPrefix(t, "[]"); ok {
 		if elem == "string" {
-			return []Code{target.Clone().Op("=").Id("r").Dot("strList").Call(label, Id("prev").Dot(spec.GoName(fd.Name)), limit)}, true
+			return []Code{target.Clone().Op("=").Id("r").Dot("strList").Call(label, Id("prev").Dot(GoName(fd.Name)), limit)}, true
 		}
 		if st := g.s.Struct(elem); st != nil && g.comparable(st) {
 			// Items equal to the previous list's (the same headers on
 			// every message of a batch) share its slice: no allocation.
 			et := Id(typeName(elem))
-			prevF := Id("prev").Dot(spec.GoName(fd.Name))
+			prevF := Id("prev").Dot(GoName(fd.Name))
 			return []Code{
 				If(Id("n").Op(":=").Id("r").Dot("count").Call(label, Lit(g.minSize(elem)), limit), Id("n").Op(">").Lit(0)).Block(
 					Var().Id("out").Index().Add(et),
@@ -786,7 +789,7 @@ func (g *wireGen) decodeField(owner string, fd spec.Field) ([]Code, bool) {
 		}, false
 	}
 	if t == "string" {
-		return []Code{target.Clone().Op("=").Id("r").Dot("strLike").Call(label, Id("prev").Dot(spec.GoName(fd.Name)))}, true
+		return []Code{target.Clone().Op("=").Id("r").Dot("strLike").Call(label, Id("prev").Dot(GoName(fd.Name)))}, true
 	}
 	if st := g.s.Struct(t); st != nil {
 		return []Code{Block(
@@ -867,7 +870,7 @@ func (g *wireGen) drawFunc(f *File, name string, fields []spec.Field) {
 	tn := typeName(name)
 	d := Dict{}
 	for _, fd := range fields {
-		d[Id(spec.GoName(fd.Name))] = g.drawValue(fd.Type, fd.Name)
+		d[Id(GoName(fd.Name))] = g.drawValue(fd.Type, fd.Name)
 	}
 	f.Func().Id("draw" + tn).Params(Id("t").Op("*").Qual(rapid, "T")).Op("*").Id(tn).Block(
 		Return(Op("&").Id(tn).Values(d)),

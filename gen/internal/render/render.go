@@ -13,7 +13,9 @@ import (
 
 	"github.com/fila-mq/fila/gen/internal/docs"
 	"github.com/fila-mq/fila/gen/internal/golang"
+	"github.com/fila-mq/fila/gen/internal/python"
 	"github.com/fila-mq/fila/gen/internal/spec"
+	"github.com/fila-mq/fila/gen/internal/typescript"
 )
 
 // SpecPath is the spec's path relative to the repository root.
@@ -55,6 +57,20 @@ func All(root string) (map[string][]byte, error) {
 	}
 	if err := add("sdk/go", golang.SDK(s)); err != nil {
 		return nil, err
+	}
+	ts, err := typescript.Files(s)
+	if err != nil {
+		return nil, err
+	}
+	for name, b := range ts {
+		out[typescript.Dir+"/"+name] = b
+	}
+	py, err := python.Files(s)
+	if err != nil {
+		return nil, err
+	}
+	for name, b := range py {
+		out[python.Dir+"/"+name] = b
 	}
 	old, err := os.ReadFile(filepath.Join(root, ProtocolDoc))
 	if err != nil {

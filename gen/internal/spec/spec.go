@@ -279,18 +279,12 @@ func (s *Spec) validate() error {
 		}
 	}
 
-	// Frames, structs and enums are Go types of one package: CamelCase
-	// names whose Go names (initialisms in capitals) differ.
-	goTypes := map[string]string{}
+	// Frames, structs and enums are types in every generated language:
+	// CamelCase names. (Each backend checks its own names for clashes.)
 	typeName := func(kind, name string) {
 		if !isCamel(name) {
 			fail("%s %q: name must be CamelCase", kind, name)
-			return
 		}
-		if other, dup := goTypes[GoName(name)]; dup && other != name {
-			fail("%s %q: Go name %s already used by %q", kind, name, GoName(name), other)
-		}
-		goTypes[GoName(name)] = name
 	}
 	for _, e := range s.Enums {
 		typeName("enum", e.Name)
@@ -527,49 +521,6 @@ func isLowerSnake(s string) bool {
 	return true
 }
 
-// initialisms are the words written in capitals in Go names, as Go style
-// asks (ApiKeyInfo is APIKeyInfo, key_id is KeyID), keyed by their lower
-// case.
-var initialisms = map[string]string{
-	"acl": "ACL", "api": "API", "dlq": "DLQ", "http": "HTTP", "id": "ID",
-	"json": "JSON", "ms": "MS", "ok": "OK", "tls": "TLS", "ttl": "TTL",
-	"url": "URL", "uuid": "UUID",
-}
-
-// GoName turns a spec name into a Go name with initialisms in capitals.
-// A lower_snake or UPPER_SNAKE name (a field, a code, an enum value) is
-// joined in CamelCase: lease_deadline_at_ms is LeaseDeadlineAtMS,
-// API_KEY_NOT_FOUND is APIKeyNotFound, OK is OK. A CamelCase name (a
-// frame, a struct, an enum, an operation) keeps its words: CreateApiKey is
-// CreateAPIKey, SetAcl is SetACL. The word Ok of a CamelCase name, which
-// names a reply (HandshakeOk), is a word rather than an initialism there
-// and stays as it is.
-func GoName(s string) string {
-	if isCamel(s) {
-		var b strings.Builder
-		for _, w := range camelWords(s) {
-			if ini, ok := initialisms[strings.ToLower(w)]; ok && w != "Ok" {
-				w = ini
-			}
-			b.WriteString(w)
-		}
-		return b.String()
-	}
-	var b strings.Builder
-	for _, part := range strings.Split(s, "_") {
-		if part == "" {
-			continue
-		}
-		lower := strings.ToLower(part)
-		if ini, ok := initialisms[lower]; ok {
-			b.WriteString(ini)
-			continue
-		}
-		b.WriteString(strings.ToUpper(lower[:1]) + lower[1:])
-	}
-	return b.String()
-}
-
 // isCamel reports whether s is a CamelCase name: no underscore, starting
 // with a capital and holding a lower-case letter.
 func isCamel(s string) bool {
@@ -577,28 +528,6 @@ func isCamel(s string) bool {
 		return false
 	}
 	return strings.ContainsFunc(s, unicode.IsLower)
-}
-
-// camelWords splits a CamelCase name into its words: a word starts at a
-// capital that follows a lower-case letter or a digit, or at the last
-// capital of a run followed by a lower-case letter ("DLQStats" is DLQ,
-// Stats).
-func camelWords(s string) []string {
-	rs := []rune(s)
-	var words []string
-	start := 0
-	for i := 1; i < len(rs); i++ {
-		if !unicode.IsUpper(rs[i]) {
-			continue
-		}
-		prev := rs[i-1]
-		if unicode.IsLower(prev) || unicode.IsDigit(prev) ||
-			(unicode.IsUpper(prev) && i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
-			words = append(words, string(rs[start:i]))
-			start = i
-		}
-	}
-	return append(words, string(rs[start:]))
 }
 
 // startsNounPhrase reports whether doc starts with an article or "One",
