@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// TestGCPercent: the broker runs its collector at server.gc_percent
-// (default 50), unless GOGC is set, which wins. The runtime reports the
-// setting on /metrics as go_gc_gogc_percent.
+// TestGCPercent: the broker runs its collector at server.gc_percent,
+// by default sized from the live heap (100 for a broker holding little),
+// unless GOGC is set, which wins. The runtime reports the setting on
+// /metrics as go_gc_gogc_percent.
 func TestGCPercent(t *testing.T) {
 	if os.Getenv("GOGC") != "" {
 		t.Skip("GOGC is set in the test's environment, and the broker inherits it")
@@ -19,7 +20,7 @@ func TestGCPercent(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{nil, "50"},
+		{nil, "100"},
 		{[]string{"FILA_SERVER_GC_PERCENT=70"}, "70"},
 		{[]string{"FILA_SERVER_GC_PERCENT=70", "GOGC=120"}, "120"},
 	} {

@@ -131,10 +131,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := checkFirstStart(cfg); err != nil {
 		return err
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.Server.GCPercent)
-	} else {
+	switch {
+	case os.Getenv("GOGC") != "":
 		log.Info("GOGC is set; ignoring server.gc_percent", "GOGC", os.Getenv("GOGC"))
+	case cfg.Server.GCPercent == 0:
+		defer startGCTuner()()
+	default:
+		debug.SetGCPercent(cfg.Server.GCPercent)
 	}
 	if limit := cfg.Server.MemoryLimit; limit > 0 {
 		if os.Getenv("GOMEMLIMIT") == "" {

@@ -144,12 +144,14 @@ type ServerConfig struct {
 	MemoryLimit int64
 	// GCPercent is the garbage collector's headroom: a collection starts
 	// when the heap has grown by this percentage of what the last one
-	// left live (Go's runtime/debug.SetGCPercent). The scheduler's and the
-	// store's per-message state is pointer-free, so a collection costs
-	// little however many messages are pending, and a headroom below Go's
-	// 100 keeps the resident size closer to the live heap. The GOGC
+	// left live (Go's GOGC, runtime/debug.SetGCPercent). 0, the default,
+	// sizes it from the live heap after each collection: a growth of
+	// max(64 MiB, a quarter of the live heap), at most 100 %, so a small
+	// broker collects as Go's default would while one holding a large
+	// backlog stays within a quarter of its live heap (the per-message
+	// state is pointer-free, so collections stay cheap). The GOGC
 	// environment variable, when set, takes precedence (gc_percent,
-	// default 50, from 10 to 1000).
+	// default 0, from 0 to 1000).
 	GCPercent int
 	// ShutdownTimeout is how long a shutdown waits for requests in flight to
 	// finish after sending GoAway, before closing connections
@@ -465,7 +467,6 @@ func Default() Config {
 			FrameReadTimeout:         30 * time.Second,
 			MaxBatchSize:             4096,
 			ShutdownTimeout:          10 * time.Second,
-			GCPercent:                50,
 		},
 		Storage: StorageConfig{
 			DataDir:     "data",

@@ -94,7 +94,7 @@ func TestDefaultsNoFile(t *testing.T) {
 		"server.frame_read_timeout":          `"30s"`,
 		"server.max_batch_size":              `4096`,
 		"server.memory_limit":                `"0B"`,
-		"server.gc_percent":                  `50`,
+		"server.gc_percent":                  `0`,
 		"server.shutdown_timeout":            `"10s"`,
 		"storage.data_dir":                   `"data"`,
 		"storage.segment_size":               `"8MB"`,

@@ -161,7 +161,7 @@ var fields = []field{
 		sizeIn(0, 1<<40, func(c *Config) int64 { return c.Server.MemoryLimit })},
 	{"server", "gc_percent", kindInt,
 		func(c *Config) any { return &c.Server.GCPercent },
-		intIn(10, 1000, func(c *Config) int64 { return int64(c.Server.GCPercent) })},
+		intIn(0, 1000, func(c *Config) int64 { return int64(c.Server.GCPercent) })},
 	{"server", "shutdown_timeout", kindDuration,
 		func(c *Config) any { return &c.Server.ShutdownTimeout },
 		durationAtLeast(0, func(c *Config) time.Duration { return c.Server.ShutdownTimeout })},
