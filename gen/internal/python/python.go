@@ -217,37 +217,7 @@ func (g *gen) pyDefault(t string) string {
 }
 
 // minSize is the fewest bytes a value of type t takes on the wire.
-func (g *gen) minSize(t string) int {
-	if strings.HasPrefix(t, "[]") {
-		return 4
-	}
-	switch t {
-	case "u8", "bool":
-		return 1
-	case "u16", "code", "string":
-		return 2
-	case "u32", "bytes":
-		return 4
-	case "u64", "i64", "f64":
-		return 8
-	case "uuid":
-		return 16
-	}
-	if e := g.s.Enum(t); e != nil {
-		return g.minSize(e.Type)
-	}
-	if st := g.s.Struct(t); st != nil {
-		n := 4
-		for _, f := range st.Fields {
-			if f.Optional {
-				break
-			}
-			n += g.minSize(f.Type)
-		}
-		return n
-	}
-	panic("unknown type " + t)
-}
+func (g *gen) minSize(t string) int { return g.s.MinSize(t) }
 
 // packer is the _codec struct packer of a fixed-size numeric type.
 func (g *gen) packer(t string) (name string, size int, ok bool) {

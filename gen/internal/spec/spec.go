@@ -540,3 +540,42 @@ func startsNounPhrase(doc string) bool {
 	}
 	return false
 }
+
+// MinSize is the fewest bytes a value of type t takes on the wire: a
+// list's count, a primitive's size (a string's or bytes' length prefix),
+// an enum's underlying type, or a struct's length prefix and the fields
+// an older peer's struct also holds (those before the first optional
+// one). Decoders use it to refuse a list count that the bytes left could
+// not hold. It panics on a type the spec does not define (Parse rejects
+// those).
+func (s *Spec) MinSize(t string) int {
+	if strings.HasPrefix(t, "[]") {
+		return 4
+	}
+	switch t {
+	case "u8", "bool":
+		return 1
+	case "u16", "code", "string":
+		return 2
+	case "u32", "bytes":
+		return 4
+	case "u64", "i64", "f64":
+		return 8
+	case "uuid":
+		return 16
+	}
+	if e := s.Enum(t); e != nil {
+		return s.MinSize(e.Type)
+	}
+	if st := s.Struct(t); st != nil {
+		n := 4
+		for _, f := range st.Fields {
+			if f.Optional {
+				break // an older peer's struct ends before it
+			}
+			n += s.MinSize(f.Type)
+		}
+		return n
+	}
+	panic("unknown type " + t)
+}
