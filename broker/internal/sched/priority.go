@@ -70,10 +70,6 @@ func (s *Sched) laneRank(l *lane) uint8 {
 	return rankOf(s.prioOf(s.msg(l.head)))
 }
 
-// lanePrio returns the priority of l's messages as Message.Priority
-// encodes it, for a lane without an ordering key.
-func (s *Sched) lanePrio(l *lane) uint8 { return l.prio }
-
 // ringInsert adds l at the tail of the ring whose next lane is *pos.
 func ringInsert(pos **lane, l *lane) {
 	if *pos == nil {
